@@ -1,0 +1,74 @@
+//! Command-line parsing (clap) and dispatch; each subcommand group lives in its own module.
+//!
+//! Exit status (FORMATS.md): 0 success, 1 the check the command performs failed, 2 bad input or
+//! usage. Every error reaches `main` as an `anyhow::Error` with its context chain and is printed
+//! once, without a backtrace.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod analyze;
+mod hist;
+mod output;
+
+/// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
+#[derive(Debug, Parser)]
+#[command(name = "shortlist", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// The full measurement report of a request-records file (METRICS.md).
+    Analyze(analyze::Args),
+    /// Explicit-bucket and HDR histograms: honest merges and bucket-range percentiles.
+    #[command(subcommand)]
+    Hist(hist::Command),
+}
+
+/// What a command that ran to the end concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Outcome {
+    /// Everything the command checks held (exit 0).
+    Success,
+    /// The command ran, and the check it performs failed (exit 1).
+    CheckFailed,
+}
+
+pub(crate) fn main() -> ExitCode {
+    init_tracing();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            // `--help` and `--version` are not errors.
+            let code = if err.use_stderr() { 2 } else { 0 };
+            let _ = err.print();
+            return ExitCode::from(code);
+        }
+    };
+    let result = match cli.command {
+        Command::Analyze(args) => analyze::run(args),
+        Command::Hist(cmd) => hist::run(cmd),
+    };
+    match result {
+        Ok(Outcome::Success) => ExitCode::SUCCESS,
+        Ok(Outcome::CheckFailed) => ExitCode::from(1),
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    // Logs go to stderr so that `--json` keeps stdout to exactly one document.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}
