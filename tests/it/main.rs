@@ -1,0 +1,4 @@
+//! The workspace's one integration-test binary: drives the real `shortlist` binary and the crates
+//! together. One module per capability.
+
+mod support;

@@ -1,0 +1,36 @@
+//! Helpers shared by the integration tests: run the real binary, find test data.
+
+#![allow(dead_code)] // Each test module uses a different subset of the helpers.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("server/ has a parent").to_path_buf()
+}
+
+/// A file under `tests/data`.
+pub fn data(name: &str) -> PathBuf {
+    repo_root().join("tests").join("data").join(name)
+}
+
+/// The `shortlist` binary built for this test run.
+pub fn shortlist() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_shortlist"))
+}
+
+/// Run `shortlist` with `args`, returning its output.
+pub fn run(args: &[&str]) -> Output {
+    shortlist().args(args).output().expect("the shortlist binary runs")
+}
+
+/// Stdout as text.
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
