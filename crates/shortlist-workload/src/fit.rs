@@ -1,0 +1,1 @@
+//! Fitting a synthetic trace to a source trace (in progress).

@@ -1,0 +1,437 @@
+//! What a trace looks like: volume, rates, burstiness, lengths and their correlation, prefix
+//! reuse, and whether its timestamps were quantized into buckets.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use serde::Serialize;
+
+use crate::trace::{Request, TraceHeader};
+
+/// The format tag of `trace stats --json`.
+pub const STATS_FORMAT: &str = "shortlist.trace-stats.v1";
+
+/// Input tokens as sent (every request's full prompt) and distinct (shared prefixes once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct InputTokens {
+    pub sent: u64,
+    pub distinct: u64,
+}
+
+/// Arrival rates in requests per second.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Rates {
+    /// Requests / duration.
+    pub mean: Option<f64>,
+    /// Most arrivals in any 1 s window (a window starts at an arrival), per second.
+    pub peak_1s: f64,
+    /// Most arrivals in any 10 s window, per second.
+    pub peak_10s: f64,
+}
+
+/// Nearest-rank percentiles (the ⌈p·n⌉-th smallest), so each is a length that occurred.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Percentiles {
+    pub p50: Option<u64>,
+    pub p90: Option<u64>,
+    pub p99: Option<u64>,
+}
+
+/// Index of dispersion (variance / mean) of arrival counts in consecutive windows: 1 for Poisson,
+/// 0 for evenly spaced, above 1 for bursty arrivals.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Dispersion {
+    pub counts_1s: Option<f64>,
+    pub counts_10s: Option<f64>,
+}
+
+/// Timestamps that only take values on a grid (e.g. Mooncake's conversation trace, 3 s buckets).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Quantization {
+    /// The grid step in seconds.
+    pub bucket_s: f64,
+    /// Where the grid starts (the earliest arrival).
+    pub origin_s: f64,
+    /// How many different arrival times occur.
+    pub distinct_times: u64,
+}
+
+/// Everything `trace stats` prints.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TraceStats {
+    pub format: String,
+    pub requests: u64,
+    pub duration_s: f64,
+    pub input_tokens: InputTokens,
+    pub output_tokens: u64,
+    pub rate_rps: Rates,
+    /// Standard deviation / mean of the gaps between consecutive arrivals.
+    pub interarrival_cv: Option<f64>,
+    pub input_len: Percentiles,
+    pub output_len: Percentiles,
+    /// Distinct prefix groups (`prefix.group`), or, for `hash_ids` traces, distinct first blocks
+    /// that more than one request starts with.
+    pub prefix_groups: u64,
+    pub dispersion: Dispersion,
+    /// Spearman rank correlation of input and output lengths.
+    pub length_spearman: Option<f64>,
+    /// Share of sent input tokens that an infinite prefix cache would serve: 1 − distinct / sent.
+    pub prefix_reuse: Option<f64>,
+    /// Distinct sessions.
+    pub sessions: u64,
+    /// Requests the source marked as failed (kept in the trace, counted here).
+    pub failed: u64,
+    pub quantization: Option<Quantization>,
+}
+
+impl TraceStats {
+    /// Describe a trace. The duration is the header's `duration_s` when it covers every arrival,
+    /// else the last arrival time.
+    pub fn compute(header: &TraceHeader, requests: &[Request]) -> TraceStats {
+        let n = requests.len();
+        let times: Vec<f64> = requests.iter().map(Request::t).collect();
+        let last = times.last().copied().unwrap_or(0.0);
+        let duration_s = header.duration_s().map_or(last, |d| d.max(last));
+        let mut inputs: Vec<u64> = requests.iter().map(Request::input_tokens).collect();
+        let mut outputs: Vec<u64> = requests.iter().map(Request::output_tokens).collect();
+        let length_spearman = spearman(&inputs, &outputs);
+        let sent: u64 = inputs.iter().sum();
+        let (distinct, prefix_groups) = distinct_input(requests, header.block_size());
+        inputs.sort_unstable();
+        outputs.sort_unstable();
+        let sessions = requests
+            .iter()
+            .filter_map(Request::session)
+            .collect::<HashSet<_>>()
+            .len() as u64;
+        TraceStats {
+            format: STATS_FORMAT.to_owned(),
+            requests: n as u64,
+            duration_s,
+            input_tokens: InputTokens { sent, distinct },
+            output_tokens: outputs.iter().sum(),
+            rate_rps: Rates {
+                mean: (duration_s > 0.0).then(|| n as f64 / duration_s),
+                peak_1s: peak_count(&times, 1.0) as f64,
+                peak_10s: peak_count(&times, 10.0) as f64 / 10.0,
+            },
+            interarrival_cv: interarrival_cv(&times),
+            input_len: percentiles(&inputs),
+            output_len: percentiles(&outputs),
+            prefix_groups,
+            dispersion: Dispersion {
+                counts_1s: dispersion(&times, duration_s, 1.0),
+                counts_10s: dispersion(&times, duration_s, 10.0),
+            },
+            length_spearman,
+            prefix_reuse: (sent > 0).then(|| 1.0 - distinct as f64 / sent as f64),
+            sessions,
+            failed: requests.iter().filter(|r| r.failed()).count() as u64,
+            quantization: detect_quantization(&times),
+        }
+    }
+}
+
+/// The ⌈p·n⌉-th smallest of sorted values, with `p` in thousandths so that the rank is computed in
+/// integers (⌈0.9·100⌉ must be 90, not 91 through rounding).
+pub fn nearest_rank(sorted: &[u64], per_mille: u64) -> Option<u64> {
+    let n = sorted.len() as u64;
+    if n == 0 {
+        return None;
+    }
+    let rank = (per_mille * n).div_ceil(1000).clamp(1, n);
+    sorted.get((rank - 1) as usize).copied()
+}
+
+fn percentiles(sorted: &[u64]) -> Percentiles {
+    Percentiles {
+        p50: nearest_rank(sorted, 500),
+        p90: nearest_rank(sorted, 900),
+        p99: nearest_rank(sorted, 990),
+    }
+}
+
+/// Distinct input tokens with an infinite cache, and the number of prefix groups.
+///
+/// With `hash_ids`, a request reuses the leading blocks that some earlier request already sent
+/// (Mooncake's ids hash the whole prefix, so a matching block implies a matching prefix). With
+/// `prefix`, each group's shared tokens count once (the longest prefix seen for the group).
+fn distinct_input(requests: &[Request], block_size: Option<u32>) -> (u64, u64) {
+    let mut seen_blocks: HashSet<u64> = HashSet::new();
+    let mut group_prefix: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut roots: HashMap<u64, u32> = HashMap::new();
+    let mut distinct = 0u64;
+    for r in requests {
+        match (r.hash_ids(), block_size, r.prefix()) {
+            (Some(ids), Some(bs), _) => {
+                let reused_blocks =
+                    ids.iter().take_while(|id| seen_blocks.contains(id)).count() as u64;
+                let hit = (reused_blocks * u64::from(bs)).min(r.input_tokens());
+                distinct += r.input_tokens() - hit;
+                seen_blocks.extend(ids.iter().copied());
+                if let Some(first) = ids.first() {
+                    *roots.entry(*first).or_default() += 1;
+                }
+            }
+            (_, _, Some(p)) => {
+                distinct += r.input_tokens() - p.tokens;
+                let longest = group_prefix.entry(p.group.as_str()).or_default();
+                *longest = (*longest).max(p.tokens);
+            }
+            _ => distinct += r.input_tokens(),
+        }
+    }
+    distinct += group_prefix.values().sum::<u64>();
+    let groups = if group_prefix.is_empty() {
+        roots.values().filter(|&&c| c > 1).count()
+    } else {
+        group_prefix.len()
+    };
+    (distinct, groups as u64)
+}
+
+/// Most arrivals in a window `[t_i, t_i + width)` over all arrivals `i` (two pointers).
+fn peak_count(times: &[f64], width: f64) -> u64 {
+    let mut best = 0usize;
+    let mut end = 0usize;
+    for (start, &t) in times.iter().enumerate() {
+        end = end.max(start);
+        while end < times.len() && times[end] < t + width {
+            end += 1;
+        }
+        best = best.max(end - start);
+    }
+    best as u64
+}
+
+fn mean_var(xs: impl Iterator<Item = f64> + Clone) -> Option<(f64, f64)> {
+    let n = xs.clone().count();
+    if n == 0 {
+        return None;
+    }
+    let mean = xs.clone().sum::<f64>() / n as f64;
+    let var = xs.map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64;
+    Some((mean, var))
+}
+
+fn interarrival_cv(times: &[f64]) -> Option<f64> {
+    if times.len() < 3 {
+        return None;
+    }
+    let gaps = times.windows(2).map(|w| w[1] - w[0]);
+    let (mean, var) = mean_var(gaps)?;
+    (mean > 0.0).then(|| var.sqrt() / mean)
+}
+
+/// Variance / mean of arrival counts in the whole windows of `width` that fit in
+/// `[0, duration)` (a partial last window would look like a lull); `None` with fewer than two.
+fn dispersion(times: &[f64], duration: f64, width: f64) -> Option<f64> {
+    let bins = (duration / width).floor() as usize;
+    if bins < 2 {
+        return None;
+    }
+    let mut counts = vec![0u64; bins];
+    for &t in times {
+        if let Some(c) = counts.get_mut((t / width) as usize) {
+            *c += 1;
+        }
+    }
+    let (mean, var) = mean_var(counts.iter().map(|&c| c as f64))?;
+    (mean > 0.0).then(|| var / mean)
+}
+
+/// Ranks from 1, ties sharing their average rank.
+fn ranks(xs: &[u64]) -> Vec<f64> {
+    let mut order: Vec<usize> = (0..xs.len()).collect();
+    order.sort_by_key(|&i| xs[i]);
+    let mut r = vec![0.0; xs.len()];
+    let mut i = 0;
+    while i < order.len() {
+        let mut j = i;
+        while j + 1 < order.len() && xs[order[j + 1]] == xs[order[i]] {
+            j += 1;
+        }
+        let avg = (i + j) as f64 / 2.0 + 1.0;
+        for &k in &order[i..=j] {
+            r[k] = avg;
+        }
+        i = j + 1;
+    }
+    r
+}
+
+/// Spearman's ρ: Pearson correlation of the ranks; `None` when either side is constant.
+pub fn spearman(a: &[u64], b: &[u64]) -> Option<f64> {
+    if a.len() < 2 || a.len() != b.len() {
+        return None;
+    }
+    let (ra, rb) = (ranks(a), ranks(b));
+    let (ma, va) = mean_var(ra.iter().copied())?;
+    let (mb, vb) = mean_var(rb.iter().copied())?;
+    if va <= 0.0 || vb <= 0.0 {
+        return None;
+    }
+    let cov = ra
+        .iter()
+        .zip(&rb)
+        .map(|(x, y)| (x - ma) * (y - mb))
+        .sum::<f64>()
+        / a.len() as f64;
+    Some(cov / (va.sqrt() * vb.sqrt()))
+}
+
+/// Timestamps on a grid: at least half the arrivals share a time with another, and every distinct
+/// time is the earliest plus a whole number of the smallest step between distinct times.
+pub fn detect_quantization(times: &[f64]) -> Option<Quantization> {
+    if times.len() < 10 {
+        return None;
+    }
+    let mut distinct: Vec<f64> = times.to_vec();
+    distinct.sort_by(f64::total_cmp);
+    distinct.dedup();
+    if distinct.len() < 2 || distinct.len() * 2 > times.len() {
+        return None;
+    }
+    let step = distinct
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .fold(f64::INFINITY, f64::min);
+    if !(step.is_finite() && step > 0.0) {
+        return None;
+    }
+    let origin = distinct[0];
+    let on_grid = distinct.iter().all(|&t| {
+        let k = (t - origin) / step;
+        (k - k.round()).abs() <= 1e-6 * k.max(1.0)
+    });
+    on_grid.then_some(Quantization {
+        bucket_s: step,
+        origin_s: origin,
+        distinct_times: distinct.len() as u64,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::synth::{Shape, SynthSpec, synthesize};
+    use crate::trace::{Mode, RequestFields};
+
+    fn req(i: usize, t: f64, input: u64, output: u64) -> Request {
+        Request::new(RequestFields {
+            id: format!("r{i}"),
+            t,
+            input_tokens: input,
+            output_tokens: output,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn nearest_rank_is_exact() {
+        let v: Vec<u64> = (1..=100).collect();
+        assert_eq!(nearest_rank(&v, 900), Some(90));
+        assert_eq!(nearest_rank(&v, 990), Some(99));
+        assert_eq!(nearest_rank(&v, 500), Some(50));
+        assert_eq!(nearest_rank(&[7], 990), Some(7));
+        assert_eq!(nearest_rank(&[], 500), None);
+        let v: Vec<u64> = (1..=10).collect();
+        assert_eq!(nearest_rank(&v, 990), Some(10));
+    }
+
+    #[test]
+    fn practice_traces_differ_where_they_should() {
+        let stats = |shape| {
+            let (h, r) = synthesize(&SynthSpec::practice(shape), 1).unwrap();
+            TraceStats::compute(&h, &r)
+        };
+        let uni = stats(Shape::Uniform);
+        let bursts = stats(Shape::Bursts);
+        let groups = stats(Shape::PrefixGroups);
+        assert_eq!(uni.rate_rps.mean, Some(8.0));
+        assert_eq!(uni.rate_rps.peak_1s, 8.0);
+        assert_eq!(uni.interarrival_cv.map(|c| c < 1e-9), Some(true));
+        assert_eq!(uni.input_len.p99, Some(1000));
+        assert_eq!(uni.dispersion.counts_1s.map(|d| d < 0.1), Some(true));
+        assert_eq!(uni.length_spearman, None);
+        assert!(bursts.rate_rps.peak_1s >= 20.0, "{:?}", bursts.rate_rps);
+        assert!(bursts.dispersion.counts_1s.unwrap() > 5.0);
+        assert!(bursts.length_spearman.unwrap() > 0.3);
+        assert_eq!(
+            bursts.input_tokens,
+            InputTokens {
+                sent: 100_000,
+                distinct: 100_000
+            }
+        );
+        assert_eq!(
+            groups.input_tokens,
+            InputTokens {
+                sent: 820_000,
+                distinct: 100_000
+            }
+        );
+        assert_eq!(groups.prefix_groups, 10);
+        assert_eq!(groups.sessions, 10);
+        let reuse = groups.prefix_reuse.unwrap();
+        assert!((reuse - 720.0 / 820.0).abs() < 1e-12, "{reuse}");
+    }
+
+    #[test]
+    fn hash_ids_give_reuse_with_an_infinite_cache() {
+        let h = TraceHeader::new("m", Mode::Online)
+            .with_block_size(512)
+            .unwrap();
+        let mk = |i: usize, input: u64, ids: Vec<u64>| {
+            Request::new(RequestFields {
+                id: format!("r{i}"),
+                t: i as f64,
+                input_tokens: input,
+                output_tokens: 1,
+                hash_ids: Some(ids),
+                ..Default::default()
+            })
+            .unwrap()
+        };
+        // The second request shares the first two blocks, then diverges; block 3 matches by
+        // accident later but is not a prefix hit.
+        let reqs = vec![
+            mk(0, 1500, vec![1, 2, 3]),
+            mk(1, 1300, vec![1, 2, 4]),
+            mk(2, 600, vec![9, 3]),
+        ];
+        let s = TraceStats::compute(&h, &reqs);
+        assert_eq!(s.input_tokens.sent, 3400);
+        assert_eq!(s.input_tokens.distinct, 1500 + (1300 - 1024) + 600);
+        assert_eq!(s.prefix_groups, 1);
+    }
+
+    #[test]
+    fn quantized_times_are_detected() {
+        let times: Vec<f64> = (0..100).map(|i| (i / 7) as f64 * 3.0).collect();
+        let q = detect_quantization(&times).unwrap();
+        assert_eq!(q.bucket_s, 3.0);
+        let spread: Vec<f64> = (0..100).map(|i| i as f64 * 0.37).collect();
+        assert_eq!(detect_quantization(&spread), None);
+    }
+
+    #[test]
+    fn tiny_and_empty_traces_do_not_panic() {
+        let h = TraceHeader::new("x", Mode::Online);
+        let s = TraceStats::compute(&h, &[]);
+        assert_eq!(s.requests, 0);
+        assert_eq!(s.rate_rps.mean, None);
+        let s = TraceStats::compute(&h, &[req(0, 0.0, 5, 5)]);
+        assert_eq!(s.input_len.p50, Some(5));
+        assert_eq!(s.interarrival_cv, None);
+    }
+
+    #[test]
+    fn spearman_sees_monotone_relations() {
+        let close = |x: Option<f64>, want: f64| x.is_some_and(|x| (x - want).abs() < 1e-12);
+        assert!(close(spearman(&[1, 2, 3, 4], &[10, 20, 30, 400]), 1.0));
+        assert!(close(spearman(&[1, 2, 3, 4], &[4, 3, 2, 1]), -1.0));
+        assert!(close(spearman(&[1, 2, 2, 3], &[1, 5, 5, 9]), 1.0));
+        assert_eq!(spearman(&[1, 1, 1], &[1, 2, 3]), None);
+    }
+}
