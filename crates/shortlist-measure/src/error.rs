@@ -8,10 +8,18 @@ use std::fmt;
 pub enum MeasureError {
     /// A line of an input is malformed or inconsistent.
     #[error("{source_name}:{line}: field `{field}`: {why}")]
-    Invalid { source_name: String, line: u64, field: String, why: String },
+    Invalid {
+        source_name: String,
+        line: u64,
+        field: String,
+        why: String,
+    },
     /// The input could not be read.
     #[error("{source_name}: {error}")]
-    Io { source_name: String, error: std::io::Error },
+    Io {
+        source_name: String,
+        error: std::io::Error,
+    },
     /// A value that is not tied to one line (a whole document, an argument) is unusable.
     #[error("{source_name}: {why}")]
     Unusable { source_name: String, why: String },
@@ -21,14 +29,30 @@ pub enum MeasureError {
 }
 
 impl MeasureError {
-    pub(crate) fn at(source_name: &str, line: u64, field: impl Into<String>, why: impl Into<String>) -> Self {
-        MeasureError::Invalid { source_name: source_name.to_owned(), line, field: field.into(), why: why.into() }
+    pub(crate) fn at(
+        source_name: &str,
+        line: u64,
+        field: impl Into<String>,
+        why: impl Into<String>,
+    ) -> Self {
+        MeasureError::Invalid {
+            source_name: source_name.to_owned(),
+            line,
+            field: field.into(),
+            why: why.into(),
+        }
     }
     pub(crate) fn io(source_name: &str, error: std::io::Error) -> Self {
-        MeasureError::Io { source_name: source_name.to_owned(), error }
+        MeasureError::Io {
+            source_name: source_name.to_owned(),
+            error,
+        }
     }
     pub(crate) fn unusable(source_name: &str, why: impl Into<String>) -> Self {
-        MeasureError::Unusable { source_name: source_name.to_owned(), why: why.into() }
+        MeasureError::Unusable {
+            source_name: source_name.to_owned(),
+            why: why.into(),
+        }
     }
 }
 
@@ -40,13 +64,37 @@ pub enum MergeError {
         "bucket edges differ between {first} and {second} ({detail}); merging them would fabricate \
          precision. Refusing: the only correct path is back to the raw samples"
     )]
-    EdgesDiffer { first: String, second: String, detail: String },
-    #[error("{first} is in {first_unit} but {second} is in {second_unit}; refusing to merge different units")]
-    UnitsDiffer { first: String, first_unit: String, second: String, second_unit: String },
-    #[error("{first} measures `{first_metric}` but {second} measures `{second_metric}`; refusing to merge different metrics")]
-    MetricsDiffer { first: String, first_metric: String, second: String, second_metric: String },
-    #[error("{first} and {second} were recorded with different HDR configurations ({detail}); refusing to merge")]
-    HdrConfigDiffers { first: String, second: String, detail: String },
+    EdgesDiffer {
+        first: String,
+        second: String,
+        detail: String,
+    },
+    #[error(
+        "{first} is in {first_unit} but {second} is in {second_unit}; refusing to merge different units"
+    )]
+    UnitsDiffer {
+        first: String,
+        first_unit: String,
+        second: String,
+        second_unit: String,
+    },
+    #[error(
+        "{first} measures `{first_metric}` but {second} measures `{second_metric}`; refusing to merge different metrics"
+    )]
+    MetricsDiffer {
+        first: String,
+        first_metric: String,
+        second: String,
+        second_metric: String,
+    },
+    #[error(
+        "{first} and {second} were recorded with different HDR configurations ({detail}); refusing to merge"
+    )]
+    HdrConfigDiffers {
+        first: String,
+        second: String,
+        detail: String,
+    },
     #[error("nothing to merge")]
     Empty,
 }
@@ -57,12 +105,18 @@ pub(crate) fn check_format(found: &str, expected: &str) -> Result<(), String> {
     if found.is_empty() {
         return Err(format!("missing `format` tag: expected \"{expected}\""));
     }
-    let matches = found == expected || found.strip_prefix(expected).is_some_and(|rest| rest.starts_with('.'));
+    let matches = found == expected
+        || found
+            .strip_prefix(expected)
+            .is_some_and(|rest| rest.starts_with('.'));
     if matches {
         return Ok(());
     }
     let (name, _) = expected.rsplit_once(".v").unwrap_or((expected, ""));
-    if let Some(version) = found.strip_prefix(name).and_then(|rest| rest.strip_prefix(".v")) {
+    if let Some(version) = found
+        .strip_prefix(name)
+        .and_then(|rest| rest.strip_prefix(".v"))
+    {
         return Err(format!(
             "unknown major version \"{found}\" (v{version}); this build reads \"{expected}\" only"
         ));

@@ -211,14 +211,20 @@ impl Attempt<'_> {
                 if sent + CLOCK_EPSILON_S < self.scheduled_s {
                     return Err((
                         "sent_s",
-                        format!("sent at {sent} s, before it was scheduled at {} s", self.scheduled_s),
+                        format!(
+                            "sent at {sent} s, before it was scheduled at {} s",
+                            self.scheduled_s
+                        ),
                     ));
                 }
                 sent
             }
             None => {
                 if !self.chunks.is_empty() {
-                    return Err(("sent_s", "missing, but the attempt received chunks".to_owned()));
+                    return Err((
+                        "sent_s",
+                        "missing, but the attempt received chunks".to_owned(),
+                    ));
                 }
                 self.scheduled_s
             }
@@ -233,9 +239,14 @@ impl Attempt<'_> {
                 return Err((
                     "chunks",
                     if index == 0 {
-                        format!("chunk 0 arrives at {at} s, before the request was sent at {floor} s")
+                        format!(
+                            "chunk 0 arrives at {at} s, before the request was sent at {floor} s"
+                        )
                     } else {
-                        format!("chunk {index} arrives at {at} s, before chunk {} at {previous} s", index - 1)
+                        format!(
+                            "chunk {index} arrives at {at} s, before chunk {} at {previous} s",
+                            index - 1
+                        )
                     },
                 ));
             }
@@ -255,28 +266,43 @@ impl Attempt<'_> {
                 if chunk.at() > last + CLOCK_EPSILON_S {
                     return Err((
                         "chunks",
-                        format!("a chunk arrives at {} s, after the last token at {last} s", chunk.at()),
+                        format!(
+                            "a chunk arrives at {} s, after the last token at {last} s",
+                            chunk.at()
+                        ),
                     ));
                 }
                 if chunk.at() + CLOCK_EPSILON_S < last {
                     return Err((
                         "last_token_s",
-                        format!("{last} s, but the last token-carrying chunk arrived at {} s", chunk.at()),
+                        format!(
+                            "{last} s, but the last token-carrying chunk arrived at {} s",
+                            chunk.at()
+                        ),
                     ));
                 }
             }
             (Some(last), None) => {
-                return Err(("last_token_s", format!("{last} s, but the attempt has no token-carrying chunks")));
+                return Err((
+                    "last_token_s",
+                    format!("{last} s, but the attempt has no token-carrying chunks"),
+                ));
             }
             (None, Some(_)) => {
-                return Err(("last_token_s", "missing, but the attempt received chunks".to_owned()));
+                return Err((
+                    "last_token_s",
+                    "missing, but the attempt received chunks".to_owned(),
+                ));
             }
             (None, None) => {}
         }
         if let Some(end) = self.end_s {
             time("end_s", end)?;
             if end + CLOCK_EPSILON_S < previous {
-                return Err(("end_s", format!("{end} s, before the attempt's last event at {previous} s")));
+                return Err((
+                    "end_s",
+                    format!("{end} s, before the attempt's last event at {previous} s"),
+                ));
             }
         }
         if let Some(hit) = self.prefix_hit_tokens
@@ -341,16 +367,27 @@ impl<R: BufRead> RecordsReader<R> {
     pub fn new(source: impl Into<String>, mut reader: R) -> Result<Self, MeasureError> {
         let source = source.into();
         let mut line = String::new();
-        let read = reader.read_line(&mut line).map_err(|e| MeasureError::io(&source, e))?;
+        let read = reader
+            .read_line(&mut line)
+            .map_err(|e| MeasureError::io(&source, e))?;
         if read == 0 {
-            return Err(MeasureError::at(&source, 1, "format", "the file is empty: expected a header line"));
+            return Err(MeasureError::at(
+                &source,
+                1,
+                "format",
+                "the file is empty: expected a header line",
+            ));
         }
         let value: serde_json::Value = serde_json::from_str(&line)
             .map_err(|e| MeasureError::at(&source, 1, "header", format!("not JSON: {e}")))?;
-        let format = value.get("format").and_then(|f| f.as_str()).unwrap_or_default();
-        check_format(format, RECORDS_FORMAT).map_err(|why| MeasureError::at(&source, 1, "format", why))?;
-        let header: RecordsHeader =
-            parse_line(line.trim_end()).map_err(|(field, why)| MeasureError::at(&source, 1, field, why))?;
+        let format = value
+            .get("format")
+            .and_then(|f| f.as_str())
+            .unwrap_or_default();
+        check_format(format, RECORDS_FORMAT)
+            .map_err(|why| MeasureError::at(&source, 1, "format", why))?;
+        let header: RecordsHeader = parse_line(line.trim_end())
+            .map_err(|(field, why)| MeasureError::at(&source, 1, field, why))?;
         let [start, end] = header.window_s;
         if !(start.is_finite() && end.is_finite() && start >= 0.0 && end > start) {
             return Err(MeasureError::at(
@@ -360,7 +397,13 @@ impl<R: BufRead> RecordsReader<R> {
                 format!("[{start}, {end}] is not a window (0 ≤ start < end)"),
             ));
         }
-        Ok(Self { source, reader, line, line_number: 1, header })
+        Ok(Self {
+            source,
+            reader,
+            line,
+            line_number: 1,
+            header,
+        })
     }
 
     /// The file's header.
@@ -374,7 +417,10 @@ impl<R: BufRead> RecordsReader<R> {
         let mut count = 0;
         loop {
             self.line.clear();
-            let read = self.reader.read_line(&mut self.line).map_err(|e| MeasureError::io(&self.source, e))?;
+            let read = self
+                .reader
+                .read_line(&mut self.line)
+                .map_err(|e| MeasureError::io(&self.source, e))?;
             if read == 0 {
                 return Ok(count);
             }
@@ -383,11 +429,12 @@ impl<R: BufRead> RecordsReader<R> {
             if text.is_empty() {
                 continue;
             }
-            let attempt: Attempt<'_> = parse_line(text)
-                .map_err(|(field, why)| MeasureError::at(&self.source, self.line_number, field, why))?;
-            attempt
-                .validate()
-                .map_err(|(field, why)| MeasureError::at(&self.source, self.line_number, field, why))?;
+            let attempt: Attempt<'_> = parse_line(text).map_err(|(field, why)| {
+                MeasureError::at(&self.source, self.line_number, field, why)
+            })?;
+            attempt.validate().map_err(|(field, why)| {
+                MeasureError::at(&self.source, self.line_number, field, why)
+            })?;
             visit(&attempt);
             count += 1;
         }
@@ -402,7 +449,11 @@ pub(crate) fn parse_line<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, (St
         match serde_path_to_error::deserialize::<_, T>(&mut de) {
             Err(located) => {
                 let path = located.path().to_string();
-                let field = if path.is_empty() || path == "." { "record".to_owned() } else { path };
+                let field = if path.is_empty() || path == "." {
+                    "record".to_owned()
+                } else {
+                    path
+                };
                 (field, located.into_inner().to_string())
             }
             Ok(_) => ("record".to_owned(), err.to_string()),

@@ -64,7 +64,14 @@ pub enum Clause {
 
 impl Clause {
     /// Every clause, in report order.
-    pub const ALL: [Clause; 6] = [Clause::Success, Clause::Ttft, Clause::MaxItl, Clause::Tpot, Clause::E2e, Clause::Valid];
+    pub const ALL: [Clause; 6] = [
+        Clause::Success,
+        Clause::Ttft,
+        Clause::MaxItl,
+        Clause::Tpot,
+        Clause::E2e,
+        Clause::Valid,
+    ];
 
     /// Short name used in reports.
     pub fn name(self) -> &'static str {
@@ -122,25 +129,46 @@ impl Slo {
     /// Parse an SLO from TOML text. `source` names the file in errors.
     pub fn from_toml(source: &str, text: &str) -> Result<Self, MeasureError> {
         let file: SloFile = toml::from_str(text).map_err(|e| {
-            let line = e.span().map(|span| text[..span.start].matches('\n').count() as u64 + 1).unwrap_or(0);
-            MeasureError::at(source, line, slo_field(e.message()), e.message().trim().to_owned())
+            let line = e
+                .span()
+                .map(|span| text[..span.start].matches('\n').count() as u64 + 1)
+                .unwrap_or(0);
+            MeasureError::at(
+                source,
+                line,
+                slo_field(e.message()),
+                e.message().trim().to_owned(),
+            )
         })?;
         let ms = |field: &str, value: Option<f64>| -> Result<Option<f64>, MeasureError> {
             match value {
-                Some(v) if !(v.is_finite() && v > 0.0) => {
-                    Err(MeasureError::at(source, line_of(text, field), field, format!("{v} is not a positive number of milliseconds")))
-                }
+                Some(v) if !(v.is_finite() && v > 0.0) => Err(MeasureError::at(
+                    source,
+                    line_of(text, field),
+                    field,
+                    format!("{v} is not a positive number of milliseconds"),
+                )),
                 Some(v) => Ok(Some(v / 1000.0)),
                 None => Ok(None),
             }
         };
         if file.name.trim().is_empty() {
-            return Err(MeasureError::at(source, line_of(text, "name"), "name", "an SLO needs a name"));
+            return Err(MeasureError::at(
+                source,
+                line_of(text, "name"),
+                "name",
+                "an SLO needs a name",
+            ));
         }
         if let Some(a) = file.attainment
             && !(0.0..=1.0).contains(&a)
         {
-            return Err(MeasureError::at(source, line_of(text, "attainment"), "attainment", format!("{a} is not a fraction in [0, 1]")));
+            return Err(MeasureError::at(
+                source,
+                line_of(text, "attainment"),
+                "attainment",
+                format!("{a} is not a fraction in [0, 1]"),
+            ));
         }
         Ok(Slo {
             name: file.name,
