@@ -1,0 +1,237 @@
+//! `shortlist mock serve`: an OpenAI-compatible server that streams a configurable number of
+//! tokens at a configurable speed, for calibration and tests. It does no inference.
+//!
+//! Chat streams open with a role-only chunk sent at once, as real servers do, so a client that
+//! stamps TTFT on the first event is caught: the first *token* comes `ttft` later.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use futures_util::stream;
+
+/// How the mock answers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MockConfig {
+    /// Tokens per answer (fewer when the request's `max_tokens` asks for fewer).
+    pub tokens: u32,
+    /// Time to the first token.
+    pub ttft: Duration,
+    /// Gap between tokens.
+    pub itl: Duration,
+}
+
+impl Default for MockConfig {
+    fn default() -> Self {
+        MockConfig {
+            tokens: 16,
+            ttft: Duration::ZERO,
+            itl: Duration::ZERO,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Completions,
+}
+
+/// The mock's routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
+/// `GET /health`.
+pub fn router(config: MockConfig) -> Router {
+    Router::new()
+        .route(
+            "/v1/chat/completions",
+            post(|s: State<MockConfig>, b: Bytes| answer(s, b, Kind::Chat)),
+        )
+        .route(
+            "/v1/completions",
+            post(|s: State<MockConfig>, b: Bytes| answer(s, b, Kind::Completions)),
+        )
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { "ok" }))
+        .with_state(config)
+}
+
+/// Serve on `listener` until `shutdown` resolves.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    config: MockConfig,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(config))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Start the mock on a free loopback port of the current runtime; it stops when the returned
+/// sender is dropped or sent to.
+pub async fn spawn_local(
+    config: MockConfig,
+) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let address = listener.local_addr()?;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(async move {
+        let _ = serve(listener, config, async move {
+            let _ = stopped.await;
+        })
+        .await;
+    });
+    Ok((address, stop))
+}
+
+async fn models() -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        r#"{"object":"list","data":[{"id":"mock","object":"model","owned_by":"shortlist"}]}"#,
+    )
+}
+
+fn error(status: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({"error": {"message": message, "type": "invalid_request_error"}});
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn token_chunk(kind: Kind, index: u32) -> String {
+    // Short words: one token each in common tokenizers.
+    let word = if index == 0 { "Hello" } else { " tok" };
+    match kind {
+        Kind::Chat => format!(
+            "data: {{\"id\":\"mock\",\"object\":\"chat.completion.chunk\",\"model\":\"mock\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]}}\n\n"
+        ),
+        Kind::Completions => format!(
+            "data: {{\"id\":\"mock\",\"object\":\"text_completion\",\"model\":\"mock\",\"choices\":[{{\"index\":0,\"text\":\"{word}\",\"finish_reason\":null}}]}}\n\n"
+        ),
+    }
+}
+
+fn closing(kind: Kind, usage: Option<(u64, u32)>) -> String {
+    let finish = match kind {
+        Kind::Chat => {
+            "data: {\"id\":\"mock\",\"object\":\"chat.completion.chunk\",\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}]}\n\n"
+        }
+        Kind::Completions => {
+            "data: {\"id\":\"mock\",\"object\":\"text_completion\",\"model\":\"mock\",\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":\"length\"}]}\n\n"
+        }
+    };
+    let mut text = finish.to_owned();
+    if let Some((prompt, completion)) = usage {
+        text.push_str(&format!(
+            "data: {{\"id\":\"mock\",\"choices\":[],\"usage\":{{\"prompt_tokens\":{prompt},\"completion_tokens\":{completion},\"total_tokens\":{}}}}}\n\n",
+            prompt + u64::from(completion)
+        ));
+    }
+    text.push_str("data: [DONE]\n\n");
+    text
+}
+
+async fn answer(State(config): State<MockConfig>, body: Bytes, kind: Kind) -> Response {
+    let Ok(request) = serde_json::from_slice::<serde_json::Value>(&body) else {
+        return error(StatusCode::BAD_REQUEST, "the body is not JSON");
+    };
+    let asked = request
+        .get("max_tokens")
+        .or_else(|| request.get("max_completion_tokens"))
+        .and_then(serde_json::Value::as_u64)
+        .map_or(config.tokens, |n| n.min(u64::from(config.tokens)) as u32);
+    let prompt_tokens = match kind {
+        Kind::Chat => request
+            .get("messages")
+            .and_then(|m| m.as_array())
+            .map_or(0, |messages| {
+                messages
+                    .iter()
+                    .filter_map(|m| m.get("content")?.as_str())
+                    .map(|c| c.split_whitespace().count() as u64)
+                    .sum()
+            }),
+        Kind::Completions => request
+            .get("prompt")
+            .and_then(|p| p.as_str())
+            .map_or(0, |p| p.split_whitespace().count() as u64),
+    };
+    let streaming = request
+        .get("stream")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    if !streaming {
+        let text: String = (0..asked)
+            .map(|i| if i == 0 { "Hello" } else { " tok" })
+            .collect();
+        let choice = match kind {
+            Kind::Chat => {
+                serde_json::json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
+            }
+            Kind::Completions => {
+                serde_json::json!({"index": 0, "text": text, "finish_reason": "length"})
+            }
+        };
+        let body = serde_json::json!({
+            "id": "mock", "model": "mock", "choices": [choice],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": asked, "total_tokens": prompt_tokens + u64::from(asked)},
+        });
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    let include_usage = request
+        .pointer("/stream_options/include_usage")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    let usage = include_usage.then_some((prompt_tokens, asked));
+    let role = match kind {
+        Kind::Chat => {
+            "data: {\"id\":\"mock\",\"object\":\"chat.completion.chunk\",\"model\":\"mock\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"},\"finish_reason\":null}]}\n\n"
+        }
+        Kind::Completions => "",
+    };
+    let body = if config.ttft.is_zero() && config.itl.is_zero() {
+        // No delays: one write, so the mock costs as little as possible during calibration.
+        let mut text = role.to_owned();
+        for i in 0..asked {
+            text.push_str(&token_chunk(kind, i));
+        }
+        text.push_str(&closing(kind, usage));
+        Body::from(text)
+    } else {
+        // Step 0 sends the role chunk; steps 1..=asked send tokens after their delay; the last
+        // step closes the stream.
+        let steps = stream::unfold(0_u32, move |step| async move {
+            if step > asked + 1 {
+                return None;
+            }
+            let piece = if step == 0 {
+                role.to_owned()
+            } else if step <= asked {
+                let delay = if step == 1 { config.ttft } else { config.itl };
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
+                token_chunk(kind, step - 1)
+            } else {
+                closing(kind, usage)
+            };
+            Some((Ok::<_, std::convert::Infallible>(piece), step + 1))
+        });
+        Body::from_stream(steps)
+    };
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
+}

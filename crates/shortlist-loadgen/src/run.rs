@@ -1,0 +1,173 @@
+//! One run end to end: drive the loop, write records as they come, keep live figures, and close
+//! the records file with its final header, also when the run is stopped early.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use shortlist_measure::record::{LoadLoop, RECORDS_FORMAT, RecordsHeader};
+use shortlist_measure::slo::Slo;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::RunClock;
+use crate::driver::{DriveOutcome, LoadSpec, RunOptions, drive};
+use crate::error::LoadgenError;
+use crate::live::LiveStats;
+use crate::records::{HeaderLine, RecordLine, RecordsFile};
+use crate::target::Target;
+use crate::workload::Workload;
+
+/// Where the records go.
+#[derive(Debug, Clone)]
+pub struct RunOutput {
+    /// Write them to this file as the run goes.
+    pub path: Option<PathBuf>,
+    /// Also keep them in memory (sweeps and tests).
+    pub keep: bool,
+    /// Show a progress bar on stderr.
+    pub progress: bool,
+}
+
+/// A finished (or stopped) run.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The final header, as written.
+    pub header: HeaderLine,
+    /// The records, when `keep` was asked for.
+    pub records: Vec<RecordLine>,
+    /// What the driver reported.
+    pub outcome: DriveOutcome,
+    /// Live figures at the end.
+    pub live: LiveStats,
+}
+
+/// Build the header a run starts with (window from the workload, final values come at the end).
+pub fn initial_header(
+    target: &str,
+    workload: &Workload,
+    options: &RunOptions,
+    extra: serde_json::Map<String, serde_json::Value>,
+) -> HeaderLine {
+    let (load_loop, clients, cap) = match options.load {
+        LoadSpec::Open { cap } => (LoadLoop::Open, None, cap),
+        LoadSpec::Closed { clients, .. } => (LoadLoop::Closed, Some(clients), None),
+    };
+    let mut extra = extra;
+    extra.insert("loop_label".to_owned(), load_loop.label(cap).into());
+    extra.insert("timeout_s".to_owned(), options.timeout.as_secs_f64().into());
+    extra.insert("retries".to_owned(), options.retries.into());
+    if let LoadSpec::Closed { think, .. } = options.load {
+        extra.insert("think".to_owned(), format!("{think:?}").into());
+    }
+    HeaderLine {
+        header: RecordsHeader {
+            format: RECORDS_FORMAT.to_owned(),
+            load_loop,
+            window_s: [0.0, workload.duration_s()],
+            target: target.into(),
+            trace: workload.name().into(),
+            started_at: Some(
+                humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string(),
+            ),
+            concurrency_cap: cap,
+            clients,
+        },
+        extra,
+    }
+}
+
+/// Run `workload` against `target`. `stop` turning true ends the run early, keeping everything
+/// measured (the records file is flushed and valid).
+pub async fn run<T: Target>(
+    target: Arc<T>,
+    workload: Arc<Workload>,
+    options: RunOptions,
+    slo: Slo,
+    output: RunOutput,
+    extra: serde_json::Map<String, serde_json::Value>,
+    stop: watch::Receiver<bool>,
+) -> Result<RunResult, LoadgenError> {
+    let mut header = initial_header(&target.describe(), &workload, &options, extra);
+    let mut file = match &output.path {
+        Some(path) => Some(RecordsFile::create(path, &header)?),
+        None => None,
+    };
+    let (sender, mut receiver) = mpsc::unbounded_channel::<RecordLine>();
+    let clock = RunClock::start();
+    let driver = tokio::spawn(drive(
+        Arc::clone(&target),
+        Arc::clone(&workload),
+        options.clone(),
+        clock,
+        stop,
+        sender,
+    ));
+
+    let mut live = LiveStats::new(slo, workload.arrivals().len() as u64, output.progress);
+    let mut kept = Vec::new();
+    let mut write_error = None;
+    while let Some(record) = receiver.recv().await {
+        let mut next = Some(record);
+        // Write everything that is ready, then flush once: a stopped run loses nothing, and a
+        // fast run does not pay one system call per record.
+        while let Some(record) = next {
+            live.observe(&record, clock.now_s());
+            if let Some(file) = file.as_mut()
+                && write_error.is_none()
+                && let Err(e) = file.append(&record)
+            {
+                write_error = Some(e);
+            }
+            if output.keep {
+                kept.push(record);
+            }
+            next = receiver.try_recv().ok();
+        }
+        if let Some(file) = file.as_mut()
+            && write_error.is_none()
+            && let Err(e) = file.flush()
+        {
+            write_error = Some(e);
+        }
+    }
+    let outcome = driver
+        .await
+        .map_err(|e| LoadgenError::option("run", format!("the load driver failed: {e}")))?;
+    live.finish();
+
+    let end = match (options.load, outcome.stopped_at_s) {
+        (LoadSpec::Open { .. }, Some(stopped)) => stopped.min(workload.duration_s()),
+        (LoadSpec::Open { .. }, None) => workload.duration_s(),
+        (LoadSpec::Closed { .. }, Some(stopped)) => stopped,
+        (LoadSpec::Closed { .. }, None) => outcome.ended_s,
+    };
+    header.header.window_s = [0.0, end.max(1e-6)];
+    if let Some(stopped) = outcome.stopped_at_s {
+        header
+            .extra
+            .insert("stopped_at_s".to_owned(), stopped.into());
+    }
+    header
+        .extra
+        .insert("drive_ended_s".to_owned(), outcome.ended_s.into());
+    if let Some(e) = write_error {
+        return Err(e);
+    }
+    if let Some(file) = file {
+        file.finish(&header)?;
+    }
+    Ok(RunResult {
+        header,
+        records: kept,
+        outcome,
+        live,
+    })
+}
+
+/// A tokio runtime on a paused (virtual) clock, for simulated targets: timers fire in order
+/// without waiting, so runs are instant and reproducible.
+pub fn virtual_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .start_paused(true)
+        .build()
+}

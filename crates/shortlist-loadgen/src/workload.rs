@@ -1,0 +1,427 @@
+//! What a run replays: the requests of a `shortlist.trace.v1` file with their arrival offsets.
+//!
+//! The reader here is deliberately small: it reads only the fields the load generator needs. When
+//! `shortlist-workload`'s streaming trace reader lands, it replaces [`Workload::from_path`].
+
+use std::io::BufRead;
+use std::path::Path;
+
+use serde::Deserialize;
+
+use crate::error::LoadgenError;
+
+/// The format tag of workload traces.
+pub const TRACE_FORMAT: &str = "shortlist.trace.v1";
+
+/// A shared prompt prefix: requests of one group start with the same `tokens` tokens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Prefix {
+    group: String,
+    tokens: u32,
+}
+
+impl Prefix {
+    /// A prefix of `tokens` tokens shared by the requests of `group`.
+    pub fn new(group: impl Into<String>, tokens: u32) -> Self {
+        Prefix {
+            group: group.into(),
+            tokens,
+        }
+    }
+    /// The group's name.
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+    /// The shared length in tokens.
+    pub fn tokens(&self) -> u32 {
+        self.tokens
+    }
+}
+
+/// One request to send: its identity, its size and, where the trace has them, its text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RequestSpec {
+    id: String,
+    input_tokens: u32,
+    max_tokens: u32,
+    prefix: Option<Prefix>,
+    tenant: Option<String>,
+    prompt: Option<String>,
+    messages: Option<serde_json::Value>,
+}
+
+impl RequestSpec {
+    /// A request of `input_tokens` prompt tokens asking for `max_tokens` output tokens. A prefix
+    /// longer than the prompt is cut to the prompt.
+    pub fn new(id: impl Into<String>, input_tokens: u32, max_tokens: u32) -> Self {
+        RequestSpec {
+            id: id.into(),
+            input_tokens,
+            max_tokens,
+            prefix: None,
+            tenant: None,
+            prompt: None,
+            messages: None,
+        }
+    }
+    /// The same request sharing `prefix`.
+    pub fn with_prefix(mut self, prefix: Prefix) -> Self {
+        let tokens = prefix.tokens.min(self.input_tokens);
+        self.prefix = Some(Prefix { tokens, ..prefix });
+        self
+    }
+    /// The same request on behalf of `tenant`.
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+    /// The same request with its prompt text.
+    pub fn with_prompt(mut self, prompt: impl Into<String>) -> Self {
+        self.prompt = Some(prompt.into());
+        self
+    }
+    /// The same request with its chat messages (OpenAI form).
+    pub fn with_messages(mut self, messages: serde_json::Value) -> Self {
+        self.messages = Some(messages);
+        self
+    }
+    /// The request id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+    /// Prompt tokens.
+    pub fn input_tokens(&self) -> u32 {
+        self.input_tokens
+    }
+    /// Output tokens asked for.
+    pub fn max_tokens(&self) -> u32 {
+        self.max_tokens
+    }
+    /// The shared prefix, if any.
+    pub fn prefix(&self) -> Option<&Prefix> {
+        self.prefix.as_ref()
+    }
+    /// The tenant, if any.
+    pub fn tenant(&self) -> Option<&str> {
+        self.tenant.as_deref()
+    }
+    /// The prompt text, if the trace has one.
+    pub fn prompt(&self) -> Option<&str> {
+        self.prompt.as_deref()
+    }
+    /// The chat messages, if the trace has them.
+    pub fn messages(&self) -> Option<&serde_json::Value> {
+        self.messages.as_ref()
+    }
+}
+
+/// A request and when it arrives, seconds after the run starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Arrival {
+    /// Arrival offset in seconds.
+    pub t: f64,
+    /// The request.
+    pub request: RequestSpec,
+}
+
+/// The requests of a run in arrival order, with the length of the window they arrive in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    name: String,
+    arrivals: Vec<Arrival>,
+    duration_s: f64,
+}
+
+#[derive(Deserialize)]
+struct TraceHeader {
+    format: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    duration_s: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct TraceLine {
+    id: String,
+    t: f64,
+    input_tokens: u32,
+    output_tokens: u32,
+    #[serde(default)]
+    prefix: Option<TracePrefix>,
+    #[serde(default)]
+    tenant: Option<String>,
+    #[serde(default)]
+    prompt: Option<String>,
+    #[serde(default)]
+    messages: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct TracePrefix {
+    group: String,
+    tokens: u32,
+}
+
+impl Workload {
+    /// A workload from arrivals sorted by time. `duration_s` is the arrival window; `None` takes
+    /// the last arrival plus one mean gap, so that `n` evenly spaced requests at rate `r` span `n/r`.
+    pub fn new(
+        name: impl Into<String>,
+        arrivals: Vec<Arrival>,
+        duration_s: Option<f64>,
+    ) -> Result<Self, LoadgenError> {
+        for (index, pair) in arrivals.windows(2).enumerate() {
+            if pair[1].t < pair[0].t {
+                return Err(LoadgenError::option(
+                    "workload",
+                    format!(
+                        "arrival {} at {} s comes before arrival {index} at {} s",
+                        index + 1,
+                        pair[1].t,
+                        pair[0].t
+                    ),
+                ));
+            }
+        }
+        if let Some(bad) = arrivals.iter().find(|a| !(a.t.is_finite() && a.t >= 0.0)) {
+            return Err(LoadgenError::option(
+                "workload",
+                format!("request {} arrives at {} s", bad.request.id, bad.t),
+            ));
+        }
+        let last = arrivals.last().map_or(0.0, |a| a.t);
+        let natural = if arrivals.len() > 1 {
+            last * arrivals.len() as f64 / (arrivals.len() - 1) as f64
+        } else {
+            last
+        };
+        let duration_s = match duration_s {
+            Some(d) if d.is_finite() && d >= last && d > 0.0 => d,
+            _ if natural > 0.0 => natural,
+            _ => 1.0,
+        };
+        Ok(Workload {
+            name: name.into(),
+            arrivals,
+            duration_s,
+        })
+    }
+
+    /// `n` requests evenly spaced at `rate` per second, each `input` prompt tokens and `output`
+    /// output tokens (calibration and tests).
+    pub fn constant_rate(n: usize, rate: f64, input: u32, output: u32) -> Self {
+        let arrivals = (0..n)
+            .map(|i| Arrival {
+                t: i as f64 / rate,
+                request: RequestSpec::new(format!("r{i}"), input, output),
+            })
+            .collect();
+        Workload {
+            name: format!("constant {rate} req/s"),
+            arrivals,
+            duration_s: n as f64 / rate,
+        }
+    }
+
+    /// Read a `shortlist.trace.v1` file. Errors name the file, line and field.
+    pub fn from_path(path: &Path) -> Result<Self, LoadgenError> {
+        let file = std::fs::File::open(path).map_err(|e| LoadgenError::io(path, e))?;
+        Self::from_reader(path, std::io::BufReader::new(file))
+    }
+
+    /// Read a trace from `reader`; `path` names it in errors.
+    pub fn from_reader(path: &Path, reader: impl BufRead) -> Result<Self, LoadgenError> {
+        let mut lines = reader.lines();
+        let header_text = match lines.next() {
+            Some(line) => line.map_err(|e| LoadgenError::io(path, e))?,
+            None => {
+                return Err(LoadgenError::trace(
+                    path,
+                    1,
+                    "format",
+                    "the file is empty: expected a header line",
+                ));
+            }
+        };
+        let header: TraceHeader = serde_json::from_str(&header_text).map_err(|e| {
+            LoadgenError::trace(path, 1, "header", format!("not a trace header: {e}"))
+        })?;
+        let major_ok =
+            header.format == TRACE_FORMAT || header.format.starts_with(&format!("{TRACE_FORMAT}."));
+        if !major_ok {
+            return Err(LoadgenError::trace(
+                path,
+                1,
+                "format",
+                format!("\"{}\" is not a {TRACE_FORMAT} file", header.format),
+            ));
+        }
+        let mut arrivals = Vec::new();
+        let mut previous = 0.0_f64;
+        for (index, line) in lines.enumerate() {
+            let number = index as u64 + 2;
+            let text = line.map_err(|e| LoadgenError::io(path, e))?;
+            if text.trim().is_empty() {
+                continue;
+            }
+            let row: TraceLine = serde_json::from_str(&text)
+                .map_err(|e| LoadgenError::trace(path, number, field_of(&e), e.to_string()))?;
+            if !(row.t.is_finite() && row.t >= 0.0) {
+                return Err(LoadgenError::trace(
+                    path,
+                    number,
+                    "t",
+                    format!("{} is not an arrival offset (seconds ≥ 0)", row.t),
+                ));
+            }
+            if row.t < previous {
+                return Err(LoadgenError::trace(
+                    path,
+                    number,
+                    "t",
+                    format!(
+                        "{} s comes before the previous request's {previous} s: a trace is sorted by `t`",
+                        row.t
+                    ),
+                ));
+            }
+            previous = row.t;
+            let mut request = RequestSpec::new(row.id, row.input_tokens, row.output_tokens);
+            if let Some(prefix) = row.prefix {
+                request = request.with_prefix(Prefix::new(prefix.group, prefix.tokens));
+            }
+            if let Some(tenant) = row.tenant {
+                request = request.with_tenant(tenant);
+            }
+            if let Some(prompt) = row.prompt {
+                request = request.with_prompt(prompt);
+            }
+            if let Some(messages) = row.messages {
+                request = request.with_messages(messages);
+            }
+            arrivals.push(Arrival { t: row.t, request });
+        }
+        let name = header.name.unwrap_or_else(|| path.display().to_string());
+        Workload::new(name, arrivals, header.duration_s)
+    }
+
+    /// The workload's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The arrivals, sorted by time.
+    pub fn arrivals(&self) -> &[Arrival] {
+        &self.arrivals
+    }
+    /// The arrival window in seconds.
+    pub fn duration_s(&self) -> f64 {
+        self.duration_s
+    }
+    /// Mean arrival rate over the window, requests per second.
+    pub fn mean_rate(&self) -> f64 {
+        self.arrivals.len() as f64 / self.duration_s
+    }
+    /// The highest number of arrivals in any one-second window starting at an arrival.
+    pub fn peak_rate_1s(&self) -> f64 {
+        let mut peak = 0;
+        let mut start = 0;
+        for end in 0..self.arrivals.len() {
+            while self.arrivals[end].t - self.arrivals[start].t >= 1.0 {
+                start += 1;
+            }
+            peak = peak.max(end - start + 1);
+        }
+        peak as f64
+    }
+
+    /// The same requests with arrival times stretched or compressed so that the mean rate is
+    /// `rate`: the shape (bursts, gaps) is kept, only the clock changes.
+    pub fn at_rate(&self, rate: f64) -> Self {
+        let factor = self.mean_rate() / rate;
+        Workload {
+            name: format!("{} at {rate} req/s", self.name),
+            arrivals: self
+                .arrivals
+                .iter()
+                .map(|a| Arrival {
+                    t: a.t * factor,
+                    request: a.request.clone(),
+                })
+                .collect(),
+            duration_s: self.duration_s * factor,
+        }
+    }
+}
+
+fn field_of(error: &serde_json::Error) -> String {
+    // serde_json names missing fields as "missing field `x`" and bad values by type only.
+    let message = error.to_string();
+    message
+        .split('`')
+        .nth(1)
+        .map_or_else(|| "request".to_owned(), str::to_owned)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str) -> Result<Workload, LoadgenError> {
+        Workload::from_reader(Path::new("t.trace.jsonl"), text.as_bytes())
+    }
+
+    #[test]
+    fn reads_a_trace_and_keeps_prefix_identity() {
+        let w = read(concat!(
+            r#"{"format":"shortlist.trace.v1","name":"x","duration_s":1.0}"#,
+            "\n",
+            r#"{"id":"a","t":0.0,"input_tokens":100,"output_tokens":5,"prefix":{"group":"g","tokens":80}}"#,
+            "\n",
+            r#"{"id":"b","t":0.5,"input_tokens":50,"output_tokens":2,"prefix":{"group":"g","tokens":80}}"#,
+            "\n"
+        ))
+        .unwrap();
+        assert_eq!(w.arrivals().len(), 2);
+        assert_eq!(w.duration_s(), 1.0);
+        assert_eq!(
+            w.arrivals()[1].request.prefix().unwrap().tokens(),
+            50,
+            "prefix cut to the prompt"
+        );
+    }
+
+    #[test]
+    fn bad_lines_name_line_and_field() {
+        let err = read("{\"format\":\"shortlist.trace.v1\"}\n{\"id\":\"a\",\"t\":1}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(":2: field `input_tokens`"), "{err}");
+        let err = read(concat!(
+            "{\"format\":\"shortlist.trace.v1\"}\n",
+            "{\"id\":\"a\",\"t\":1,\"input_tokens\":1,\"output_tokens\":1}\n",
+            "{\"id\":\"b\",\"t\":0.5,\"input_tokens\":1,\"output_tokens\":1}\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains(":3: field `t`") && err.contains("sorted"),
+            "{err}"
+        );
+        let err = read("{\"format\":\"shortlist.trace.v2\"}\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("format"), "{err}");
+        assert!(read("").is_err());
+    }
+
+    #[test]
+    fn rescaling_keeps_shape_and_hits_the_rate() {
+        let w = Workload::constant_rate(100, 8.0, 10, 2);
+        assert!((w.duration_s() - 12.5).abs() < 1e-9);
+        let fast = w.at_rate(16.0);
+        assert!((fast.mean_rate() - 16.0).abs() < 1e-9);
+        assert!((fast.arrivals()[10].t - w.arrivals()[10].t / 2.0).abs() < 1e-12);
+        assert_eq!(w.peak_rate_1s(), 8.0);
+    }
+}
