@@ -1,0 +1,1 @@
+//! Importers (filled in below).
