@@ -1,4 +1,7 @@
 //! The workspace's one integration-test binary: drives the real `shortlist` binary and the crates
 //! together. One module per capability.
 
+mod architecture;
+mod measure;
 mod support;
+mod trace;

@@ -570,7 +570,8 @@ pub fn parse_prometheus(
             },
             window: "since the exporter started (cumulative)".to_owned(),
             window_s: None,
-            host: labels,
+            // Label sets name the series, not the host: the host is whoever exported the file.
+            host: String::new(),
             edges,
             counts,
             upper_inclusive: true,

@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand};
 mod analyze;
 mod hist;
 mod output;
+mod trace;
 
 /// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
 #[derive(Debug, Parser)]
@@ -27,6 +28,9 @@ enum Command {
     /// Explicit-bucket and HDR histograms: honest merges and bucket-range percentiles.
     #[command(subcommand)]
     Hist(hist::Command),
+    /// Workload traces: synthesize, import, describe, fit (FORMATS.md).
+    #[command(subcommand)]
+    Trace(trace::Command),
 }
 
 /// What a command that ran to the end concluded.
@@ -52,6 +56,7 @@ pub(crate) fn main() -> ExitCode {
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
+        Command::Trace(cmd) => trace::run(cmd),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
@@ -65,7 +70,8 @@ pub(crate) fn main() -> ExitCode {
 
 fn init_tracing() {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+    let filter =
+        EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
     // Logs go to stderr so that `--json` keeps stdout to exactly one document.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)

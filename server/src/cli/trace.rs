@@ -1,0 +1,402 @@
+//! `shortlist trace`: synthesize the practice traces, import public traces, describe a trace and
+//! fit a new one to it (FORMATS.md, "Workload trace" and "Commands").
+
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use shortlist_workload::fit::{FitReport, FitSpec, fit};
+use shortlist_workload::import::{Importer, Source};
+use shortlist_workload::stats::TraceStats;
+use shortlist_workload::synth::{Shape, SynthSpec, synthesize};
+use shortlist_workload::trace::{Request, TraceHeader, TraceWriter, read_all, write_all};
+
+use super::Outcome;
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Write one of the chapter's practice traces, with exact token totals.
+    Synth(SynthArgs),
+    /// Convert a public trace (Azure, Mooncake, BurstGPT) to shortlist.trace.v1, streaming.
+    Import(ImportArgs),
+    /// Describe a trace: volume, rates, burstiness, lengths, correlation, prefix reuse.
+    Stats(StatsArgs),
+    /// Synthesize a new trace that keeps a source trace's joint structure; prints both side by side.
+    Fit(FitArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ShapeArg {
+    Uniform,
+    Bursts,
+    PrefixGroups,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FromArg {
+    Azure,
+    Mooncake,
+    Burstgpt,
+}
+
+#[derive(Debug, Args)]
+pub struct SynthArgs {
+    #[arg(long, value_enum)]
+    shape: ShapeArg,
+    #[arg(long, default_value_t = 100)]
+    requests: u64,
+    /// Input tokens in total (distinct tokens for prefix groups: each shared prefix counts once).
+    #[arg(long, default_value_t = 100_000)]
+    input_tokens: u64,
+    #[arg(long, default_value_t = 20_000)]
+    output_tokens: u64,
+    /// Mean arrival rate, requests per second.
+    #[arg(long, default_value_t = 8.0)]
+    rate: f64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Number of bursts (shape bursts).
+    #[arg(long, default_value_t = 5)]
+    bursts: u64,
+    /// Number of conversation groups (shape prefix-groups).
+    #[arg(long, default_value_t = 10)]
+    groups: u64,
+    /// Tokens of each group's shared prefix (shape prefix-groups).
+    #[arg(long, default_value_t = 8_000)]
+    prefix_tokens: u64,
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Print the written trace's statistics as one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    #[arg(long, value_enum)]
+    from: FromArg,
+    input: PathBuf,
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Print a JSON summary of the import.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatsArgs {
+    trace: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct FitArgs {
+    source: PathBuf,
+    #[arg(long)]
+    requests: u64,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Spread quantized source timestamps uniformly within their bucket before fitting.
+    #[arg(long)]
+    spread: bool,
+    /// Requests per resampled block (default: √n of the source).
+    #[arg(long)]
+    block: Option<usize>,
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<Outcome> {
+    match cmd {
+        Command::Synth(args) => synth(args),
+        Command::Import(args) => import(args),
+        Command::Stats(args) => stats(args),
+        Command::Fit(args) => fit_cmd(args),
+    }
+}
+
+fn synth(args: SynthArgs) -> anyhow::Result<Outcome> {
+    let shape = match args.shape {
+        ShapeArg::Uniform => Shape::Uniform,
+        ShapeArg::Bursts => Shape::Bursts,
+        ShapeArg::PrefixGroups => Shape::PrefixGroups,
+    };
+    let spec = SynthSpec {
+        shape,
+        requests: args.requests,
+        input_tokens: args.input_tokens,
+        output_tokens: args.output_tokens,
+        rate: args.rate,
+        bursts: args.bursts,
+        groups: args.groups,
+        prefix_tokens: args.prefix_tokens,
+    };
+    let (header, requests) = synthesize(&spec, args.seed)?;
+    write_trace(&args.output, &header, &requests)?;
+    let stats = TraceStats::compute(&header, &requests);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else {
+        println!(
+            "wrote {} ({} shape, seed {})",
+            args.output.display(),
+            shape.name(),
+            args.seed
+        );
+        print_rows(&[("trace", &stats)]);
+    }
+    Ok(Outcome::Success)
+}
+
+fn import(args: ImportArgs) -> anyhow::Result<Outcome> {
+    let from = match args.from {
+        FromArg::Azure => Source::Azure,
+        FromArg::Mooncake => Source::Mooncake,
+        FromArg::Burstgpt => Source::BurstGpt,
+    };
+    let name = args
+        .input
+        .file_stem()
+        .map_or_else(|| "trace".to_owned(), |s| s.to_string_lossy().into_owned());
+    let src_name = args.input.display().to_string();
+    // Two streaming passes, so memory stays bounded however long the file: the first finds the
+    // duration the header needs, the second writes.
+    let (mut count, mut last_t, mut failed) = (0u64, 0.0_f64, 0u64);
+    for req in Importer::new(from, open(&args.input)?, &src_name)? {
+        let req = req?;
+        count += 1;
+        last_t = req.t();
+        failed += u64::from(req.failed());
+    }
+    if count == 0 {
+        bail!("{src_name}: no requests to import");
+    }
+    let header = from
+        .header(&name)
+        .with_duration_s(last_t)
+        .map_err(|e| anyhow::anyhow!("{src_name}: {e}"))?;
+    let (tmp, out) = create_partial(&args.output)?;
+    let mut writer = TraceWriter::new(out, &header, args.output.display().to_string())?;
+    for req in Importer::new(from, open(&args.input)?, &src_name)? {
+        writer.write(&req?)?;
+    }
+    writer.finish()?;
+    finish_partial(&tmp, &args.output)?;
+    if args.json {
+        let doc = json!({
+            "format": "shortlist.trace-import.v1",
+            "from": from.name(),
+            "input": src_name,
+            "output": args.output.display().to_string(),
+            "requests": count,
+            "failed": failed,
+            "duration_s": last_t,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "imported {count} requests over {last_t:.3} s from {src_name} ({} format) into {}{}",
+            from.name(),
+            args.output.display(),
+            if failed > 0 {
+                format!("; {failed} failed in the source, kept and marked `failed`")
+            } else {
+                String::new()
+            }
+        );
+    }
+    Ok(Outcome::Success)
+}
+
+fn stats(args: StatsArgs) -> anyhow::Result<Outcome> {
+    let (header, requests) = read_trace(&args.trace)?;
+    let stats = TraceStats::compute(&header, &requests);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&stats)?);
+    } else {
+        println!("{} ({})", args.trace.display(), header.name());
+        print_rows(&[("trace", &stats)]);
+        if let Some(q) = stats.quantization {
+            println!(
+                "note: arrival times are quantized into {} s buckets ({} distinct times); `trace fit --spread` spreads them",
+                num(q.bucket_s),
+                q.distinct_times
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+fn fit_cmd(args: FitArgs) -> anyhow::Result<Outcome> {
+    let (header, source) = read_trace(&args.source)?;
+    let spec = FitSpec {
+        requests: args.requests,
+        seed: args.seed,
+        spread: args.spread,
+        block: args.block,
+    };
+    let (fitted, requests, report) = fit(&header, &source, &spec)?;
+    write_trace(&args.output, &fitted, &requests)?;
+    let a = TraceStats::compute(&header, &source);
+    let b = TraceStats::compute(&fitted, &requests);
+    if args.json {
+        let doc = json!({
+            "format": "shortlist.trace-fit.v1",
+            "output": args.output.display().to_string(),
+            "seed": args.seed,
+            "block": report.block,
+            "quantization": report.quantization,
+            "spread": report.spread,
+            "source": a,
+            "synthetic": b,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc)?);
+    } else {
+        println!(
+            "wrote {} ({} requests, seed {}, moving-block bootstrap of {} requests per block)",
+            args.output.display(),
+            requests.len(),
+            args.seed,
+            report.block
+        );
+        print_rows(&[("source", &a), ("synthetic", &b)]);
+        print_quantization(&report);
+    }
+    Ok(Outcome::Success)
+}
+
+fn print_quantization(report: &FitReport) {
+    match (report.quantization, report.spread) {
+        (Some(q), true) => println!(
+            "source arrival times are quantized into {} s buckets ({} distinct times); spread uniformly within their buckets",
+            num(q.bucket_s),
+            q.distinct_times
+        ),
+        (Some(q), false) => println!(
+            "source arrival times are quantized into {} s buckets ({} distinct times); kept as they are (pass --spread to spread them within their buckets)",
+            num(q.bucket_s),
+            q.distinct_times
+        ),
+        (None, _) => {}
+    }
+}
+
+fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
+    let file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    Ok(BufReader::new(file))
+}
+
+fn read_trace(path: &Path) -> anyhow::Result<(TraceHeader, Vec<Request>)> {
+    Ok(read_all(open(path)?, &path.display().to_string())?)
+}
+
+/// Write next to the destination and rename at the end, so a failure never leaves half a trace
+/// under the requested name.
+fn create_partial(path: &Path) -> anyhow::Result<(PathBuf, BufWriter<File>)> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".partial");
+    let tmp = PathBuf::from(tmp);
+    let file = File::create(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    Ok((tmp, BufWriter::new(file)))
+}
+
+fn finish_partial(tmp: &Path, path: &Path) -> anyhow::Result<()> {
+    std::fs::rename(tmp, path)
+        .with_context(|| format!("cannot move {} to {}", tmp.display(), path.display()))
+}
+
+fn write_trace(path: &Path, header: &TraceHeader, requests: &[Request]) -> anyhow::Result<()> {
+    let (tmp, out) = create_partial(path)?;
+    let mut out = write_all(out, header, requests, &path.display().to_string())?;
+    out.flush()
+        .with_context(|| format!("cannot write {}", tmp.display()))?;
+    drop(out);
+    finish_partial(&tmp, path)
+}
+
+fn num(x: f64) -> String {
+    if x == x.trunc() && x.abs() < 1e15 {
+        format!("{x:.0}")
+    } else {
+        format!("{x:.4}")
+    }
+}
+
+fn opt(x: Option<f64>) -> String {
+    x.map_or_else(|| "-".to_owned(), num)
+}
+
+fn opt_u(x: Option<u64>) -> String {
+    x.map_or_else(|| "-".to_owned(), |v| v.to_string())
+}
+
+fn rows(s: &TraceStats) -> Vec<(&'static str, String)> {
+    vec![
+        ("requests", s.requests.to_string()),
+        ("duration (s)", num(s.duration_s)),
+        ("input tokens, sent", s.input_tokens.sent.to_string()),
+        (
+            "input tokens, distinct",
+            s.input_tokens.distinct.to_string(),
+        ),
+        ("output tokens", s.output_tokens.to_string()),
+        ("rate, mean (req/s)", opt(s.rate_rps.mean)),
+        ("rate, peak 1 s (req/s)", num(s.rate_rps.peak_1s)),
+        ("rate, peak 10 s (req/s)", num(s.rate_rps.peak_10s)),
+        ("inter-arrival CV", opt(s.interarrival_cv)),
+        ("dispersion of counts, 1 s", opt(s.dispersion.counts_1s)),
+        ("dispersion of counts, 10 s", opt(s.dispersion.counts_10s)),
+        ("input length p50", opt_u(s.input_len.p50)),
+        ("input length p90", opt_u(s.input_len.p90)),
+        ("input length p99", opt_u(s.input_len.p99)),
+        ("output length p50", opt_u(s.output_len.p50)),
+        ("output length p90", opt_u(s.output_len.p90)),
+        ("output length p99", opt_u(s.output_len.p99)),
+        ("length correlation (Spearman)", opt(s.length_spearman)),
+        ("prefix groups", s.prefix_groups.to_string()),
+        ("prefix reuse, infinite cache", opt(s.prefix_reuse)),
+        ("sessions", s.sessions.to_string()),
+        ("failed in source", s.failed.to_string()),
+    ]
+}
+
+/// One column per trace, one row per figure.
+fn print_rows(columns: &[(&str, &TraceStats)]) {
+    let tables: Vec<Vec<(&str, String)>> = columns.iter().map(|(_, s)| rows(s)).collect();
+    let label_w = tables[0]
+        .iter()
+        .map(|(l, _)| l.chars().count())
+        .max()
+        .unwrap_or(0);
+    let col_w: Vec<usize> = columns
+        .iter()
+        .zip(&tables)
+        .map(|((name, _), t)| {
+            t.iter()
+                .map(|(_, v)| v.len())
+                .max()
+                .unwrap_or(0)
+                .max(name.len())
+        })
+        .collect();
+    if columns.len() > 1 {
+        let mut line = format!("{:label_w$}", "");
+        for ((name, _), w) in columns.iter().zip(&col_w) {
+            line.push_str(&format!("  {name:>w$}"));
+        }
+        println!("{line}");
+    }
+    for (i, (label, _)) in tables[0].iter().enumerate() {
+        let mut line = format!("{label:label_w$}");
+        for (t, w) in tables.iter().zip(&col_w) {
+            line.push_str(&format!("  {:>w$}", t[i].1));
+        }
+        println!("{line}");
+    }
+}
