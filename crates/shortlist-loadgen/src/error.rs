@@ -14,6 +14,9 @@ pub enum LoadgenError {
         field: String,
         why: String,
     },
+    /// A trace is malformed (file, line and field named by the reader).
+    #[error(transparent)]
+    Workload(#[from] shortlist_workload::WorkloadError),
     /// A file could not be read or written.
     #[error("{path}: {error}")]
     Io {

@@ -171,3 +171,18 @@ pub fn virtual_runtime() -> std::io::Result<tokio::runtime::Runtime> {
         .start_paused(true)
         .build()
 }
+
+/// The measurement core's report of records kept in memory (sweeps, tests): the same figures
+/// `shortlist analyze` gives for the written file.
+pub fn analyze_records(
+    header: &HeaderLine,
+    records: &[RecordLine],
+    slo: Slo,
+) -> Result<shortlist_measure::analyze::Report, shortlist_measure::MeasureError> {
+    use shortlist_measure::analyze::{AnalyzeOptions, Analyzer};
+    let mut analyzer = Analyzer::new(header.header.clone(), AnalyzeOptions::new(slo))?;
+    for record in records {
+        analyzer.observe(&record.attempt);
+    }
+    Ok(analyzer.finish())
+}

@@ -359,6 +359,9 @@ enum SimEvent {
 
 struct SimJob {
     request: SimRequest,
+    /// When the request reached the server (seconds on the server's clock). The server loop only
+    /// looks at new jobs between steps; the wait until then is queue time.
+    arrived: tokio::time::Instant,
     reply: mpsc::UnboundedSender<SimEvent>,
 }
 
@@ -401,7 +404,10 @@ async fn serve(
     let now = || origin.elapsed().as_secs_f64();
     let accept = |job: SimJob, server: &mut SimServer, replies: &mut HashMap<u64, _>| {
         replies.insert(job.request.key, job.reply);
-        server.arrive(job.request, now());
+        server.arrive(
+            job.request,
+            job.arrived.duration_since(origin).as_secs_f64(),
+        );
     };
     loop {
         while let Ok(job) = jobs.try_recv() {
@@ -450,6 +456,7 @@ impl Target for SimTarget {
                 output_tokens: request.max_tokens(),
                 prefix: request.prefix().map(|p| (p.group().to_owned(), p.tokens())),
             },
+            arrived: tokio::time::Instant::now(),
             reply,
         };
         observation.mark_sent();

@@ -1,17 +1,14 @@
 //! What a run replays: the requests of a `shortlist.trace.v1` file with their arrival offsets.
 //!
-//! The reader here is deliberately small: it reads only the fields the load generator needs. When
-//! `shortlist-workload`'s streaming trace reader lands, it replaces [`Workload::from_path`].
+//! Traces are read by `shortlist-workload`'s streaming reader (line-numbered errors, order
+//! checks); this module keeps what the load generator needs of each request.
 
 use std::io::BufRead;
 use std::path::Path;
 
-use serde::Deserialize;
+use shortlist_workload::trace::{Request as TraceRequest, TraceHeader, TraceReader};
 
 use crate::error::LoadgenError;
-
-/// The format tag of workload traces.
-pub const TRACE_FORMAT: &str = "shortlist.trace.v1";
 
 /// A shared prompt prefix: requests of one group start with the same `tokens` tokens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -132,37 +129,6 @@ pub struct Workload {
     duration_s: f64,
 }
 
-#[derive(Deserialize)]
-struct TraceHeader {
-    format: String,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    duration_s: Option<f64>,
-}
-
-#[derive(Deserialize)]
-struct TraceLine {
-    id: String,
-    t: f64,
-    input_tokens: u32,
-    output_tokens: u32,
-    #[serde(default)]
-    prefix: Option<TracePrefix>,
-    #[serde(default)]
-    tenant: Option<String>,
-    #[serde(default)]
-    prompt: Option<String>,
-    #[serde(default)]
-    messages: Option<serde_json::Value>,
-}
-
-#[derive(Deserialize)]
-struct TracePrefix {
-    group: String,
-    tokens: u32,
-}
-
 impl Workload {
     /// A workload from arrivals sorted by time. `duration_s` is the arrival window; `None` takes
     /// the last arrival plus one mean gap, so that `n` evenly spaced requests at rate `r` span `n/r`.
@@ -232,78 +198,37 @@ impl Workload {
 
     /// Read a trace from `reader`; `path` names it in errors.
     pub fn from_reader(path: &Path, reader: impl BufRead) -> Result<Self, LoadgenError> {
-        let mut lines = reader.lines();
-        let header_text = match lines.next() {
-            Some(line) => line.map_err(|e| LoadgenError::io(path, e))?,
-            None => {
-                return Err(LoadgenError::trace(
-                    path,
-                    1,
-                    "format",
-                    "the file is empty: expected a header line",
-                ));
-            }
-        };
-        let header: TraceHeader = serde_json::from_str(&header_text).map_err(|e| {
-            LoadgenError::trace(path, 1, "header", format!("not a trace header: {e}"))
-        })?;
-        let major_ok =
-            header.format == TRACE_FORMAT || header.format.starts_with(&format!("{TRACE_FORMAT}."));
-        if !major_ok {
-            return Err(LoadgenError::trace(
-                path,
-                1,
-                "format",
-                format!("\"{}\" is not a {TRACE_FORMAT} file", header.format),
-            ));
-        }
+        let source = path.display().to_string();
+        let reader = TraceReader::new(reader, source.as_str())?;
+        let header = reader.header().clone();
         let mut arrivals = Vec::new();
-        let mut previous = 0.0_f64;
-        for (index, line) in lines.enumerate() {
-            let number = index as u64 + 2;
-            let text = line.map_err(|e| LoadgenError::io(path, e))?;
-            if text.trim().is_empty() {
-                continue;
-            }
-            let row: TraceLine = serde_json::from_str(&text)
-                .map_err(|e| LoadgenError::trace(path, number, field_of(&e), e.to_string()))?;
-            if !(row.t.is_finite() && row.t >= 0.0) {
-                return Err(LoadgenError::trace(
-                    path,
-                    number,
-                    "t",
-                    format!("{} is not an arrival offset (seconds ≥ 0)", row.t),
-                ));
-            }
-            if row.t < previous {
-                return Err(LoadgenError::trace(
-                    path,
-                    number,
-                    "t",
-                    format!(
-                        "{} s comes before the previous request's {previous} s: a trace is sorted by `t`",
-                        row.t
-                    ),
-                ));
-            }
-            previous = row.t;
-            let mut request = RequestSpec::new(row.id, row.input_tokens, row.output_tokens);
-            if let Some(prefix) = row.prefix {
-                request = request.with_prefix(Prefix::new(prefix.group, prefix.tokens));
-            }
-            if let Some(tenant) = row.tenant {
-                request = request.with_tenant(tenant);
-            }
-            if let Some(prompt) = row.prompt {
-                request = request.with_prompt(prompt);
-            }
-            if let Some(messages) = row.messages {
-                request = request.with_messages(messages);
-            }
-            arrivals.push(Arrival { t: row.t, request });
+        for request in reader {
+            let request = request?;
+            arrivals.push(Arrival::from_trace(&request).map_err(|(field, why)| {
+                LoadgenError::trace(path, arrivals.len() as u64 + 2, field, why)
+            })?);
         }
-        let name = header.name.unwrap_or_else(|| path.display().to_string());
-        Workload::new(name, arrivals, header.duration_s)
+        Workload::new(header.name(), arrivals, header.duration_s())
+    }
+
+    /// A workload from a trace already in memory (a synthesized one, say).
+    pub fn from_trace(
+        header: &TraceHeader,
+        requests: &[TraceRequest],
+    ) -> Result<Self, LoadgenError> {
+        let arrivals = requests
+            .iter()
+            .enumerate()
+            .map(|(index, r)| {
+                Arrival::from_trace(r).map_err(|(field, why)| {
+                    LoadgenError::option(
+                        "workload",
+                        format!("request {index}: field `{field}`: {why}"),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Workload::new(header.name(), arrivals, header.duration_s())
     }
 
     /// The workload's name.
@@ -354,13 +279,44 @@ impl Workload {
     }
 }
 
-fn field_of(error: &serde_json::Error) -> String {
-    // serde_json names missing fields as "missing field `x`" and bad values by type only.
-    let message = error.to_string();
-    message
-        .split('`')
-        .nth(1)
-        .map_or_else(|| "request".to_owned(), str::to_owned)
+impl Arrival {
+    /// The load generator's view of a trace request. Token counts beyond `u32` are refused (no
+    /// model has such a context).
+    fn from_trace(request: &TraceRequest) -> Result<Self, (&'static str, String)> {
+        let count = |field: &'static str, n: u64| {
+            u32::try_from(n).map_err(|_| {
+                (
+                    field,
+                    format!("{n} tokens is more than one request can hold"),
+                )
+            })
+        };
+        let fields = request.fields();
+        let mut spec = RequestSpec::new(
+            request.id(),
+            count("input_tokens", request.input_tokens())?,
+            count("output_tokens", request.output_tokens())?,
+        );
+        if let Some(prefix) = request.prefix() {
+            spec = spec.with_prefix(Prefix::new(
+                prefix.group.clone(),
+                count("prefix.tokens", prefix.tokens)?,
+            ));
+        }
+        if let Some(tenant) = &fields.tenant {
+            spec = spec.with_tenant(tenant.clone());
+        }
+        if let Some(prompt) = &fields.prompt {
+            spec = spec.with_prompt(prompt.clone());
+        }
+        if let Some(messages) = &fields.messages {
+            spec = spec.with_messages(messages.clone());
+        }
+        Ok(Arrival {
+            t: request.t(),
+            request: spec,
+        })
+    }
 }
 
 #[cfg(test)]
