@@ -1,0 +1,212 @@
+//! The OpenAI-compatible HTTP target against the mock on loopback, and against servers that
+//! misbehave: each failure ends as an error (or timeout) record, never a panic, and what arrived
+//! before it is kept.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use shortlist_loadgen::driver::RunOptions;
+use shortlist_loadgen::http::OpenAiTarget;
+use shortlist_loadgen::mock::{MockConfig, spawn_local};
+use shortlist_loadgen::records::RecordLine;
+use shortlist_loadgen::run::{RunOutput, run};
+use shortlist_loadgen::workload::Workload;
+use shortlist_measure::record::{Status, TokenSource};
+use shortlist_measure::slo::Slo;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+async fn replay(url: &str, workload: Workload, options: RunOptions) -> Vec<RecordLine> {
+    let target = Arc::new(OpenAiTarget::new(url, "mock", false).unwrap());
+    let output = RunOutput {
+        path: None,
+        keep: true,
+        progress: false,
+    };
+    let (_stop, stop) = tokio::sync::watch::channel(false);
+    let result = run(
+        target,
+        Arc::new(workload),
+        options,
+        Slo::success_only(),
+        output,
+        Default::default(),
+        stop,
+    )
+    .await
+    .unwrap();
+    result.records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streams_from_the_mock_with_server_usage_and_true_ttft() {
+    let config = MockConfig {
+        tokens: 16,
+        ttft: Duration::from_millis(20),
+        itl: Duration::from_millis(2),
+    };
+    let (address, _stop) = spawn_local(config).await.unwrap();
+    for path in ["", "/v1/completions"] {
+        let url = format!("http://{address}{path}");
+        let records = replay(
+            &url,
+            Workload::constant_rate(40, 200.0, 30, 16),
+            RunOptions::open(),
+        )
+        .await;
+        assert_eq!(records.len(), 40);
+        for r in &records {
+            let a = &r.attempt;
+            assert_eq!(a.status, Status::Ok, "{:?}", a.error);
+            assert_eq!(a.output_tokens, 16);
+            assert_eq!(a.output_tokens_source, TokenSource::Server);
+            assert_eq!(
+                a.chunks.len(),
+                16,
+                "the role-only and usage-only chunks are not chunks"
+            );
+            // TTFT is the first token, not the role chunk sent at once.
+            let ttft_from_send = a.first_token_s().unwrap() - a.sent_s.unwrap();
+            assert!(ttft_from_send >= 0.019, "{ttft_from_send}");
+            assert_eq!(r.first_output_s, a.first_token_s());
+            assert!(a.end_s.unwrap() >= a.last_token_s.unwrap());
+            shortlist_measure::record::Attempt::validate(a).unwrap();
+        }
+        // The same clock for every record: sends follow the schedule.
+        let lag_max = records
+            .iter()
+            .map(|r| r.attempt.sent_s.unwrap() - r.attempt.scheduled_s)
+            .fold(0.0, f64::max);
+        assert!(lag_max < 0.05, "{lag_max}");
+    }
+}
+
+/// A server that answers every connection with `response` (raw bytes), then either closes or,
+/// with `hang`, keeps the connection open without a word.
+async fn raw_server(response: &'static [u8], hang: bool) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                let mut buffer = vec![0_u8; 65536];
+                // Read the request head and body (small), then answer.
+                let _ = tokio::time::timeout(Duration::from_millis(200), socket.read(&mut buffer))
+                    .await;
+                let _ = socket.write_all(response).await;
+                if hang {
+                    tokio::time::sleep(Duration::from_secs(30)).await;
+                }
+            });
+        }
+    });
+    format!("http://{address}")
+}
+
+const SSE_HEAD: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+
+fn one_request() -> Workload {
+    Workload::constant_rate(1, 1.0, 10, 8)
+}
+
+fn quick() -> RunOptions {
+    RunOptions {
+        timeout: Duration::from_millis(500),
+        ..RunOptions::open()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_connection_is_an_error_record() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap();
+    drop(listener);
+    let records = replay(&format!("http://{address}"), one_request(), quick()).await;
+    let a = &records[0].attempt;
+    assert_eq!(a.status, Status::Error);
+    assert!(
+        a.error.as_deref().unwrap().starts_with("connect:"),
+        "{:?}",
+        a.error
+    );
+    assert!(a.sent_s.is_some() && a.chunks.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_sse_is_an_error_record_keeping_earlier_chunks() {
+    let body: &'static [u8] = Box::leak(
+        format!("{SSE_HEAD}data: {{\"choices\":[{{\"delta\":{{\"content\":\"a\"}}}}]}}\n\ndata: <html>oops</html>\n\n")
+            .into_bytes()
+            .into_boxed_slice(),
+    );
+    let records = replay(&raw_server(body, false).await, one_request(), quick()).await;
+    let a = &records[0].attempt;
+    assert_eq!(a.status, Status::Error);
+    assert!(
+        a.error.as_deref().unwrap().contains("not a JSON chunk"),
+        "{:?}",
+        a.error
+    );
+    assert_eq!(a.chunks.len(), 1, "the token before the garbage is kept");
+    assert_eq!(a.output_tokens_source, TokenSource::Client);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mid_stream_close_is_an_error_record() {
+    let body: &'static [u8] = Box::leak(
+        format!(
+            "{SSE_HEAD}data: {{\"choices\":[{{\"delta\":{{\"role\":\"assistant\"}}}}]}}\n\ndata: {{\"choices\":[{{\"delta\":{{\"content\":\"a\"}}}}]}}\n\ndata: {{\"choices\":[{{\"delta\":{{\"reasoning_content\":\"b\"}}}}]}}\n\n"
+        )
+        .into_bytes()
+        .into_boxed_slice(),
+    );
+    let records = replay(&raw_server(body, false).await, one_request(), quick()).await;
+    let a = &records[0].attempt;
+    assert_eq!(a.status, Status::Error);
+    assert!(
+        a.error.as_deref().unwrap().contains("before [DONE]"),
+        "{:?}",
+        a.error
+    );
+    assert_eq!(
+        a.chunks.len(),
+        2,
+        "content and reasoning chunks count, the role chunk does not"
+    );
+    assert_eq!(a.output_tokens, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hanging_server_times_out() {
+    let records = replay(&raw_server(b"", true).await, one_request(), quick()).await;
+    let a = &records[0].attempt;
+    assert_eq!(a.status, Status::Timeout);
+    let took = a.end_s.unwrap() - a.sent_s.unwrap();
+    assert!((0.45..2.0).contains(&took), "{took}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_errors_are_retried_with_retry_identity() {
+    let body =
+        b"HTTP/1.1 503 Service Unavailable\r\ncontent-length: 4\r\nconnection: close\r\n\r\nbusy";
+    let options = RunOptions {
+        retries: 2,
+        retry_backoff: Duration::from_millis(10),
+        ..quick()
+    };
+    let records = replay(&raw_server(body, false).await, one_request(), options).await;
+    assert_eq!(records.len(), 3);
+    for (i, r) in records.iter().enumerate() {
+        let a = &r.attempt;
+        assert_eq!(a.status, Status::Error);
+        assert_eq!(a.error.as_deref(), Some("HTTP 503: busy"));
+        assert_eq!(a.attempt as usize, i + 1);
+        assert_eq!(a.user_request(), "r0");
+        assert_eq!(a.retry_of.is_some(), i > 0);
+    }
+    assert_eq!(records[2].attempt.id, "r0#3");
+}
