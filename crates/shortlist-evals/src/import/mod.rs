@@ -1,1 +1,146 @@
-//! Importers (filled in below).
+//! Importers: promptfoo tests, OpenAI evals JSONL, inspect samples (JSONL/CSV) and BFCL
+//! question/answer files, each converted to a `shortlist.evalset.v1` wire set.
+//!
+//! Nothing is dropped silently: every source item or assertion that has no faithful equivalent
+//! is listed in [`Imported::unmapped`], and every approximation in [`Imported::notes`]. A source
+//! case left with no check at all is not imported (a case without a check cannot fail) and is
+//! listed as unmapped.
+
+pub mod bfcl;
+pub mod inspect;
+pub mod openai_evals;
+pub mod promptfoo;
+
+use serde::Serialize;
+
+use crate::error::EvalError;
+use crate::set::EvalSet;
+use crate::wire::{EVALSET_FORMAT, WireCase, WireSet};
+
+/// Something in the source with no equivalent in an eval set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Unmapped {
+    /// The case (as imported, or the source's position).
+    pub case: String,
+    /// What was not mapped (e.g. an assertion type).
+    pub what: String,
+    /// Why.
+    pub reason: String,
+}
+
+/// The result of an import.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Imported {
+    /// The eval set, ready to write as YAML.
+    pub set: WireSet,
+    /// What could not be mapped.
+    pub unmapped: Vec<Unmapped>,
+    /// Mappings that are close but not identical, in words.
+    pub notes: Vec<String>,
+}
+
+impl Imported {
+    pub(crate) fn new(name: &str, description: String) -> Self {
+        Self {
+            set: WireSet {
+                format: EVALSET_FORMAT.into(),
+                name: name.into(),
+                description: Some(description),
+                system: None,
+                tools: Vec::new(),
+                cases: Vec::new(),
+            },
+            unmapped: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    pub(crate) fn unmapped(&mut self, case: &str, what: &str, reason: impl Into<String>) {
+        self.unmapped.push(Unmapped {
+            case: case.into(),
+            what: what.into(),
+            reason: reason.into(),
+        });
+    }
+
+    pub(crate) fn note(&mut self, note: impl Into<String>) {
+        let note = note.into();
+        if !self.notes.contains(&note) {
+            self.notes.push(note);
+        }
+    }
+
+    /// Adds a case unless it has no check, in which case it is reported as unmapped.
+    pub(crate) fn push_case(&mut self, case: WireCase) {
+        if case.checks.is_empty() {
+            let id = case.id.clone();
+            self.unmapped(
+                &id,
+                "case",
+                "no check could be mapped, so the case could not fail; not imported",
+            );
+        } else {
+            self.set.cases.push(case);
+        }
+    }
+
+    /// Checks the imported set as a loaded set would be checked, and renders it as YAML.
+    pub fn to_yaml(&self, file: &str) -> Result<String, EvalError> {
+        EvalSet::from_wire(file, &self.set, None)?;
+        serde_norway::to_string(&self.set)
+            .map_err(|e| EvalError::invalid(file, 0, "", format!("cannot render YAML: {e}")))
+    }
+}
+
+/// A case id from free text: lowercase letters, digits and `-`, at most 60 characters.
+pub(crate) fn slug(s: &str) -> String {
+    let mut out = String::new();
+    for c in s.chars().flat_map(char::to_lowercase) {
+        if c.is_ascii_alphanumeric() {
+            out.push(c);
+        } else if !out.ends_with('-') && !out.is_empty() {
+            out.push('-');
+        }
+        if out.len() >= 60 {
+            break;
+        }
+    }
+    out.trim_end_matches('-').to_owned()
+}
+
+/// Makes `id` unique among `taken` by appending `-2`, `-3`, ...
+pub(crate) fn unique_id(id: String, taken: &mut std::collections::BTreeSet<String>) -> String {
+    let mut candidate = id.clone();
+    let mut n = 2;
+    while taken.contains(&candidate) {
+        candidate = format!("{id}-{n}");
+        n += 1;
+    }
+    taken.insert(candidate.clone());
+    candidate
+}
+
+/// A category from a source's metadata value: `high_value` → `high-value`; unknown or invalid
+/// values give `None`.
+pub(crate) fn category_from(v: &str) -> Option<String> {
+    let c = v.trim().to_lowercase().replace('_', "-");
+    crate::set::Category::parse(&c).ok().map(|c| c.as_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slugs_and_unique_ids() {
+        assert_eq!(
+            slug("Refund after 30 days (high value)"),
+            "refund-after-30-days-high-value"
+        );
+        let mut taken = std::collections::BTreeSet::new();
+        assert_eq!(unique_id("a".into(), &mut taken), "a");
+        assert_eq!(unique_id("a".into(), &mut taken), "a-2");
+        assert_eq!(category_from("high_value").as_deref(), Some("high-value"));
+        assert_eq!(category_from("Not valid!"), None);
+    }
+}
