@@ -600,4 +600,34 @@ mod tests {
                 .starts_with("in:2:")
         );
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn arbitrary_rows_never_panic(rows in proptest::collection::vec("\\PC{0,60}", 0..6)) {
+                let body = rows.join("\n");
+                let heads = [
+                    (Source::Azure, "TIMESTAMP,ContextTokens,GeneratedTokens\n"),
+                    (Source::BurstGpt, "Timestamp,Model,Request tokens,Response tokens,Total tokens,Log Type\n"),
+                    (Source::Mooncake, ""),
+                ];
+                for (from, head) in heads {
+                    let text = format!("{head}{body}");
+                    if let Ok(it) = Importer::new(from, text.as_bytes(), "x") {
+                        for r in it {
+                            let _ = r;
+                        }
+                    }
+                }
+            }
+
+            #[test]
+            fn any_azure_times_parse_or_fail_cleanly(s in "[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(\\.[0-9]{0,10})?") {
+                let _ = parse_timestamp(&s);
+            }
+        }
+    }
 }

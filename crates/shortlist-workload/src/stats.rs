@@ -84,49 +84,136 @@ pub struct TraceStats {
 }
 
 impl TraceStats {
-    /// Describe a trace. The duration is the header's `duration_s` when it covers every arrival,
-    /// else the last arrival time.
+    /// Describe a trace held in memory (see [`StatsBuilder`] to describe one as it streams by).
     pub fn compute(header: &TraceHeader, requests: &[Request]) -> TraceStats {
-        let n = requests.len();
-        let times: Vec<f64> = requests.iter().map(Request::t).collect();
+        let mut builder = StatsBuilder::new(header);
+        for r in requests {
+            builder.push(r);
+        }
+        builder.finish()
+    }
+}
+
+/// Accumulates a trace's statistics one request at a time, keeping only what they need (arrival
+/// times and lengths, about 24 bytes a request, plus the prefix and session identities), not the
+/// requests themselves.
+#[derive(Debug, Clone)]
+pub struct StatsBuilder {
+    header_duration: Option<f64>,
+    block_size: Option<u32>,
+    times: Vec<f64>,
+    inputs: Vec<u64>,
+    outputs: Vec<u64>,
+    /// Input tokens that no earlier request's prefix covers (shared prefixes are added at the end).
+    unshared: u64,
+    seen_blocks: HashSet<u64>,
+    group_prefix: BTreeMap<String, u64>,
+    roots: HashMap<u64, u32>,
+    sessions: HashSet<String>,
+    failed: u64,
+}
+
+impl StatsBuilder {
+    pub fn new(header: &TraceHeader) -> Self {
+        StatsBuilder {
+            header_duration: header.duration_s(),
+            block_size: header.block_size(),
+            times: Vec::new(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            unshared: 0,
+            seen_blocks: HashSet::new(),
+            group_prefix: BTreeMap::new(),
+            roots: HashMap::new(),
+            sessions: HashSet::new(),
+            failed: 0,
+        }
+    }
+
+    /// Add the next request (requests come in trace order).
+    ///
+    /// Distinct input tokens assume an infinite cache. With `hash_ids`, a request reuses the
+    /// leading blocks that some earlier request already sent (Mooncake's ids hash the whole
+    /// prefix, so a matching block implies a matching prefix). With `prefix`, each group's shared
+    /// tokens count once (the longest prefix seen for the group).
+    pub fn push(&mut self, r: &Request) {
+        self.times.push(r.t());
+        self.inputs.push(r.input_tokens());
+        self.outputs.push(r.output_tokens());
+        match (r.hash_ids(), self.block_size, r.prefix()) {
+            (Some(ids), Some(bs), _) => {
+                let reused_blocks = ids
+                    .iter()
+                    .take_while(|id| self.seen_blocks.contains(id))
+                    .count() as u64;
+                let hit = reused_blocks
+                    .saturating_mul(u64::from(bs))
+                    .min(r.input_tokens());
+                self.unshared += r.input_tokens() - hit;
+                self.seen_blocks.extend(ids.iter().copied());
+                if let Some(first) = ids.first() {
+                    *self.roots.entry(*first).or_default() += 1;
+                }
+            }
+            (_, _, Some(p)) => {
+                self.unshared += r.input_tokens() - p.tokens;
+                if let Some(longest) = self.group_prefix.get_mut(&p.group) {
+                    *longest = (*longest).max(p.tokens);
+                } else {
+                    self.group_prefix.insert(p.group.clone(), p.tokens);
+                }
+            }
+            _ => self.unshared += r.input_tokens(),
+        }
+        if let Some(s) = r.session()
+            && !self.sessions.contains(s)
+        {
+            self.sessions.insert(s.to_owned());
+        }
+        self.failed += u64::from(r.failed());
+    }
+
+    /// The statistics. The duration is the header's `duration_s` when it covers every arrival,
+    /// else the last arrival time.
+    pub fn finish(mut self) -> TraceStats {
+        let n = self.times.len();
+        let times = &self.times;
         let last = times.last().copied().unwrap_or(0.0);
-        let duration_s = header.duration_s().map_or(last, |d| d.max(last));
-        let mut inputs: Vec<u64> = requests.iter().map(Request::input_tokens).collect();
-        let mut outputs: Vec<u64> = requests.iter().map(Request::output_tokens).collect();
-        let length_spearman = spearman(&inputs, &outputs);
-        let sent: u64 = inputs.iter().sum();
-        let (distinct, prefix_groups) = distinct_input(requests, header.block_size());
-        inputs.sort_unstable();
-        outputs.sort_unstable();
-        let sessions = requests
-            .iter()
-            .filter_map(Request::session)
-            .collect::<HashSet<_>>()
-            .len() as u64;
+        let duration_s = self.header_duration.map_or(last, |d| d.max(last));
+        let length_spearman = spearman(&self.inputs, &self.outputs);
+        let sent: u64 = self.inputs.iter().sum();
+        let distinct = self.unshared + self.group_prefix.values().sum::<u64>();
+        let prefix_groups = if self.group_prefix.is_empty() {
+            self.roots.values().filter(|&&c| c > 1).count()
+        } else {
+            self.group_prefix.len()
+        };
+        self.inputs.sort_unstable();
+        self.outputs.sort_unstable();
         TraceStats {
             format: STATS_FORMAT.to_owned(),
             requests: n as u64,
             duration_s,
             input_tokens: InputTokens { sent, distinct },
-            output_tokens: outputs.iter().sum(),
+            output_tokens: self.outputs.iter().sum(),
             rate_rps: Rates {
                 mean: (duration_s > 0.0).then(|| n as f64 / duration_s),
-                peak_1s: peak_count(&times, 1.0) as f64,
-                peak_10s: peak_count(&times, 10.0) as f64 / 10.0,
+                peak_1s: peak_count(times, 1.0) as f64,
+                peak_10s: peak_count(times, 10.0) as f64 / 10.0,
             },
-            interarrival_cv: interarrival_cv(&times),
-            input_len: percentiles(&inputs),
-            output_len: percentiles(&outputs),
-            prefix_groups,
+            interarrival_cv: interarrival_cv(times),
+            input_len: percentiles(&self.inputs),
+            output_len: percentiles(&self.outputs),
+            prefix_groups: prefix_groups as u64,
             dispersion: Dispersion {
-                counts_1s: dispersion(&times, duration_s, 1.0),
-                counts_10s: dispersion(&times, duration_s, 10.0),
+                counts_1s: dispersion(times, duration_s, 1.0),
+                counts_10s: dispersion(times, duration_s, 10.0),
             },
             length_spearman,
             prefix_reuse: (sent > 0).then(|| 1.0 - distinct as f64 / sent as f64),
-            sessions,
-            failed: requests.iter().filter(|r| r.failed()).count() as u64,
-            quantization: detect_quantization(&times),
+            sessions: self.sessions.len() as u64,
+            failed: self.failed,
+            quantization: detect_quantization(times),
         }
     }
 }
@@ -148,45 +235,6 @@ fn percentiles(sorted: &[u64]) -> Percentiles {
         p90: nearest_rank(sorted, 900),
         p99: nearest_rank(sorted, 990),
     }
-}
-
-/// Distinct input tokens with an infinite cache, and the number of prefix groups.
-///
-/// With `hash_ids`, a request reuses the leading blocks that some earlier request already sent
-/// (Mooncake's ids hash the whole prefix, so a matching block implies a matching prefix). With
-/// `prefix`, each group's shared tokens count once (the longest prefix seen for the group).
-fn distinct_input(requests: &[Request], block_size: Option<u32>) -> (u64, u64) {
-    let mut seen_blocks: HashSet<u64> = HashSet::new();
-    let mut group_prefix: BTreeMap<&str, u64> = BTreeMap::new();
-    let mut roots: HashMap<u64, u32> = HashMap::new();
-    let mut distinct = 0u64;
-    for r in requests {
-        match (r.hash_ids(), block_size, r.prefix()) {
-            (Some(ids), Some(bs), _) => {
-                let reused_blocks =
-                    ids.iter().take_while(|id| seen_blocks.contains(id)).count() as u64;
-                let hit = (reused_blocks * u64::from(bs)).min(r.input_tokens());
-                distinct += r.input_tokens() - hit;
-                seen_blocks.extend(ids.iter().copied());
-                if let Some(first) = ids.first() {
-                    *roots.entry(*first).or_default() += 1;
-                }
-            }
-            (_, _, Some(p)) => {
-                distinct += r.input_tokens() - p.tokens;
-                let longest = group_prefix.entry(p.group.as_str()).or_default();
-                *longest = (*longest).max(p.tokens);
-            }
-            _ => distinct += r.input_tokens(),
-        }
-    }
-    distinct += group_prefix.values().sum::<u64>();
-    let groups = if group_prefix.is_empty() {
-        roots.values().filter(|&&c| c > 1).count()
-    } else {
-        group_prefix.len()
-    };
-    (distinct, groups as u64)
 }
 
 /// Most arrivals in a window `[t_i, t_i + width)` over all arrivals `i` (two pointers).

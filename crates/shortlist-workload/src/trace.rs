@@ -680,4 +680,61 @@ mod tests {
         w.write(&mk("a", 1.0)).unwrap();
         assert!(w.write(&mk("b", 0.5)).is_err());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn fields() -> impl Strategy<Value = RequestFields> {
+            (
+                "[a-z0-9]{1,8}",
+                0.0f64..1e6,
+                0u64..1_000_000,
+                0u64..100_000,
+                proptest::option::of(("[a-z]{1,4}", 0u64..1000)),
+                proptest::option::of("[a-z ]{0,12}"),
+                proptest::option::of((any::<u32>(), any::<i32>())),
+                proptest::option::of(proptest::collection::vec(any::<u64>(), 0..5)),
+                any::<bool>(),
+            )
+                .prop_map(
+                    |(id, t, input, output, prefix, tenant, turn, hash_ids, failed)| {
+                        RequestFields {
+                            id,
+                            t,
+                            input_tokens: input + 1000,
+                            output_tokens: output,
+                            prefix: prefix.map(|(group, tokens)| PrefixFields { group, tokens }),
+                            tenant,
+                            session: turn.map(|(turn, _)| format!("s{turn}")),
+                            turn: turn.map(|(turn, _)| turn),
+                            priority: turn.map(|(_, p)| p),
+                            hash_ids,
+                            failed,
+                            ..Default::default()
+                        }
+                    },
+                )
+        }
+
+        proptest! {
+            #[test]
+            fn any_sorted_trace_round_trips(mut reqs in proptest::collection::vec(fields(), 0..30), seed in any::<u64>()) {
+                reqs.sort_by(|a, b| a.t.total_cmp(&b.t));
+                let reqs: Vec<Request> = reqs.into_iter().map(|f| Request::new(f).unwrap()).collect();
+                let header = TraceHeader::new("p", Mode::Offline).with_seed(seed).with_block_size(512).unwrap();
+                let out = write_all(Vec::new(), &header, &reqs, "out").unwrap();
+                let (h2, back) = read_all(&out[..], "out").unwrap();
+                prop_assert_eq!(h2, header);
+                prop_assert_eq!(back, reqs);
+            }
+
+            #[test]
+            fn arbitrary_text_never_panics(text in "\\PC{0,200}", lines in proptest::collection::vec("\\PC{0,80}", 0..5)) {
+                let _ = read_all(text.as_bytes(), "x");
+                let doc = format!("{}\n{}", r#"{"format":"shortlist.trace.v1"}"#, lines.join("\n"));
+                let _ = read_all(doc.as_bytes(), "x");
+            }
+        }
+    }
 }

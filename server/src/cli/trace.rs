@@ -10,9 +10,11 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
 use shortlist_workload::fit::{FitReport, FitSpec, fit};
 use shortlist_workload::import::{Importer, Source};
-use shortlist_workload::stats::TraceStats;
+use shortlist_workload::stats::{StatsBuilder, TraceStats};
 use shortlist_workload::synth::{Shape, SynthSpec, synthesize};
-use shortlist_workload::trace::{Request, TraceHeader, TraceWriter, read_all, write_all};
+use shortlist_workload::trace::{
+    Request, TraceHeader, TraceReader, TraceWriter, read_all, write_all,
+};
 
 use super::Outcome;
 
@@ -215,8 +217,14 @@ fn import(args: ImportArgs) -> anyhow::Result<Outcome> {
 }
 
 fn stats(args: StatsArgs) -> anyhow::Result<Outcome> {
-    let (header, requests) = read_trace(&args.trace)?;
-    let stats = TraceStats::compute(&header, &requests);
+    // Streamed: only arrival times, lengths and identities are kept, not whole requests.
+    let reader = TraceReader::new(open(&args.trace)?, args.trace.display().to_string())?;
+    let header = reader.header().clone();
+    let mut builder = StatsBuilder::new(&header);
+    for req in reader {
+        builder.push(&req?);
+    }
+    let stats = builder.finish();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&stats)?);
     } else {
@@ -320,11 +328,13 @@ fn write_trace(path: &Path, header: &TraceHeader, requests: &[Request]) -> anyho
     finish_partial(&tmp, path)
 }
 
+/// At most four decimals, without trailing zeros.
 fn num(x: f64) -> String {
-    if x == x.trunc() && x.abs() < 1e15 {
-        format!("{x:.0}")
+    let s = format!("{x:.4}");
+    if s.contains('.') {
+        s.trim_end_matches('0').trim_end_matches('.').to_owned()
     } else {
-        format!("{x:.4}")
+        s
     }
 }
 
@@ -398,5 +408,14 @@ fn print_rows(columns: &[(&str, &TraceStats)]) {
             line.push_str(&format!("  {:>w$}", t[i].1));
         }
         println!("{line}");
+    }
+    // METRICS.md: a percentile with fewer samples than it needs is printed with a warning.
+    for (name, s) in columns {
+        if s.requests > 0 && s.requests < 100 {
+            println!(
+                "warning: {name}: p99 of {} requests (fewer than 100) is nearly the maximum, not a tail estimate",
+                s.requests
+            );
+        }
     }
 }
