@@ -235,3 +235,11 @@ async fn answer(State(config): State<MockConfig>, body: Bytes, kind: Kind) -> Re
         .body(body)
         .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
 }
+
+/// A bound listening socket for [`serve`].
+pub type Listener = tokio::net::TcpListener;
+
+/// Bind `addr` (`HOST:PORT`; port 0 picks a free one).
+pub async fn bind(addr: &str) -> std::io::Result<Listener> {
+    tokio::net::TcpListener::bind(addr).await
+}

@@ -186,3 +186,64 @@ pub fn analyze_records(
     }
     Ok(analyzer.finish())
 }
+
+/// A multi-threaded tokio runtime on the wall clock, for real targets.
+pub fn real_runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+/// A stop signal that turns true on Ctrl-C (SIGINT). Call inside a runtime with I/O enabled.
+pub fn stop_on_ctrl_c() -> watch::Receiver<bool> {
+    let (sender, receiver) = watch::channel(false);
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            tracing::warn!(
+                "Ctrl-C: stopping; attempts in flight end as cancelled, the records file keeps everything"
+            );
+            let _ = sender.send(true);
+        }
+        // Keep the sender alive: a dropped sender must not read as a stop.
+        std::future::pending::<()>().await;
+    });
+    receiver
+}
+
+/// The sending half of a stop signal.
+pub type StopSender = watch::Sender<bool>;
+/// The receiving half of a stop signal: the run stops when it turns true.
+pub type StopReceiver = watch::Receiver<bool>;
+
+/// A stop signal to trigger by hand (keep the sender alive: dropping it is not a stop).
+pub fn stop_signal() -> (StopSender, StopReceiver) {
+    watch::channel(false)
+}
+
+/// A multi-threaded runtime with `threads` workers (all cores when `None`).
+pub fn real_runtime_with_threads(
+    threads: Option<usize>,
+) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        builder.worker_threads(threads.max(1));
+    }
+    builder.enable_all().build()
+}
+
+/// Resolves on Ctrl-C, or after `limit` when one is given.
+pub async fn ctrl_c_or_after(limit: Option<std::time::Duration>) {
+    let timer = async {
+        match limit {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = timer => {}
+    }
+}
+
+/// The async runtime runs execute on (re-exported so callers need no tokio dependency).
+pub type Runtime = tokio::runtime::Runtime;
