@@ -709,7 +709,7 @@ fn parse_check(c: &WireCheck, name: &str, tools: &[Tool]) -> Result<CheckKind, F
                         )
                     })?;
                 expected.push(
-                    ExpectedCall::new(&tool.spec, &call.arguments)
+                    ExpectedCall::new(&tool.spec, &call.arguments, &call.free)
                         .map_err(f(&format!("calls[{k}].arguments")))?,
                 );
             }

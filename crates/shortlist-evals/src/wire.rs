@@ -154,6 +154,11 @@ pub struct WireExpectedCall {
     /// Argument name → acceptable values.
     #[serde(default)]
     pub arguments: serde_json::Map<String, Value>,
+    /// Free-text arguments whose value is not compared (an extension to BFCL for product tools
+    /// such as a ticket description): their type is still checked, and they may be left out
+    /// unless the schema requires them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub free: Vec<String>,
 }
 
 /// A check, tagged by `type`. See `evalsets/README.md` for the semantics of each.

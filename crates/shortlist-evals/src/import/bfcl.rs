@@ -157,6 +157,7 @@ pub fn import(
                     calls.push(WireExpectedCall {
                         name: fname.replace('.', "_"),
                         arguments,
+                        free: Vec::new(),
                     });
                 }
                 WireCheck::ToolCall {

@@ -17,6 +17,9 @@
 //!    Lists compare element by element, objects key by key, with the same rules inside;
 //! 7. an answer-key argument that is not optional was supplied (`missing_answer_param`).
 //!
+//! One extension to BFCL: an expected call may name `free` arguments (free text such as a ticket
+//! description) whose value is not compared; their type is still checked.
+//!
 //! Several expected calls are matched to the calls made in any order (BFCL "parallel") unless the
 //! check asks for `exact` order; the number of calls must match (`wrong_call_count`), and no call
 //! at all is `no_call`.
@@ -150,6 +153,8 @@ impl FunctionSpec {
 struct Acceptable {
     values: Vec<Value>,
     optional: bool,
+    /// Any value of the right type is accepted.
+    free: bool,
 }
 
 /// One expected call: the function and its answer key.
@@ -162,8 +167,34 @@ pub struct ExpectedCall {
 impl ExpectedCall {
     /// Builds an expected call, rejecting answer keys that could never be met: an argument the
     /// schema lacks, a required parameter left out of the key, or a value of the wrong type.
-    pub fn new(spec: &FunctionSpec, arguments: &Map<String, Value>) -> Result<Self, String> {
+    /// Parameters named in `free` accept any value of their type (see the wire format).
+    pub fn new(
+        spec: &FunctionSpec,
+        arguments: &Map<String, Value>,
+        free: &[String],
+    ) -> Result<Self, String> {
         let mut answer = BTreeMap::new();
+        for k in free {
+            if !spec.params.contains_key(k) {
+                return Err(format!(
+                    "free argument {k:?} is not a parameter of {}",
+                    spec.name
+                ));
+            }
+            if arguments.contains_key(k) {
+                return Err(format!(
+                    "argument {k:?} is both free and given acceptable values"
+                ));
+            }
+            answer.insert(
+                k.clone(),
+                Acceptable {
+                    values: Vec::new(),
+                    optional: true,
+                    free: true,
+                },
+            );
+        }
         for (k, v) in arguments {
             let ty = spec
                 .params
@@ -187,7 +218,14 @@ impl ExpectedCall {
                     ty.name()
                 ));
             }
-            answer.insert(k.clone(), Acceptable { values, optional });
+            answer.insert(
+                k.clone(),
+                Acceptable {
+                    values,
+                    optional,
+                    free: false,
+                },
+            );
         }
         if let Some(r) = spec.required.iter().find(|r| !answer.contains_key(*r)) {
             return Err(format!(
@@ -238,7 +276,7 @@ impl ExpectedCall {
                 ));
             }
             let key = &self.answer[k];
-            if !key.values.iter().any(|want| value_eq(got, want)) {
+            if !key.free && !key.values.iter().any(|want| value_eq(got, want)) {
                 let kind = match got {
                     Value::String(_) => "string",
                     Value::Array(_) => "list",
@@ -429,7 +467,7 @@ mod tests {
     }
 
     fn expected(args: Value) -> ExpectedCall {
-        ExpectedCall::new(&spec(), args.as_object().unwrap()).unwrap()
+        ExpectedCall::new(&spec(), args.as_object().unwrap(), &[]).unwrap()
     }
 
     fn code(e: &ExpectedCall, args: Value) -> Option<String> {
@@ -624,15 +662,51 @@ mod tests {
     }
 
     #[test]
+    fn free_arguments_accept_any_value_of_their_type() {
+        let free = vec!["reason".to_owned()];
+        let e = ExpectedCall::new(
+            &spec(),
+            json!({"account_id": ["A"], "amount": [5]})
+                .as_object()
+                .unwrap(),
+            &free,
+        )
+        .unwrap();
+        assert_eq!(
+            code(
+                &e,
+                json!({"account_id": "A", "amount": 5, "reason": "anything at all"})
+            ),
+            None
+        );
+        assert_eq!(code(&e, json!({"account_id": "A", "amount": 5})), None);
+        assert_eq!(
+            code(&e, json!({"account_id": "A", "amount": 5, "reason": 3})).as_deref(),
+            Some("type_error:string")
+        );
+        assert!(
+            ExpectedCall::new(
+                &spec(),
+                json!({"account_id": ["A"], "amount": [5]})
+                    .as_object()
+                    .unwrap(),
+                &["nope".to_owned()]
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
     fn impossible_answer_keys_are_rejected_at_load() {
         let s = spec();
-        assert!(ExpectedCall::new(&s, json!({"amount": [5]}).as_object().unwrap()).is_err());
+        assert!(ExpectedCall::new(&s, json!({"amount": [5]}).as_object().unwrap(), &[]).is_err());
         assert!(
             ExpectedCall::new(
                 &s,
                 json!({"account_id": ["a"], "amount": ["5"]})
                     .as_object()
-                    .unwrap()
+                    .unwrap(),
+                &[]
             )
             .is_err()
         );
@@ -641,7 +715,8 @@ mod tests {
                 &s,
                 json!({"account_id": ["a"], "amount": [5], "zzz": [1]})
                     .as_object()
-                    .unwrap()
+                    .unwrap(),
+                &[]
             )
             .is_err()
         );
