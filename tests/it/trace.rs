@@ -99,6 +99,50 @@ fn same_seed_same_file() {
 }
 
 #[test]
+fn poisson_arrivals_keep_the_totals() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.jsonl");
+    let out = support::run(&[
+        "trace",
+        "synth",
+        "--shape",
+        "uniform",
+        "--requests",
+        "2000",
+        "--input-tokens",
+        "2000000",
+        "--output-tokens",
+        "400000",
+        "--cv",
+        "1",
+        "--seed",
+        "2",
+        "-o",
+        p.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let s = stats(&p);
+    assert_eq!(s["input_tokens"]["sent"], 2_000_000);
+    let cv = s["interarrival_cv"].as_f64().unwrap();
+    assert!((cv - 1.0).abs() < 0.1, "{cv}");
+    let d = s["dispersion"]["counts_10s"].as_f64().unwrap();
+    assert!((d - 1.0).abs() < 0.5, "{d}");
+    fails_with(
+        &[
+            "trace",
+            "synth",
+            "--shape",
+            "bursts",
+            "--cv",
+            "1",
+            "-o",
+            p.to_str().unwrap(),
+        ],
+        &["own arrival pattern"],
+    );
+}
+
+#[test]
 fn infeasible_synth_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("x.jsonl");

@@ -298,4 +298,47 @@ mod tests {
         let h = TraceHeader::new("x", Mode::Online);
         assert!(fit(&h, &[], &spec(10, 0)).is_err());
     }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn shape() -> impl Strategy<Value = Shape> {
+            prop_oneof![
+                Just(Shape::Uniform),
+                Just(Shape::Bursts),
+                Just(Shape::PrefixGroups)
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            #[test]
+            fn fitted_traces_are_sorted_exact_in_count_and_reproducible(
+                shape in shape(),
+                src_seed in any::<u64>(),
+                seed in any::<u64>(),
+                requests in 1u64..500,
+                block in proptest::option::of(1usize..40),
+                spread in any::<bool>(),
+            ) {
+                let (h, src) = synthesize(&SynthSpec::practice(shape), src_seed).unwrap();
+                let spec = FitSpec { requests, seed, spread, block };
+                let (fh, a, _) = fit(&h, &src, &spec).unwrap();
+                let (_, b, _) = fit(&h, &src, &spec).unwrap();
+                prop_assert_eq!(&a, &b);
+                prop_assert_eq!(a.len() as u64, requests);
+                prop_assert!(a.windows(2).all(|w| w[0].t() <= w[1].t()));
+                prop_assert!(a.iter().all(|r| r.t() <= fh.duration_s().unwrap()));
+                // Every synthetic request is some source request's lengths, jointly.
+                let pairs: std::collections::HashSet<(u64, u64)> =
+                    src.iter().map(|r| (r.input_tokens(), r.output_tokens())).collect();
+                prop_assert!(a.iter().all(|r| pairs.contains(&(r.input_tokens(), r.output_tokens()))));
+                // And it survives its own writer and reader.
+                let bytes = crate::trace::write_all(Vec::new(), &fh, &a, "out").unwrap();
+                prop_assert!(crate::trace::read_all(&bytes[..], "out").is_ok());
+            }
+        }
+    }
 }

@@ -482,4 +482,44 @@ mod tests {
         assert!(close(spearman(&[1, 2, 2, 3], &[1, 5, 5, 9]), 1.0));
         assert_eq!(spearman(&[1, 1, 1], &[1, 2, 3]), None);
     }
+
+    mod props {
+        use super::*;
+        use crate::trace::{PrefixFields, RequestFields};
+        use proptest::prelude::*;
+
+        proptest! {
+            #[test]
+            fn invariants_hold_for_any_trace(
+                rows in proptest::collection::vec((0.0f64..100.0, 0u64..5000, 0u64..500, proptest::option::of(0u64..4)), 0..200),
+            ) {
+                let mut rows = rows;
+                rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let reqs: Vec<Request> = rows
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &(t, input, output, group))| {
+                        Request::new(RequestFields {
+                            id: format!("r{i}"),
+                            t,
+                            input_tokens: input + 100,
+                            output_tokens: output,
+                            prefix: group.map(|g| PrefixFields { group: format!("g{g}"), tokens: 100 }),
+                            ..Default::default()
+                        })
+                        .unwrap()
+                    })
+                    .collect();
+                let s = TraceStats::compute(&TraceHeader::new("p", Mode::Online), &reqs);
+                prop_assert_eq!(s.requests as usize, reqs.len());
+                prop_assert!(s.input_tokens.distinct <= s.input_tokens.sent);
+                prop_assert!(s.input_len.p50 <= s.input_len.p90 && s.input_len.p90 <= s.input_len.p99);
+                prop_assert!(s.output_len.p50 <= s.output_len.p90 && s.output_len.p90 <= s.output_len.p99);
+                prop_assert!(s.rate_rps.peak_1s <= s.requests as f64);
+                prop_assert!(s.rate_rps.peak_10s * 10.0 >= s.rate_rps.peak_1s);
+                if let Some(r) = s.prefix_reuse { prop_assert!((0.0..=1.0).contains(&r)); }
+                if let Some(r) = s.length_spearman { prop_assert!((-1.0 - 1e-9..=1.0 + 1e-9).contains(&r)); }
+            }
+        }
+    }
 }

@@ -5,6 +5,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, StandardNormal};
 
+use crate::arrival::{ArrivalProcess, Rate};
 use crate::error::WorkloadError;
 use crate::trace::{Mode, PrefixFields, Request, RequestFields, TraceHeader};
 
@@ -46,6 +47,10 @@ pub struct SynthSpec {
     pub groups: u64,
     /// Tokens of each group's shared prefix (shape `prefix-groups`).
     pub prefix_tokens: u64,
+    /// Replace the evenly spaced arrivals of `uniform` and `prefix-groups` with gamma-distributed
+    /// gaps of this coefficient of variation at the same mean rate (1 = Poisson). `bursts` has its
+    /// own arrival pattern and refuses it.
+    pub arrival_cv: Option<f64>,
 }
 
 impl SynthSpec {
@@ -61,12 +66,16 @@ impl SynthSpec {
             bursts: 5,
             groups: 10,
             prefix_tokens: 8_000,
+            arrival_cv: None,
         }
     }
 }
 
 /// Per request: arrival time, input tokens, output tokens, and (group, turn) for prefix groups.
 type Columns = (Vec<f64>, Vec<u64>, Vec<u64>, Option<Vec<(u64, u32)>>);
+
+/// Seeds the arrival stream apart from the length stream.
+const ARRIVAL_STREAM: u64 = 0xA77A_5EED_0000_0001;
 
 /// Share of each burst's slot in which its requests arrive: a tenth, so a burst at 8 req/s mean
 /// arrives at about 80 req/s.
@@ -100,13 +109,40 @@ pub fn synthesize(
     }
     let len =
         usize::try_from(n).map_err(|_| infeasible(format!("{n} requests do not fit in memory")))?;
-    let duration = n as f64 / spec.rate;
+    let nominal = n as f64 / spec.rate;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let process = match (spec.arrival_cv, spec.shape) {
+        (None, _) => None,
+        (Some(_), Shape::Bursts) => {
+            return Err(infeasible("the bursts shape has its own arrival pattern; --cv applies to uniform and prefix-groups".into()));
+        }
+        (Some(cv), _) => {
+            let rate = Rate::new(spec.rate).map_err(|e| infeasible(e.to_string()))?;
+            Some(
+                ArrivalProcess::gamma(rate, cv)
+                    .map_err(|e| infeasible(format!("--cv: {}", e.why)))?,
+            )
+        }
+    };
+    // Evenly spaced by default; from the gamma process when asked, on its own seeded stream so that
+    // the lengths drawn below do not depend on it.
+    let spaced = || -> Vec<f64> {
+        match &process {
+            None => (0..n).map(|i| i as f64 / spec.rate).collect(),
+            Some(p) => {
+                let mut times: Vec<f64> = p.arrivals(seed ^ ARRIVAL_STREAM).take(len).collect();
+                // Start at 0 like the evenly spaced trace, so the first request is not delayed.
+                let first = times.first().copied().unwrap_or(0.0);
+                times.iter_mut().for_each(|t| *t -= first);
+                times
+            }
+        }
+    };
 
     let (times, inputs, outputs, groups): Columns = match spec.shape {
         Shape::Uniform => {
             need_input(spec.input_tokens, n)?;
-            let times = (0..n).map(|i| i as f64 / spec.rate).collect();
+            let times = spaced();
             (
                 times,
                 even_split(spec.input_tokens, len),
@@ -122,7 +158,7 @@ pub fn synthesize(
                     spec.bursts
                 )));
             }
-            let slot = duration / spec.bursts as f64;
+            let slot = nominal / spec.bursts as f64;
             let sizes = even_split(n, spec.bursts as usize);
             let mut times = Vec::with_capacity(len);
             for (b, &size) in sizes.iter().enumerate() {
@@ -163,7 +199,7 @@ pub fn synthesize(
             })?;
             // Each group is one conversation whose turns arrive back to back, so its prefix is
             // reused while it is hot; arrivals are evenly spaced as in the uniform trace.
-            let times = (0..n).map(|i| i as f64 / spec.rate).collect();
+            let times = spaced();
             let sizes = even_split(n, g as usize);
             let mut groups = Vec::with_capacity(len);
             for (gi, &size) in sizes.iter().enumerate() {
@@ -185,6 +221,14 @@ pub fn synthesize(
         }
     };
 
+    // The nominal `requests / rate`, unless random gaps ran past it: then one mean gap after the
+    // last arrival, so that every arrival lies inside the trace.
+    let last = times.last().copied().unwrap_or(0.0);
+    let duration = if last < nominal {
+        nominal
+    } else {
+        last + 1.0 / spec.rate
+    };
     let mut requests = Vec::with_capacity(len);
     for i in 0..len {
         let mut fields = RequestFields {
@@ -363,6 +407,23 @@ mod tests {
     }
 
     #[test]
+    fn poisson_arrivals_on_request() {
+        let mut spec = SynthSpec::practice(Shape::PrefixGroups);
+        spec.arrival_cv = Some(1.0);
+        let (h, reqs) = synthesize(&spec, 4).unwrap();
+        assert_eq!(reqs[0].t(), 0.0);
+        assert!(
+            reqs.windows(2)
+                .any(|w| (w[1].t() - w[0].t() - 0.125).abs() > 1e-3)
+        );
+        assert!(reqs.iter().all(|r| r.t() < h.duration_s().unwrap()));
+        assert_eq!(distinct_input(&reqs), 100_000);
+        let mut spec = SynthSpec::practice(Shape::Bursts);
+        spec.arrival_cv = Some(1.0);
+        assert!(synthesize(&spec, 0).is_err());
+    }
+
+    #[test]
     fn apportion_is_exact_and_at_least_one() {
         assert_eq!(apportion(10, &[1.0, 1.0, 1.0]), vec![4, 3, 3]);
         assert_eq!(apportion(3, &[5.0, 1.0, 1.0]), vec![1, 1, 1]);
@@ -402,12 +463,14 @@ mod tests {
             rate in 0.1f64..500.0,
             groups in 1u64..20,
             prefix in 0u64..5000,
+            cv in proptest::option::of(0.0f64..4.0),
         ) {
             let groups = groups.min(requests);
             let bursts = groups;
             let input_tokens = requests + extra_in + if shape == Shape::PrefixGroups { groups * prefix } else { 0 };
             let spec = SynthSpec {
                 shape, requests, input_tokens, output_tokens: requests + extra_out, rate, bursts, groups, prefix_tokens: prefix,
+                arrival_cv: if shape == Shape::Bursts { None } else { cv },
             };
             let (h, reqs) = synthesize(&spec, seed).unwrap();
             prop_assert_eq!(reqs.len() as u64, requests);

@@ -69,6 +69,10 @@ pub struct SynthArgs {
     /// Tokens of each group's shared prefix (shape prefix-groups).
     #[arg(long, default_value_t = 8_000)]
     prefix_tokens: u64,
+    /// Replace the evenly spaced arrivals of uniform and prefix-groups with gamma-distributed gaps
+    /// of this coefficient of variation at the same mean rate (1 = Poisson, above 1 = bursty).
+    #[arg(long)]
+    cv: Option<f64>,
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Print the written trace's statistics as one JSON document.
@@ -138,6 +142,7 @@ fn synth(args: SynthArgs) -> anyhow::Result<Outcome> {
         bursts: args.bursts,
         groups: args.groups,
         prefix_tokens: args.prefix_tokens,
+        arrival_cv: args.cv,
     };
     let (header, requests) = synthesize(&spec, args.seed)?;
     write_trace(&args.output, &header, &requests)?;
