@@ -1,0 +1,343 @@
+//! A loaded model with its tokenizer and template, and single-sequence generation.
+
+use std::fs::File;
+use std::io::{BufReader, Read, Seek};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use candle_core::Device;
+
+use crate::chat::{ChatTemplate, Message, render_plain};
+use crate::error::{EngineError, Result};
+use crate::gguf::{Metadata, ModelConfig, read_content};
+use crate::model::{KvCache, Model, SeqStep};
+use crate::sampling::SamplingParams;
+use crate::tokenizer::Tokenizer;
+
+/// Prompt tokens per forward call during prefill: bounds the attention score matrix
+/// (`heads × chunk × context` floats) whatever the prompt length.
+pub const DEFAULT_PREFILL_CHUNK: usize = 256;
+
+/// Why a generation ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop sequence.
+    Stop,
+    /// `max_tokens` reached.
+    Length,
+    /// The caller cancelled.
+    Cancelled,
+}
+
+impl FinishReason {
+    /// The OpenAI `finish_reason` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FinishReason::Stop => "stop",
+            FinishReason::Length => "length",
+            FinishReason::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// Options fixed at load time.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Context window to enforce; `None` means the model's trained context.
+    pub context: Option<usize>,
+    /// Device for weights and compute.
+    pub device: Device,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            context: None,
+            device: Device::Cpu,
+        }
+    }
+}
+
+/// Read only the tokenizer of a GGUF file (no weights): what `engine tokenize` needs.
+pub fn load_tokenizer<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result<Tokenizer> {
+    let content = read_content(reader, source_name)?;
+    Tokenizer::from_metadata(&Metadata::new(&content.metadata))
+}
+
+/// Open a GGUF file's tokenizer by path.
+pub fn load_tokenizer_file(path: &Path) -> Result<Tokenizer> {
+    let file = File::open(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    load_tokenizer(&mut BufReader::new(file), &path.display().to_string())
+}
+
+/// A model ready to generate: weights, tokenizer, chat template, context limit.
+#[derive(Debug)]
+pub struct LoadedModel {
+    model: Model,
+    tokenizer: Tokenizer,
+    template: Option<ChatTemplate>,
+    context: usize,
+    load_time: Duration,
+    name: String,
+}
+
+/// The outcome of one generation.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Generated token ids (the stop token excluded).
+    pub tokens: Vec<u32>,
+    /// Their text, cut before a stop sequence.
+    pub text: String,
+    /// Why it ended.
+    pub finish: FinishReason,
+    /// For each generated token, the gap between the best and second-best logit (a near-tie
+    /// detector for comparisons with other engines).
+    pub margins: Vec<f32>,
+}
+
+impl LoadedModel {
+    /// Load from a file path.
+    pub fn open(path: &Path, opts: &LoadOptions) -> Result<Self> {
+        let file = File::open(path).map_err(|source| EngineError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        Self::from_reader(&mut BufReader::new(file), &name, opts)
+    }
+
+    /// Load from any reader of GGUF bytes; `source_name` names it in errors and in `/v1/models`.
+    pub fn from_reader<R: Read + Seek>(
+        reader: &mut R,
+        source_name: &str,
+        opts: &LoadOptions,
+    ) -> Result<Self> {
+        let t0 = Instant::now();
+        let content = read_content(reader, source_name)?;
+        let md = Metadata::new(&content.metadata);
+        let cfg = ModelConfig::from_metadata(&md)?;
+        let tokenizer = Tokenizer::from_metadata(&md)?;
+        let template = match md.str_opt("tokenizer.chat_template")? {
+            Some(src) => Some(ChatTemplate::new(
+                src,
+                tokenizer.piece_text(tokenizer.bos()),
+                tokenizer.piece_text(tokenizer.eos()),
+            )?),
+            None => None,
+        };
+        let context = match opts.context {
+            Some(0) => {
+                return Err(EngineError::InvalidParameter {
+                    field: "context",
+                    message: "must be positive".into(),
+                });
+            }
+            Some(c) => c.min(cfg.context_length),
+            None => cfg.context_length,
+        };
+        let model = Model::load(cfg, &content, reader, &opts.device)?;
+        if model.vocab_size() < tokenizer.vocab_size() {
+            return Err(EngineError::Tensor {
+                name: "token_embd.weight".into(),
+                message: format!(
+                    "{} rows for a vocabulary of {}",
+                    model.vocab_size(),
+                    tokenizer.vocab_size()
+                ),
+            });
+        }
+        let name = source_name
+            .strip_suffix(".gguf")
+            .unwrap_or(source_name)
+            .to_owned();
+        Ok(Self {
+            model,
+            tokenizer,
+            template,
+            context,
+            load_time: t0.elapsed(),
+            name,
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// Context window enforced on requests.
+    pub fn context(&self) -> usize {
+        self.context
+    }
+
+    /// Time taken by `from_reader`.
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+
+    /// Display name (file name without `.gguf`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the model carries a chat template.
+    pub fn has_chat_template(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// Prompt text for chat messages: the model's template, or plain completion without one.
+    pub fn render_chat(&self, messages: &[Message]) -> Result<String> {
+        match &self.template {
+            Some(t) => t.render(messages, true),
+            None => Ok(render_plain(messages)),
+        }
+    }
+
+    /// Token ids of a prompt (special tokens parsed, BOS added when the model wants it).
+    pub fn encode_prompt(&self, text: &str) -> Result<Vec<u32>> {
+        self.tokenizer.encode(text, true, true)
+    }
+
+    /// Refuse a request that cannot fit the context window.
+    pub fn check_context(&self, prompt_tokens: usize, max_tokens: usize) -> Result<()> {
+        if prompt_tokens == 0 {
+            return Err(EngineError::InvalidParameter {
+                field: "prompt",
+                message: "the prompt has no tokens".into(),
+            });
+        }
+        if prompt_tokens + max_tokens > self.context {
+            return Err(EngineError::ContextLimit {
+                prompt_tokens,
+                max_tokens,
+                context: self.context,
+            });
+        }
+        Ok(())
+    }
+
+    /// Generate from prompt ids, one sequence alone. `on_token` sees each new id and may return
+    /// `false` to cancel.
+    pub fn generate(
+        &self,
+        prompt: &[u32],
+        params: &SamplingParams,
+        mut on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Generation> {
+        self.check_context(prompt.len(), params.max_tokens())?;
+        let mut cache = KvCache::new(
+            self.model.config(),
+            prompt.len() + params.max_tokens(),
+            self.model.device(),
+        )?;
+        let mut logits = None;
+        let chunks: Vec<&[u32]> = prompt.chunks(DEFAULT_PREFILL_CHUNK).collect();
+        for (i, chunk) in chunks.iter().enumerate() {
+            let want = i + 1 == chunks.len();
+            let mut step = [SeqStep {
+                tokens: chunk,
+                cache: &mut cache,
+                want_logits: want,
+            }];
+            logits = self.model.forward(&mut step)?.pop().flatten();
+        }
+        let mut sampler = params.sampler();
+        let mut detok = Detokenizer::default();
+        let mut out = Generation {
+            tokens: Vec::new(),
+            text: String::new(),
+            finish: FinishReason::Length,
+            margins: Vec::new(),
+        };
+        for _ in 0..params.max_tokens() {
+            let l = logits
+                .take()
+                .ok_or_else(|| EngineError::Compute("no logits from the forward pass".into()))?;
+            out.margins.push(top2_margin(&l));
+            let tok = sampler.sample(&l);
+            if self.tokenizer.end_of_generation().contains(&tok) {
+                out.finish = FinishReason::Stop;
+                break;
+            }
+            out.tokens.push(tok);
+            if !on_token(tok) {
+                out.finish = FinishReason::Cancelled;
+                break;
+            }
+            let piece = detok.push(&self.tokenizer, tok)?;
+            out.text.push_str(&piece);
+            if let Some(cut) = find_stop(&out.text, params.stop()) {
+                out.text.truncate(cut);
+                out.finish = FinishReason::Stop;
+                break;
+            }
+            if out.tokens.len() == params.max_tokens() {
+                break;
+            }
+            let one = [tok];
+            let mut step = [SeqStep {
+                tokens: &one,
+                cache: &mut cache,
+                want_logits: true,
+            }];
+            logits = self.model.forward(&mut step)?.pop().flatten();
+        }
+        Ok(out)
+    }
+}
+
+/// Gap between the largest and second-largest logit.
+pub fn top2_margin(logits: &[f32]) -> f32 {
+    let (mut a, mut b) = (f32::NEG_INFINITY, f32::NEG_INFINITY);
+    for &l in logits {
+        if l > a {
+            b = a;
+            a = l;
+        } else if l > b {
+            b = l;
+        }
+    }
+    a - b
+}
+
+/// Byte offset of the earliest stop sequence in `text`.
+pub fn find_stop(text: &str, stops: &[String]) -> Option<usize> {
+    stops.iter().filter_map(|s| text.find(s.as_str())).min()
+}
+
+/// Turns a stream of ids into text deltas, holding back bytes of an incomplete UTF-8 character
+/// (a multi-byte character split over byte-fallback tokens).
+#[derive(Debug, Default, Clone)]
+pub struct Detokenizer {
+    ids: Vec<u32>,
+    emitted: usize,
+}
+
+impl Detokenizer {
+    /// Add one id; returns the new complete text, possibly empty.
+    pub fn push(&mut self, tok: &Tokenizer, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = tok.decode(&self.ids)?;
+        if text.ends_with('\u{FFFD}')
+            || text.len() < self.emitted
+            || !text.is_char_boundary(self.emitted)
+        {
+            return Ok(String::new());
+        }
+        let delta = text[self.emitted..].to_owned();
+        self.emitted = text.len();
+        Ok(delta)
+    }
+}

@@ -1,0 +1,359 @@
+//! GGUF reading with clear errors, typed metadata access, and metadata → [`ModelConfig`].
+
+use std::collections::HashMap;
+use std::io::{Read, Seek};
+
+use candle_core::quantized::gguf_file::{Content, Value};
+
+use crate::error::{EngineError, Result};
+
+/// Read the GGUF header, metadata and tensor directory (not the tensor data) from any reader.
+///
+/// `source_name` names the bytes in errors (a path, or a label for in-memory data).
+pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result<Content> {
+    let content = Content::read(reader).map_err(|e| EngineError::Gguf {
+        source_name: source_name.to_owned(),
+        message: e.to_string(),
+    })?;
+    // candle reads the tensor directory but not the data; a file cut short after its directory
+    // must still be refused here rather than half-way through loading weights.
+    let end = reader
+        .seek(std::io::SeekFrom::End(0))
+        .map_err(|e| EngineError::Gguf {
+            source_name: source_name.to_owned(),
+            message: e.to_string(),
+        })?;
+    for (name, info) in &content.tensor_infos {
+        let elems = info.shape.elem_count();
+        let block = info.ggml_dtype.block_size();
+        let bytes = (elems / block.max(1)) as u64 * info.ggml_dtype.type_size() as u64;
+        let stop = content
+            .tensor_data_offset
+            .saturating_add(info.offset)
+            .saturating_add(bytes);
+        if stop > end {
+            return Err(EngineError::Gguf {
+                source_name: source_name.to_owned(),
+                message: format!(
+                    "truncated: tensor `{name}` ends at byte {stop}, the file has {end} bytes"
+                ),
+            });
+        }
+    }
+    Ok(content)
+}
+
+/// Typed access to GGUF metadata, with errors that name the key.
+#[derive(Debug, Clone, Copy)]
+pub struct Metadata<'a> {
+    map: &'a HashMap<String, Value>,
+}
+
+impl<'a> Metadata<'a> {
+    /// Wrap a metadata map.
+    pub fn new(map: &'a HashMap<String, Value>) -> Self {
+        Self { map }
+    }
+
+    fn err(key: &str, message: impl Into<String>) -> EngineError {
+        EngineError::Metadata {
+            key: key.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// The raw value, if present.
+    pub fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key)
+    }
+
+    /// A required non-negative integer of any GGUF integer type.
+    pub fn usize(&self, key: &str) -> Result<usize> {
+        let v = self.get(key).ok_or_else(|| Self::err(key, "missing"))?;
+        value_to_usize(v)
+            .ok_or_else(|| Self::err(key, format!("expected a non-negative integer, found {v:?}")))
+    }
+
+    /// An optional non-negative integer.
+    pub fn usize_opt(&self, key: &str) -> Result<Option<usize>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(_) => self.usize(key).map(Some),
+        }
+    }
+
+    /// A required float (F32 or F64).
+    pub fn f32(&self, key: &str) -> Result<f32> {
+        match self.get(key) {
+            Some(Value::F32(v)) => Ok(*v),
+            Some(Value::F64(v)) => Ok(*v as f32),
+            Some(v) => Err(Self::err(key, format!("expected a float, found {v:?}"))),
+            None => Err(Self::err(key, "missing")),
+        }
+    }
+
+    /// An optional float.
+    pub fn f32_opt(&self, key: &str) -> Result<Option<f32>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(_) => self.f32(key).map(Some),
+        }
+    }
+
+    /// An optional boolean.
+    pub fn bool_opt(&self, key: &str) -> Result<Option<bool>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Bool(b)) => Ok(Some(*b)),
+            Some(v) => Err(Self::err(key, format!("expected a bool, found {v:?}"))),
+        }
+    }
+
+    /// A required string.
+    pub fn str(&self, key: &str) -> Result<&'a str> {
+        match self.get(key) {
+            Some(Value::String(s)) => Ok(s),
+            Some(v) => Err(Self::err(
+                key,
+                format!("expected a string, found {:?}", v.value_type()),
+            )),
+            None => Err(Self::err(key, "missing")),
+        }
+    }
+
+    /// An optional string.
+    pub fn str_opt(&self, key: &str) -> Result<Option<&'a str>> {
+        match self.get(key) {
+            None => Ok(None),
+            Some(_) => self.str(key).map(Some),
+        }
+    }
+
+    fn array(&self, key: &str) -> Result<&'a [Value]> {
+        match self.get(key) {
+            Some(Value::Array(a)) => Ok(a),
+            Some(v) => Err(Self::err(
+                key,
+                format!("expected an array, found {:?}", v.value_type()),
+            )),
+            None => Err(Self::err(key, "missing")),
+        }
+    }
+
+    /// A required array of strings.
+    pub fn str_array(&self, key: &str) -> Result<Vec<&'a str>> {
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::String(s) => Ok(s.as_str()),
+                other => Err(Self::err(
+                    key,
+                    format!(
+                        "element {i}: expected a string, found {:?}",
+                        other.value_type()
+                    ),
+                )),
+            })
+            .collect()
+    }
+
+    /// An optional array of floats.
+    pub fn f32_array_opt(&self, key: &str) -> Result<Option<Vec<f32>>> {
+        if self.get(key).is_none() {
+            return Ok(None);
+        }
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| match v {
+                Value::F32(f) => Ok(*f),
+                Value::F64(f) => Ok(*f as f32),
+                other => Err(Self::err(
+                    key,
+                    format!(
+                        "element {i}: expected a float, found {:?}",
+                        other.value_type()
+                    ),
+                )),
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    /// An optional array of integers.
+    pub fn i64_array_opt(&self, key: &str) -> Result<Option<Vec<i64>>> {
+        if self.get(key).is_none() {
+            return Ok(None);
+        }
+        self.array(key)?
+            .iter()
+            .enumerate()
+            .map(|(i, v)| {
+                value_to_i64(v).ok_or_else(|| {
+                    Self::err(
+                        key,
+                        format!(
+                            "element {i}: expected an integer, found {:?}",
+                            v.value_type()
+                        ),
+                    )
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+}
+
+fn value_to_i64(v: &Value) -> Option<i64> {
+    Some(match *v {
+        Value::U8(x) => x.into(),
+        Value::I8(x) => x.into(),
+        Value::U16(x) => x.into(),
+        Value::I16(x) => x.into(),
+        Value::U32(x) => x.into(),
+        Value::I32(x) => x.into(),
+        Value::U64(x) => i64::try_from(x).ok()?,
+        Value::I64(x) => x,
+        _ => return None,
+    })
+}
+
+fn value_to_usize(v: &Value) -> Option<usize> {
+    usize::try_from(value_to_i64(v)?).ok()
+}
+
+/// The model families this engine implements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Architecture {
+    /// Llama and its relatives (SmolLM2): RMSNorm, SiLU-gated MLP, interleaved RoPE.
+    Llama,
+    /// Gemma 3: extra post-norms, Q/K norms, GELU-tanh MLP, sliding-window layers, NeoX RoPE.
+    Gemma3,
+}
+
+impl Architecture {
+    /// The `general.architecture` string.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Architecture::Llama => "llama",
+            Architecture::Gemma3 => "gemma3",
+        }
+    }
+}
+
+/// Shape and hyper-parameters of a model, read from GGUF metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelConfig {
+    /// Model family.
+    pub arch: Architecture,
+    /// `general.name`, for display.
+    pub name: String,
+    /// Transformer blocks.
+    pub n_layer: usize,
+    /// Hidden size.
+    pub n_embd: usize,
+    /// MLP inner size.
+    pub n_ff: usize,
+    /// Query heads.
+    pub n_head: usize,
+    /// Key/value heads (grouped-query attention when fewer than `n_head`).
+    pub n_kv_head: usize,
+    /// Size of one head.
+    pub head_dim: usize,
+    /// Context length the model was trained for.
+    pub context_length: usize,
+    /// RoPE base of full-attention layers.
+    pub rope_base: f32,
+    /// RoPE base of sliding-window layers (Gemma 3), if different.
+    pub rope_base_local: f32,
+    /// RMSNorm epsilon.
+    pub rms_eps: f32,
+    /// Sliding window of local layers, in tokens (Gemma 3).
+    pub sliding_window: Option<usize>,
+    /// Every `swa_period`-th layer is global; the others use the sliding window.
+    pub swa_period: usize,
+    /// Multiplier applied to the token embeddings (Gemma: sqrt(n_embd)).
+    pub embedding_scale: f32,
+    /// Multiplier applied to queries before the dot product.
+    pub attention_scale: f32,
+}
+
+impl ModelConfig {
+    /// Read the configuration from GGUF metadata.
+    pub fn from_metadata(md: &Metadata<'_>) -> Result<Self> {
+        let arch_name = md.str("general.architecture")?;
+        let arch = match arch_name {
+            "llama" => Architecture::Llama,
+            "gemma3" => Architecture::Gemma3,
+            other => return Err(EngineError::UnknownArchitecture(other.to_owned())),
+        };
+        let p = arch.as_str();
+        let key = |k: &str| format!("{p}.{k}");
+        let n_embd = md.usize(&key("embedding_length"))?;
+        let n_head = md.usize(&key("attention.head_count"))?;
+        if n_head == 0 || n_embd == 0 {
+            return Err(EngineError::Metadata {
+                key: key("attention.head_count"),
+                message: "must be positive".into(),
+            });
+        }
+        let n_kv_head = md
+            .usize_opt(&key("attention.head_count_kv"))?
+            .unwrap_or(n_head);
+        if n_kv_head == 0 || n_head % n_kv_head != 0 {
+            return Err(EngineError::Metadata {
+                key: key("attention.head_count_kv"),
+                message: format!("{n_kv_head} does not divide the {n_head} query heads"),
+            });
+        }
+        let head_dim = match md.usize_opt(&key("attention.key_length"))? {
+            Some(d) => d,
+            None => n_embd / n_head,
+        };
+        let rope_base = md.f32_opt(&key("rope.freq_base"))?.unwrap_or(10_000.0);
+        let (sliding_window, swa_period, rope_base_local, embedding_scale, attention_scale) =
+            match arch {
+                Architecture::Llama => (None, 0, rope_base, 1.0, 1.0 / (head_dim as f32).sqrt()),
+                // Gemma 3 (as llama.cpp runs it): five local layers then one global, local RoPE base
+                // 10 000, embeddings scaled by sqrt(n_embd), queries by 1/sqrt(head_dim).
+                Architecture::Gemma3 => (
+                    md.usize_opt(&key("attention.sliding_window"))?,
+                    6,
+                    10_000.0,
+                    (n_embd as f32).sqrt(),
+                    1.0 / (head_dim as f32).sqrt(),
+                ),
+            };
+        Ok(Self {
+            arch,
+            name: md.str_opt("general.name")?.unwrap_or(p).to_owned(),
+            n_layer: md.usize(&key("block_count"))?,
+            n_embd,
+            n_ff: md.usize(&key("feed_forward_length"))?,
+            n_head,
+            n_kv_head,
+            head_dim,
+            context_length: md.usize(&key("context_length"))?,
+            rope_base,
+            rope_base_local,
+            rms_eps: md.f32(&key("attention.layer_norm_rms_epsilon"))?,
+            sliding_window,
+            swa_period,
+            embedding_scale,
+            attention_scale,
+        })
+    }
+
+    /// Whether layer `il` attends through the sliding window.
+    pub fn is_local_layer(&self, il: usize) -> bool {
+        self.sliding_window.is_some()
+            && self.swa_period > 0
+            && il % self.swa_period < self.swa_period - 1
+    }
+
+    /// Bytes of KV cache one token occupies (f32 keys and values, all layers).
+    pub fn kv_bytes_per_token(&self) -> usize {
+        2 * self.n_layer * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>()
+    }
+}

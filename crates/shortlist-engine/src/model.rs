@@ -1,0 +1,636 @@
+//! Our forward pass for the llama family (SmolLM2) and Gemma 3, on candle's tensor ops, with the
+//! KV cache kept outside the model so that a scheduler can own it.
+//!
+//! One call to [`Model::forward`] runs any number of sequences, each with any number of new
+//! tokens (a prefill chunk or one decode token): the projections and the MLP run once over all
+//! new tokens of all sequences stacked as rows, and attention runs per sequence against its own
+//! cache. Logits are computed only for the rows a caller asks for, because the output projection
+//! over a 262k vocabulary costs more than a whole layer.
+
+use std::io::{Read, Seek};
+use std::sync::Arc;
+
+use candle_core::quantized::gguf_file::Content;
+use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+
+use crate::error::{EngineError, Result};
+use crate::gguf::{Architecture, ModelConfig};
+
+/// Per-sequence key/value cache: one preallocated `(n_kv_head, capacity, head_dim)` tensor per
+/// layer for keys and one for values. Appending writes in place (`slice_set`), so a step costs
+/// the new tokens only, never a copy of the history.
+#[derive(Debug)]
+pub struct KvCache {
+    k: Vec<Tensor>,
+    v: Vec<Tensor>,
+    len: usize,
+    capacity: usize,
+}
+
+impl KvCache {
+    /// A cache for up to `capacity` tokens.
+    pub fn new(cfg: &ModelConfig, capacity: usize, device: &Device) -> Result<Self> {
+        let mut k = Vec::with_capacity(cfg.n_layer);
+        let mut v = Vec::with_capacity(cfg.n_layer);
+        for _ in 0..cfg.n_layer {
+            k.push(Tensor::zeros(
+                (cfg.n_kv_head, capacity, cfg.head_dim),
+                DType::F32,
+                device,
+            )?);
+            v.push(Tensor::zeros(
+                (cfg.n_kv_head, capacity, cfg.head_dim),
+                DType::F32,
+                device,
+            )?);
+        }
+        Ok(Self {
+            k,
+            v,
+            len: 0,
+            capacity,
+        })
+    }
+
+    /// Tokens held.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether no token is held.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Tokens it can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
+    }
+
+    /// Forget everything after the first `len` tokens.
+    pub fn truncate(&mut self, len: usize) {
+        self.len = self.len.min(len);
+    }
+
+    /// Keys and values of layer `layer` for positions `start..start+len`, each
+    /// `(n_kv_head, len, head_dim)`, contiguous copies (for the prefix cache).
+    pub fn read_block(&self, layer: usize, start: usize, len: usize) -> Result<(Tensor, Tensor)> {
+        let k = self.k[layer].narrow(1, start, len)?.contiguous()?;
+        let v = self.v[layer].narrow(1, start, len)?.contiguous()?;
+        Ok((k, v))
+    }
+
+    /// Write keys and values for layer `layer` at position `at` (for the prefix cache); the
+    /// caller sets the length with [`KvCache::set_len`] once every layer is written.
+    pub fn write_block(&mut self, layer: usize, at: usize, k: &Tensor, v: &Tensor) -> Result<()> {
+        self.k[layer].slice_set(k, 1, at)?;
+        self.v[layer].slice_set(v, 1, at)?;
+        Ok(())
+    }
+
+    /// Declare the first `len` tokens valid (after [`KvCache::write_block`]).
+    pub fn set_len(&mut self, len: usize) -> Result<()> {
+        if len > self.capacity {
+            return Err(EngineError::Compute(format!(
+                "KV length {len} exceeds capacity {}",
+                self.capacity
+            )));
+        }
+        self.len = len;
+        Ok(())
+    }
+}
+
+/// New tokens of one sequence for one forward step.
+#[derive(Debug)]
+pub struct SeqStep<'a> {
+    /// Token ids to append (a prefill chunk, or one token when decoding).
+    pub tokens: &'a [u32],
+    /// The sequence's cache; the tokens go at positions `cache.len()..`.
+    pub cache: &'a mut KvCache,
+    /// Whether to return the logits of the last new token.
+    pub want_logits: bool,
+}
+
+struct Layer {
+    attn_norm: Tensor,
+    wq: QMatMul,
+    wk: QMatMul,
+    wv: QMatMul,
+    wo: QMatMul,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    post_attn_norm: Option<Tensor>,
+    ffn_norm: Tensor,
+    post_ffn_norm: Option<Tensor>,
+    gate: QMatMul,
+    up: QMatMul,
+    down: QMatMul,
+    local: bool,
+}
+
+/// A loaded model: configuration and weights; no per-request state.
+pub struct Model {
+    cfg: ModelConfig,
+    device: Device,
+    embed: Arc<QTensor>,
+    output: QMatMul,
+    output_norm: Tensor,
+    layers: Vec<Layer>,
+    weight_bytes: usize,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("cfg", &self.cfg)
+            .field("weight_bytes", &self.weight_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+struct Loader<'c, R> {
+    content: &'c Content,
+    reader: &'c mut R,
+    device: &'c Device,
+    bytes: usize,
+}
+
+impl<R: Read + Seek> Loader<'_, R> {
+    fn qtensor(&mut self, name: &str) -> Result<QTensor> {
+        let t = self
+            .content
+            .tensor(self.reader, name, self.device)
+            .map_err(|e| EngineError::Tensor {
+                name: name.to_owned(),
+                message: e.to_string(),
+            })?;
+        self.bytes += t.storage_size_in_bytes();
+        Ok(t)
+    }
+
+    fn has(&self, name: &str) -> bool {
+        self.content.tensor_infos.contains_key(name)
+    }
+
+    fn matmul(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatMul> {
+        let t = self.qtensor(name)?;
+        if t.shape().dims() != [rows, cols] {
+            return Err(EngineError::Tensor {
+                name: name.to_owned(),
+                message: format!("shape {:?}, expected [{rows}, {cols}]", t.shape().dims()),
+            });
+        }
+        QMatMul::from_qtensor(t).map_err(|e| EngineError::Tensor {
+            name: name.to_owned(),
+            message: e.to_string(),
+        })
+    }
+
+    fn vector(&mut self, name: &str, len: usize) -> Result<Tensor> {
+        let t = self.qtensor(name)?;
+        let t = t.dequantize(self.device).map_err(|e| EngineError::Tensor {
+            name: name.to_owned(),
+            message: e.to_string(),
+        })?;
+        if t.dims() != [len] {
+            return Err(EngineError::Tensor {
+                name: name.to_owned(),
+                message: format!("shape {:?}, expected [{len}]", t.dims()),
+            });
+        }
+        Ok(t)
+    }
+
+    fn opt_vector(&mut self, name: &str, len: usize) -> Result<Option<Tensor>> {
+        if self.has(name) {
+            self.vector(name, len).map(Some)
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+impl Model {
+    /// Load the weights described by `content` from `reader` (the same bytes `content` was read
+    /// from) onto `device`.
+    pub fn load<R: Read + Seek>(
+        cfg: ModelConfig,
+        content: &Content,
+        reader: &mut R,
+        device: &Device,
+    ) -> Result<Self> {
+        let mut l = Loader {
+            content,
+            reader,
+            device,
+            bytes: 0,
+        };
+        let (e, hd) = (cfg.n_embd, cfg.head_dim);
+        let embed = l.qtensor("token_embd.weight")?;
+        let vocab = embed.shape().dims().first().copied().unwrap_or(0);
+        if embed.shape().dims() != [vocab, e] {
+            return Err(EngineError::Tensor {
+                name: "token_embd.weight".into(),
+                message: format!("shape {:?}, expected [vocab, {e}]", embed.shape().dims()),
+            });
+        }
+        let embed = Arc::new(embed);
+        // Tied embeddings share the quantized tensor rather than loading it twice.
+        let output = if l.has("output.weight") {
+            l.matmul("output.weight", vocab, e)?
+        } else {
+            QMatMul::from_arc(embed.clone())?
+        };
+        let output_norm = l.vector("output_norm.weight", e)?;
+        let gemma = cfg.arch == Architecture::Gemma3;
+        let mut layers = Vec::with_capacity(cfg.n_layer);
+        for il in 0..cfg.n_layer {
+            let p = format!("blk.{il}.");
+            let n = |s: &str| format!("{p}{s}");
+            layers.push(Layer {
+                attn_norm: l.vector(&n("attn_norm.weight"), e)?,
+                wq: l.matmul(&n("attn_q.weight"), cfg.n_head * hd, e)?,
+                wk: l.matmul(&n("attn_k.weight"), cfg.n_kv_head * hd, e)?,
+                wv: l.matmul(&n("attn_v.weight"), cfg.n_kv_head * hd, e)?,
+                wo: l.matmul(&n("attn_output.weight"), e, cfg.n_head * hd)?,
+                q_norm: if gemma {
+                    Some(l.vector(&n("attn_q_norm.weight"), hd)?)
+                } else {
+                    None
+                },
+                k_norm: if gemma {
+                    Some(l.vector(&n("attn_k_norm.weight"), hd)?)
+                } else {
+                    None
+                },
+                post_attn_norm: if gemma {
+                    Some(l.vector(&n("post_attention_norm.weight"), e)?)
+                } else {
+                    l.opt_vector(&n("post_attention_norm.weight"), e)?
+                },
+                ffn_norm: l.vector(&n("ffn_norm.weight"), e)?,
+                post_ffn_norm: if gemma {
+                    Some(l.vector(&n("post_ffw_norm.weight"), e)?)
+                } else {
+                    None
+                },
+                gate: l.matmul(&n("ffn_gate.weight"), cfg.n_ff, e)?,
+                up: l.matmul(&n("ffn_up.weight"), cfg.n_ff, e)?,
+                down: l.matmul(&n("ffn_down.weight"), e, cfg.n_ff)?,
+                local: cfg.is_local_layer(il),
+            });
+        }
+        let weight_bytes = l.bytes;
+        Ok(Self {
+            cfg,
+            device: device.clone(),
+            embed,
+            output,
+            output_norm,
+            layers,
+            weight_bytes,
+        })
+    }
+
+    /// The model's configuration.
+    pub fn config(&self) -> &ModelConfig {
+        &self.cfg
+    }
+
+    /// The device the weights live on.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    /// Bytes of weights held (quantized where the file is).
+    pub fn weight_bytes(&self) -> usize {
+        self.weight_bytes
+    }
+
+    /// Vocabulary size (rows of the embedding).
+    pub fn vocab_size(&self) -> usize {
+        self.embed.shape().dims()[0]
+    }
+
+    /// Run one step over several sequences. Returns, for each sequence with `want_logits`, the
+    /// logits of its last new token (`vocab` floats), in input order; `None` for the others.
+    pub fn forward(&self, seqs: &mut [SeqStep<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
+        let cfg = &self.cfg;
+        let total: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        if total == 0 {
+            return Ok(seqs.iter().map(|_| None).collect());
+        }
+        for s in seqs.iter() {
+            if s.tokens.is_empty() {
+                return Err(EngineError::Compute(
+                    "a sequence in the step has no new tokens".into(),
+                ));
+            }
+            if s.cache.len + s.tokens.len() > s.cache.capacity {
+                return Err(EngineError::Compute(format!(
+                    "KV cache full: {} + {} tokens > capacity {}",
+                    s.cache.len,
+                    s.tokens.len(),
+                    s.cache.capacity
+                )));
+            }
+        }
+        let vocab = self.vocab_size();
+        let mut ids = Vec::with_capacity(total);
+        for s in seqs.iter() {
+            if let Some(&bad) = s.tokens.iter().find(|&&t| t as usize >= vocab) {
+                return Err(EngineError::InvalidParameter {
+                    field: "tokens",
+                    message: format!("token id {bad} outside vocabulary of {vocab}"),
+                });
+            }
+            ids.extend_from_slice(s.tokens);
+        }
+        let ids = Tensor::new(ids.as_slice(), &self.device)?;
+        let mut x = self.embed.embedding(&ids)?; // (T, e)
+        if cfg.embedding_scale != 1.0 {
+            x = (x * f64::from(cfg.embedding_scale))?;
+        }
+        // Rotary tables for exactly the positions this step touches, per sequence and base.
+        let ropes: Vec<(Tensor, Tensor, Option<(Tensor, Tensor)>)> = seqs
+            .iter()
+            .map(|s| {
+                let (c, si) = rope_table(
+                    cfg.rope_base,
+                    cfg.head_dim,
+                    s.cache.len,
+                    s.tokens.len(),
+                    &self.device,
+                )?;
+                let local = if cfg.sliding_window.is_some() && cfg.rope_base_local != cfg.rope_base
+                {
+                    Some(rope_table(
+                        cfg.rope_base_local,
+                        cfg.head_dim,
+                        s.cache.len,
+                        s.tokens.len(),
+                        &self.device,
+                    )?)
+                } else {
+                    None
+                };
+                Ok((c, si, local))
+            })
+            .collect::<Result<_>>()?;
+        let masks: Vec<(Option<Tensor>, Option<Tensor>)> = seqs
+            .iter()
+            .map(|s| {
+                let global = attention_mask(s.cache.len, s.tokens.len(), None, &self.device)?;
+                let local = match cfg.sliding_window {
+                    Some(w) => attention_mask(s.cache.len, s.tokens.len(), Some(w), &self.device)?,
+                    None => None,
+                };
+                Ok((global, local))
+            })
+            .collect::<Result<_>>()?;
+        for (il, layer) in self.layers.iter().enumerate() {
+            let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
+            let q = layer.wq.forward(&h)?;
+            let k = layer.wk.forward(&h)?;
+            let v = layer.wv.forward(&h)?;
+            let mut outs = Vec::with_capacity(seqs.len());
+            let mut row = 0;
+            for (si, s) in seqs.iter_mut().enumerate() {
+                let t = s.tokens.len();
+                let (cos, sin) = match (&ropes[si].2, layer.local) {
+                    (Some((c, sn)), true) => (c, sn),
+                    _ => (&ropes[si].0, &ropes[si].1),
+                };
+                let mask = if layer.local {
+                    masks[si].1.as_ref()
+                } else {
+                    masks[si].0.as_ref()
+                };
+                let o = self.attend(
+                    il,
+                    layer,
+                    s,
+                    q.narrow(0, row, t)?,
+                    k.narrow(0, row, t)?,
+                    v.narrow(0, row, t)?,
+                    cos,
+                    sin,
+                    mask,
+                )?;
+                outs.push(o);
+                row += t;
+            }
+            let attn = if outs.len() == 1 {
+                outs.swap_remove(0)
+            } else {
+                Tensor::cat(&outs, 0)?
+            };
+            let mut attn = layer.wo.forward(&attn)?;
+            if let Some(w) = &layer.post_attn_norm {
+                attn = candle_nn::ops::rms_norm(&attn, w, cfg.rms_eps)?;
+            }
+            x = (x + attn)?;
+            let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
+            let gate = layer.gate.forward(&h)?;
+            let gate = match cfg.arch {
+                Architecture::Llama => candle_nn::ops::silu(&gate)?,
+                // Gemma uses GELU with the tanh approximation (candle's `gelu`).
+                Architecture::Gemma3 => gate.gelu()?,
+            };
+            let mut ffn = layer.down.forward(&(gate * layer.up.forward(&h)?)?)?;
+            if let Some(w) = &layer.post_ffn_norm {
+                ffn = candle_nn::ops::rms_norm(&ffn, w, cfg.rms_eps)?;
+            }
+            x = (x + ffn)?;
+        }
+        for s in seqs.iter_mut() {
+            s.cache.len += s.tokens.len();
+        }
+        // Logits only for the last new token of the sequences that want them.
+        let mut rows = Vec::new();
+        let mut end = 0u32;
+        for s in seqs.iter() {
+            end += s.tokens.len() as u32;
+            if s.want_logits {
+                rows.push(end - 1);
+            }
+        }
+        let mut result = vec![None; seqs.len()];
+        if rows.is_empty() {
+            return Ok(result);
+        }
+        let idx = Tensor::new(rows.as_slice(), &self.device)?;
+        let last = x.index_select(&idx, 0)?;
+        let last = candle_nn::ops::rms_norm(&last, &self.output_norm, cfg.rms_eps)?;
+        let logits = self
+            .output
+            .forward(&last)?
+            .to_dtype(DType::F32)?
+            .to_vec2::<f32>()?;
+        let mut it = logits.into_iter();
+        for (slot, s) in result.iter_mut().zip(seqs.iter()) {
+            if s.want_logits {
+                *slot = it.next();
+            }
+        }
+        Ok(result)
+    }
+
+    /// Attention of one sequence's new tokens in one layer; appends their keys and values to the
+    /// sequence's cache (the length is advanced by the caller after the last layer).
+    #[allow(clippy::too_many_arguments)] // One call site; a struct would only rename the same values.
+    fn attend(
+        &self,
+        il: usize,
+        layer: &Layer,
+        s: &mut SeqStep<'_>,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        cos: &Tensor,
+        sin: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (t, hd, nh, nkv) = (s.tokens.len(), cfg.head_dim, cfg.n_head, cfg.n_kv_head);
+        let pos = s.cache.len;
+        let mut q = q.reshape((t, nh, hd))?;
+        let mut k = k.reshape((t, nkv, hd))?;
+        if let Some(w) = &layer.q_norm {
+            q = candle_nn::ops::rms_norm(&q.contiguous()?, w, cfg.rms_eps)?;
+        }
+        if let Some(w) = &layer.k_norm {
+            k = candle_nn::ops::rms_norm(&k.contiguous()?, w, cfg.rms_eps)?;
+        }
+        let q = q.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
+        let k = k.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
+        let (q, k) = match cfg.arch {
+            // llama.cpp's llama GGUF permutes Q/K so that rotation pairs are adjacent.
+            Architecture::Llama => (
+                candle_nn::rotary_emb::rope_i(&q, cos, sin)?,
+                candle_nn::rotary_emb::rope_i(&k, cos, sin)?,
+            ),
+            Architecture::Gemma3 => (
+                candle_nn::rotary_emb::rope(&q, cos, sin)?,
+                candle_nn::rotary_emb::rope(&k, cos, sin)?,
+            ),
+        };
+        let k = k.squeeze(0)?.contiguous()?;
+        let v = v.reshape((t, nkv, hd))?.transpose(0, 1)?.contiguous()?;
+        s.cache.k[il].slice_set(&k, 1, pos)?;
+        s.cache.v[il].slice_set(&v, 1, pos)?;
+        let end = pos + t;
+        // Sliding-window layers never need keys older than the window of the first new token.
+        let start = match (layer.local, cfg.sliding_window) {
+            (true, Some(w)) => (pos + 1).saturating_sub(w),
+            _ => 0,
+        };
+        let kk = s.cache.k[il].narrow(1, start, end - start)?;
+        let vv = s.cache.v[il].narrow(1, start, end - start)?;
+        let g = nh / nkv;
+        // Heads sharing a KV head are stacked as rows, so no key or value is copied per head.
+        let q = (q.squeeze(0)? * f64::from(cfg.attention_scale))?.reshape((nkv, g * t, hd))?;
+        let scores = q.matmul(&kk.t()?)?; // (nkv, g*t, L)
+        let scores = match mask {
+            Some(m) => {
+                let l = end - start;
+                let m = m.narrow(1, m.dim(1)? - l, l)?;
+                scores
+                    .reshape((nkv, g, t, l))?
+                    .broadcast_add(&m)?
+                    .reshape((nkv, g * t, l))?
+            }
+            None => scores,
+        };
+        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+        let out = probs.matmul(&vv.contiguous()?)?; // (nkv, g*t, hd)
+        let out = out
+            .reshape((nh, t, hd))?
+            .transpose(0, 1)?
+            .contiguous()?
+            .reshape((t, nh * hd))?;
+        Ok(out)
+    }
+}
+
+/// Cos and sin tables `(len, head_dim / 2)` for positions `start..start+len`.
+fn rope_table(
+    base: f32,
+    head_dim: usize,
+    start: usize,
+    len: usize,
+    device: &Device,
+) -> Result<(Tensor, Tensor)> {
+    let half = head_dim / 2;
+    let mut cos = Vec::with_capacity(len * half);
+    let mut sin = Vec::with_capacity(len * half);
+    for p in start..start + len {
+        for i in 0..half {
+            let freq = f64::from(base).powf(-((2 * i) as f64) / head_dim as f64);
+            let a = p as f64 * freq;
+            cos.push(a.cos() as f32);
+            sin.push(a.sin() as f32);
+        }
+    }
+    Ok((
+        Tensor::from_vec(cos, (len, half), device)?,
+        Tensor::from_vec(sin, (len, half), device)?,
+    ))
+}
+
+/// Additive mask `(t, pos + t)` for `t` new tokens after `pos` cached ones: 0 where a query may
+/// see a key (causal, and within `window` when given), -inf elsewhere. `None` when nothing is
+/// masked (a single decode token with no window cut).
+fn attention_mask(
+    pos: usize,
+    t: usize,
+    window: Option<usize>,
+    device: &Device,
+) -> Result<Option<Tensor>> {
+    let l = pos + t;
+    let visible = |i: usize, j: usize| {
+        let p = pos + i;
+        j <= p && window.is_none_or(|w| p - j < w)
+    };
+    if t == 1 && window.is_none_or(|w| w >= l) {
+        return Ok(None);
+    }
+    let mut m = Vec::with_capacity(t * l);
+    for i in 0..t {
+        for j in 0..l {
+            m.push(if visible(i, j) {
+                0f32
+            } else {
+                f32::NEG_INFINITY
+            });
+        }
+    }
+    Ok(Some(Tensor::from_vec(m, (t, l), device)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mask_is_causal_and_windowed() {
+        let dev = Device::Cpu;
+        let m = attention_mask(2, 2, None, &dev)
+            .unwrap()
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(m[0], vec![0.0, 0.0, 0.0, f32::NEG_INFINITY]);
+        assert_eq!(m[1], vec![0.0, 0.0, 0.0, 0.0]);
+        let m = attention_mask(2, 2, Some(2), &dev)
+            .unwrap()
+            .unwrap()
+            .to_vec2::<f32>()
+            .unwrap();
+        assert_eq!(m[0], vec![f32::NEG_INFINITY, 0.0, 0.0, f32::NEG_INFINITY]);
+        assert_eq!(m[1], vec![f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, 0.0]);
+        assert!(attention_mask(5, 1, None, &dev).unwrap().is_none());
+    }
+}

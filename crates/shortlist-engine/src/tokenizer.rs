@@ -1,0 +1,333 @@
+//! The tokenizer, rebuilt from GGUF metadata so that it matches llama.cpp token for token.
+//!
+//! Two families are supported, chosen by `tokenizer.ggml.model`:
+//!
+//! - `gpt2`: byte-level BPE with the file's merges. The pre-tokenizer follows
+//!   `tokenizer.ggml.pre` the way llama.cpp does; for `smollm` (and its siblings) digits are
+//!   isolated with `\p{N}` before the GPT-2 split.
+//! - `llama`: SentencePiece run as llama.cpp runs it, that is BPE where adjacent pieces merge in
+//!   the order of the merged piece's score (merges derived from the scores), byte fallback for
+//!   pieces outside the vocabulary, and a space prefix only when `add_space_prefix` says so.
+//!   A Unigram (Viterbi) reading of the same vocabulary does not match llama.cpp.
+//!
+//! Control tokens are parsed from the text only when asked (`parse_special`); user-defined tokens
+//! (Gemma's whitespace runs and HTML tags) are always matched in the raw text, as llama.cpp does.
+
+use std::sync::OnceLock;
+
+use tokenizers::decoders::DecoderWrapper;
+use tokenizers::decoders::byte_fallback::ByteFallback;
+use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
+use tokenizers::decoders::fuse::Fuse;
+use tokenizers::decoders::sequence::Sequence as DecoderSequence;
+use tokenizers::decoders::strip::Strip;
+use tokenizers::models::bpe::{BPE, Vocab};
+use tokenizers::normalizers::{
+    NormalizerWrapper, Prepend, Replace, Sequence as NormalizerSequence,
+};
+use tokenizers::pre_tokenizers::PreTokenizerWrapper;
+use tokenizers::pre_tokenizers::byte_level::ByteLevel;
+use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
+use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
+use tokenizers::{AddedToken, ModelWrapper, SplitDelimiterBehavior, Tokenizer as HfTokenizer};
+
+use crate::error::{EngineError, Result};
+use crate::gguf::Metadata;
+
+/// llama.cpp's token types (`tokenizer.ggml.token_type`).
+mod token_type {
+    pub const NORMAL: i64 = 1;
+    pub const UNKNOWN: i64 = 2;
+    pub const CONTROL: i64 = 3;
+    pub const USER_DEFINED: i64 = 4;
+}
+
+fn tok_err(e: impl std::fmt::Display) -> EngineError {
+    EngineError::Tokenizer(e.to_string())
+}
+
+/// A tokenizer for one model, with its special token ids.
+#[derive(Debug)]
+pub struct Tokenizer {
+    inner: HfTokenizer,
+    /// The same tokenizer with control tokens treated as plain text, built on first use.
+    plain: OnceLock<HfTokenizer>,
+    bos: Option<u32>,
+    eos: Option<u32>,
+    add_bos: bool,
+    eog: Vec<u32>,
+    vocab_size: usize,
+}
+
+impl Tokenizer {
+    /// Rebuild the tokenizer from GGUF metadata.
+    pub fn from_metadata(md: &Metadata<'_>) -> Result<Self> {
+        let model = md.str("tokenizer.ggml.model")?;
+        let tokens = md.str_array("tokenizer.ggml.tokens")?;
+        let types = md
+            .i64_array_opt("tokenizer.ggml.token_type")?
+            .unwrap_or_else(|| vec![token_type::NORMAL; tokens.len()]);
+        if types.len() != tokens.len() {
+            return Err(EngineError::Metadata {
+                key: "tokenizer.ggml.token_type".into(),
+                message: format!("{} types for {} tokens", types.len(), tokens.len()),
+            });
+        }
+        let bos = md
+            .usize_opt("tokenizer.ggml.bos_token_id")?
+            .map(|v| v as u32);
+        let eos = md
+            .usize_opt("tokenizer.ggml.eos_token_id")?
+            .map(|v| v as u32);
+        let mut inner = match model {
+            "gpt2" => build_gpt2(md, &tokens)?,
+            "llama" => build_spm(md, &tokens, &types)?,
+            other => {
+                return Err(EngineError::Metadata {
+                    key: "tokenizer.ggml.model".into(),
+                    message: format!(
+                        "tokenizer model {other:?} is not supported (gpt2, llama are)"
+                    ),
+                });
+            }
+        };
+        let mut special = Vec::new();
+        let mut user = Vec::new();
+        for (tok, ty) in tokens.iter().zip(&types) {
+            match *ty {
+                token_type::CONTROL | token_type::UNKNOWN => {
+                    special.push(AddedToken::from(*tok, true))
+                }
+                // Matched in the raw text, before any normalisation, like llama.cpp's partitioning.
+                token_type::USER_DEFINED => {
+                    user.push(AddedToken::from(*tok, false).normalized(false))
+                }
+                _ => {}
+            }
+        }
+        inner.add_special_tokens(special).map_err(tok_err)?;
+        inner.add_tokens(user).map_err(tok_err)?;
+        let add_bos = md
+            .bool_opt("tokenizer.ggml.add_bos_token")?
+            .unwrap_or(model == "llama");
+        // End-of-generation tokens: the declared EOS plus the chat end markers the vocabulary has.
+        let mut eog: Vec<u32> = eos.into_iter().collect();
+        for name in ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>"] {
+            if let Some(pos) = tokens.iter().position(|t| *t == name) {
+                let id = pos as u32;
+                if !eog.contains(&id) {
+                    eog.push(id);
+                }
+            }
+        }
+        Ok(Self {
+            inner,
+            plain: OnceLock::new(),
+            bos,
+            eos,
+            add_bos,
+            eog,
+            vocab_size: tokens.len(),
+        })
+    }
+
+    /// Token ids of `text`. With `parse_special`, control tokens written in the text (such as
+    /// `<|im_start|>`) become their ids; without it they are tokenized as text. BOS is
+    /// prepended when `add_bos` is true and the model asks for it.
+    pub fn encode(&self, text: &str, parse_special: bool, add_bos: bool) -> Result<Vec<u32>> {
+        let tk = if parse_special {
+            &self.inner
+        } else {
+            self.plain()
+        };
+        let enc = tk.encode_fast(text, false).map_err(tok_err)?;
+        let mut ids = Vec::with_capacity(enc.len() + 1);
+        if add_bos && self.add_bos {
+            ids.extend(self.bos);
+        }
+        ids.extend_from_slice(enc.get_ids());
+        Ok(ids)
+    }
+
+    fn plain(&self) -> &HfTokenizer {
+        self.plain.get_or_init(|| {
+            let mut t = self.inner.clone();
+            let mut added = t.get_added_vocabulary().clone();
+            added.set_encode_special_tokens(true);
+            t.with_added_vocabulary(added);
+            t
+        })
+    }
+
+    /// Text of `ids`, special tokens included (so that a round trip is exact).
+    pub fn decode(&self, ids: &[u32]) -> Result<String> {
+        self.inner.decode(ids, false).map_err(tok_err)
+    }
+
+    /// The vocabulary piece of one id (as stored, e.g. `Ġthe` or `▁the`).
+    pub fn piece(&self, id: u32) -> Option<String> {
+        self.inner.id_to_token(id)
+    }
+
+    /// Id of a vocabulary piece.
+    pub fn token_id(&self, piece: &str) -> Option<u32> {
+        self.inner.token_to_id(piece)
+    }
+
+    /// Beginning-of-sequence id.
+    pub fn bos(&self) -> Option<u32> {
+        self.bos
+    }
+
+    /// End-of-sequence id.
+    pub fn eos(&self) -> Option<u32> {
+        self.eos
+    }
+
+    /// Whether the model wants BOS at the start of a prompt.
+    pub fn adds_bos(&self) -> bool {
+        self.add_bos
+    }
+
+    /// Ids that end a generation (EOS and the chat end markers).
+    pub fn end_of_generation(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// Number of ids in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab_size
+    }
+
+    /// Text of a special piece, for templates (`bos_token`, `eos_token`).
+    pub fn piece_text(&self, id: Option<u32>) -> String {
+        id.and_then(|id| self.inner.id_to_token(id))
+            .unwrap_or_default()
+    }
+}
+
+fn vocab_of(tokens: &[&str]) -> Vocab {
+    tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ((*t).to_owned(), i as u32))
+        .collect()
+}
+
+fn build_gpt2(md: &Metadata<'_>, tokens: &[&str]) -> Result<HfTokenizer> {
+    let merges = md
+        .str_array("tokenizer.ggml.merges")?
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            m.split_once(' ')
+                .map(|(a, b)| (a.to_owned(), b.to_owned()))
+                .ok_or_else(|| EngineError::Metadata {
+                    key: "tokenizer.ggml.merges".into(),
+                    message: format!("element {i} ({m:?}) is not two pieces separated by a space"),
+                })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab_of(tokens), merges)
+        .build()
+        .map_err(tok_err)?;
+    let pre = md.str_opt("tokenizer.ggml.pre")?.unwrap_or("default");
+    let mut steps: Vec<PreTokenizerWrapper> = Vec::new();
+    match pre {
+        // llama.cpp's pre-tokenizers that isolate every digit before the GPT-2 split.
+        "smollm" | "starcoder" | "refact" | "command-r" | "codeshell" | "exaone" | "minerva-7b" => {
+            steps.push(
+                Split::new(
+                    SplitPattern::Regex(r"\p{N}".into()),
+                    SplitDelimiterBehavior::Isolated,
+                    false,
+                )
+                .map_err(tok_err)?
+                .into(),
+            );
+        }
+        "default" | "gpt-2" | "gpt2" => {}
+        other => {
+            return Err(EngineError::Metadata {
+                key: "tokenizer.ggml.pre".into(),
+                message: format!(
+                    "pre-tokenizer {other:?} is not implemented (smollm, gpt2 and default are)"
+                ),
+            });
+        }
+    }
+    steps.push(ByteLevel::new(false, true, true).into());
+    let mut tk = HfTokenizer::new(ModelWrapper::BPE(bpe));
+    tk.with_pre_tokenizer(Some(PreSequence::new(steps)));
+    tk.with_decoder(Some(ByteLevelDecoder::default()));
+    Ok(tk)
+}
+
+fn build_spm(md: &Metadata<'_>, tokens: &[&str], types: &[i64]) -> Result<HfTokenizer> {
+    let scores =
+        md.f32_array_opt("tokenizer.ggml.scores")?
+            .ok_or_else(|| EngineError::Metadata {
+                key: "tokenizer.ggml.scores".into(),
+                message: "missing (a SentencePiece vocabulary needs scores)".into(),
+            })?;
+    if scores.len() != tokens.len() {
+        return Err(EngineError::Metadata {
+            key: "tokenizer.ggml.scores".into(),
+            message: format!("{} scores for {} tokens", scores.len(), tokens.len()),
+        });
+    }
+    let vocab = vocab_of(tokens);
+    // llama.cpp merges the adjacent pair whose concatenation is the highest-scoring piece. As BPE
+    // merges: every split of every mergeable piece into two pieces of the vocabulary, ranked by the
+    // piece's score (a stable sort keeps the vocabulary order among equal scores).
+    let mut merges: Vec<(u32, u32, f32)> = Vec::new();
+    for (id, piece) in tokens.iter().enumerate() {
+        if !matches!(types[id], token_type::NORMAL | token_type::USER_DEFINED) {
+            continue;
+        }
+        for (bi, _) in piece.char_indices().skip(1) {
+            let (l, r) = piece.split_at(bi);
+            if let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) {
+                merges.push((li, ri, scores[id]));
+            }
+        }
+    }
+    merges.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let merges: Vec<(String, String)> = merges
+        .into_iter()
+        .map(|(l, r, _)| (tokens[l as usize].to_owned(), tokens[r as usize].to_owned()))
+        .collect();
+    let unk = md
+        .usize_opt("tokenizer.ggml.unknown_token_id")?
+        .and_then(|i| tokens.get(i))
+        .map_or_else(|| "<unk>".to_owned(), |s| (*s).to_owned());
+    let bpe = BPE::builder()
+        .vocab_and_merges(vocab, merges)
+        .byte_fallback(true)
+        .fuse_unk(true)
+        .unk_token(unk)
+        .build()
+        .map_err(tok_err)?;
+    let add_space_prefix = md
+        .bool_opt("tokenizer.ggml.add_space_prefix")?
+        .unwrap_or(true);
+    let mut norm: Vec<NormalizerWrapper> = Vec::new();
+    if add_space_prefix {
+        norm.push(Prepend::new("▁".into()).into());
+    }
+    norm.push(Replace::new(" ", "▁").map_err(tok_err)?.into());
+    let mut dec: Vec<DecoderWrapper> = vec![
+        tokenizers::decoders::DecoderWrapper::Replace(Replace::new("▁", " ").map_err(tok_err)?),
+        ByteFallback::new().into(),
+        Fuse::new().into(),
+    ];
+    if add_space_prefix {
+        dec.push(Strip::new(' ', 1, 0).into());
+    }
+    let mut tk = HfTokenizer::new(ModelWrapper::BPE(bpe));
+    tk.with_normalizer(Some(NormalizerSequence::new(norm)))
+        .map_err(tok_err)?;
+    tk.with_decoder(Some(DecoderSequence::new(dec)));
+    Ok(tk)
+}
