@@ -33,12 +33,18 @@ fn main() {
     }
     let records = flag("--records", 1_000_000);
     let rounds = flag("--rounds", 3);
-    let dir = std::env::var_os("SHORTLIST_BENCH_DIR").map(PathBuf::from).unwrap_or_else(std::env::temp_dir);
+    let dir = std::env::var_os("SHORTLIST_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
     let path = dir.join(format!("shortlist-bench-{records}.records.jsonl"));
     if !path.exists() {
         let started = Instant::now();
         generate(&path, records).expect("write the bench file");
-        eprintln!("generated {} in {:.1} s", path.display(), started.elapsed().as_secs_f64());
+        eprintln!(
+            "generated {} in {:.1} s",
+            path.display(),
+            started.elapsed().as_secs_f64()
+        );
     }
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let exe = std::env::current_exe().expect("own path");
@@ -51,12 +57,19 @@ fn main() {
                 .env("SHORTLIST_BENCH_FILE", &path)
                 .output()
                 .expect("child runs");
-            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
             let text = String::from_utf8_lossy(&out.stdout);
             let mut fields = text.split_whitespace();
             let secs: f64 = fields.next().and_then(|v| v.parse().ok()).expect("seconds");
             let rss_kb: u64 = fields.next().and_then(|v| v.parse().ok()).expect("rss");
-            eprintln!("round {round} {mode:<8} {secs:.3} s  peak RSS {} MB", rss_kb / 1024);
+            eprintln!(
+                "round {round} {mode:<8} {secs:.3} s  peak RSS {} MB",
+                rss_kb / 1024
+            );
             into.push((secs, rss_kb));
         }
     }
@@ -68,13 +81,36 @@ fn main() {
     let (analyze_s, analyze_rss) = median(&mut analyze);
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|c| c.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned()))
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
         .unwrap_or_default();
-    println!("machine: {cpu}, {} logical CPUs", std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0));
+    println!(
+        "machine: {cpu}, {} logical CPUs",
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(0)
+    );
     println!("file: {records} records, {:.0} MB", size as f64 / 1e6);
-    println!("parse only : median {parse_s:.3} s  ({:.0} records/s, {:.0} MB/s)  peak RSS {} MB", records as f64 / parse_s, size as f64 / 1e6 / parse_s, parse_rss / 1024);
-    println!("analyze    : median {analyze_s:.3} s  ({:.0} records/s, {:.0} MB/s)  peak RSS {} MB", records as f64 / analyze_s, size as f64 / 1e6 / analyze_s, analyze_rss / 1024);
-    println!("ratio analyze / parse = {:.2} (goal < 2.0); analyze peak RSS {} MB (goal < 300 MB)", analyze_s / parse_s, analyze_rss / 1024);
+    println!(
+        "parse only : median {parse_s:.3} s  ({:.0} records/s, {:.0} MB/s)  peak RSS {} MB",
+        records as f64 / parse_s,
+        size as f64 / 1e6 / parse_s,
+        parse_rss / 1024
+    );
+    println!(
+        "analyze    : median {analyze_s:.3} s  ({:.0} records/s, {:.0} MB/s)  peak RSS {} MB",
+        records as f64 / analyze_s,
+        size as f64 / 1e6 / analyze_s,
+        analyze_rss / 1024
+    );
+    println!(
+        "ratio analyze / parse = {:.2} (goal < 2.0); analyze peak RSS {} MB (goal < 300 MB)",
+        analyze_s / parse_s,
+        analyze_rss / 1024
+    );
 }
 
 fn child(mode: &str, path: &Path) {
@@ -84,13 +120,19 @@ fn child(mode: &str, path: &Path) {
     match mode {
         "parse" => {
             let mut tokens = 0u64;
-            records.for_each(|a| tokens += a.output_tokens).expect("records");
+            records
+                .for_each(|a| tokens += a.output_tokens)
+                .expect("records");
             std::hint::black_box(tokens);
         }
         "analyze" => {
-            let slo = Slo::from_toml("bench.slo.toml", "name = \"bench\"\nttft_ms = 600\nmax_itl_ms = 150\nrequire_valid = true\n")
-                .expect("slo");
-            let mut analyzer = Analyzer::new(records.header().clone(), AnalyzeOptions::new(slo)).expect("analyzer");
+            let slo = Slo::from_toml(
+                "bench.slo.toml",
+                "name = \"bench\"\nttft_ms = 600\nmax_itl_ms = 150\nrequire_valid = true\n",
+            )
+            .expect("slo");
+            let mut analyzer = Analyzer::new(records.header().clone(), AnalyzeOptions::new(slo))
+                .expect("analyzer");
             records.for_each(|a| analyzer.observe(a)).expect("records");
             let report = analyzer.finish();
             std::hint::black_box(serde_json::to_string(&report).expect("json"));
@@ -100,7 +142,11 @@ fn child(mode: &str, path: &Path) {
     let secs = started.elapsed().as_secs_f64();
     let rss_kb = std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmHWM:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
         .unwrap_or(0u64);
     println!("{secs} {rss_kb}");
 }

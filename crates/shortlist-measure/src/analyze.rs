@@ -18,6 +18,7 @@ use std::io::BufRead;
 use serde::Serialize;
 
 use crate::error::MeasureError;
+use crate::hdr::LatencyHdr;
 use crate::percentile::{Distribution, Population};
 use crate::record::{Attempt, LoadLoop, RecordsHeader, RecordsReader, Status, TokenSource};
 use crate::samples::{GapSamples, RequestSamples};
@@ -42,6 +43,11 @@ pub struct AnalyzeOptions {
     /// Share of requests whose server and client token counts disagree that triggers a warning
     /// (default 1 %).
     pub token_disagreement_share: f64,
+    /// Also record HDR histograms (3 significant digits) of TTFT, ITL, worst ITL, TPOT and e2e,
+    /// for merging with other runs or hosts later.
+    pub record_hdr: bool,
+    /// Host label written into the HDR histograms.
+    pub host: String,
 }
 
 impl AnalyzeOptions {
@@ -55,6 +61,8 @@ impl AnalyzeOptions {
             stall_s,
             littles_tolerance: 0.10,
             token_disagreement_share: 0.01,
+            record_hdr: false,
+            host: String::new(),
         }
     }
 }
@@ -125,6 +133,7 @@ pub struct Analyzer {
     // Token accounting.
     token_compared: u64,
     token_disagree: u64,
+    hdr: Option<Box<[LatencyHdr; 5]>>,
 }
 
 impl Analyzer {
@@ -180,7 +189,31 @@ impl Analyzer {
             last_end: f64::NEG_INFINITY,
             token_compared: 0,
             token_disagree: 0,
-        })
+            hdr: None,
+        }
+        .with_hdr())
+    }
+
+    fn with_hdr(mut self) -> Self {
+        if self.opts.record_hdr {
+            let window = Some([self.window.0, self.window.1]);
+            let make = |metric: &str, population: &str| {
+                LatencyHdr::new(metric, population, 3)
+                    .map(|h| h.with_origin(self.opts.host.clone(), window))
+                    .ok()
+            };
+            let hdrs = [
+                make("ttft", "request attempts with ≥ 1 token: c1 − S"),
+                make("itl", "chunk gaps pooled over attempts"),
+                make("worst_itl", "request attempts with ≥ 2 chunks: largest gap"),
+                make("tpot", "request attempts with n ≥ 2: (E − c1) / (n − 1)"),
+                make("e2e", "completed request attempts: E − S"),
+            ];
+            if let [Some(a), Some(b), Some(c), Some(d), Some(e)] = hdrs {
+                self.hdr = Some(Box::new([a, b, c, d, e]));
+            }
+        }
+        self
     }
 
     /// Take one (validated) attempt into account.
@@ -202,6 +235,9 @@ impl Analyzer {
             }
             if in_window {
                 self.itl.push(gap);
+                if let Some(h) = &mut self.hdr {
+                    h[1].record_s(gap);
+                }
             }
         }
         let verdict = self.opts.slo.judge(a, worst_gap);
@@ -256,6 +292,20 @@ impl Analyzer {
         self.last_arrival = self.last_arrival.max(s);
         if let Some(sent) = a.sent_s {
             self.schedule_lag.push(sent - s);
+        }
+        if let Some(h) = &mut self.hdr {
+            if let Some(c1) = a.first_token_s() {
+                h[0].record_s(c1 - s);
+            }
+            if let Some(gap) = worst_gap {
+                h[2].record_s(gap);
+            }
+            if let Some(t) = tpot(a) {
+                h[3].record_s(t);
+            }
+            if let (Status::Ok, Some(end)) = (a.status, a.last_token_s) {
+                h[4].record_s(end - s);
+            }
         }
         if let Some(c1) = a.first_token_s() {
             self.ttft.push(c1 - s);
@@ -319,6 +369,16 @@ impl Analyzer {
                 self.token_disagree += 1;
             }
         }
+    }
+
+    /// The report, and the HDR histograms when they were asked for.
+    pub fn finish_with_hdr(mut self) -> (Report, Vec<LatencyHdr>) {
+        let hdr = self
+            .hdr
+            .take()
+            .map(|h| (h as Box<[LatencyHdr]>).into_vec())
+            .unwrap_or_default();
+        (self.finish(), hdr)
     }
 
     /// The report.
@@ -663,10 +723,19 @@ pub fn analyze<R: BufRead>(
     reader: R,
     opts: AnalyzeOptions,
 ) -> Result<Report, MeasureError> {
+    analyze_with_hdr(source, reader, opts).map(|(report, _)| report)
+}
+
+/// Analyze a whole records stream, also returning the HDR histograms when `opts.record_hdr`.
+pub fn analyze_with_hdr<R: BufRead>(
+    source: &str,
+    reader: R,
+    opts: AnalyzeOptions,
+) -> Result<(Report, Vec<LatencyHdr>), MeasureError> {
     let records = RecordsReader::new(source, reader)?;
     let mut analyzer = Analyzer::new(records.header().clone(), opts)?;
     records.for_each(|attempt| analyzer.observe(attempt))?;
-    Ok(analyzer.finish())
+    Ok(analyzer.finish_with_hdr())
 }
 
 /// The report of one run (`shortlist.report.v1`).

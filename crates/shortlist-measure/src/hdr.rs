@@ -77,8 +77,11 @@ impl LatencyHdr {
     /// Record a latency in seconds (negative values are recorded as 0).
     pub fn record_s(&mut self, seconds: f64) {
         let micros = (seconds.max(0.0) * MICROS).round() as u64;
-        // Auto-resizing histograms accept any u64; saturate rather than panic on absurd input.
-        let _ = self.hist.saturating_record(micros);
+        // `record` grows an auto-resizing histogram; `saturating_record` would clamp instead.
+        // Only a value beyond what any histogram can hold falls back to clamping.
+        if self.hist.record(micros).is_err() {
+            self.hist.saturating_record(micros);
+        }
     }
 
     /// Observations recorded.

@@ -400,6 +400,11 @@ fn describe_edge_difference(a: &BucketHistogram, b: &BucketHistogram) -> String 
     format!("edge {i}: {x} vs {y}")
 }
 
+/// A Prometheus series: metric base name and its labels without `le`.
+type SeriesKey = (String, String);
+/// One `_bucket` sample: upper bound, cumulative count, line number.
+type BucketLine = (f64, f64, u64);
+
 /// Parse Prometheus text exposition and return every histogram series of `metric` (the base name,
 /// without `_bucket`), one per label set. With `metric = None` the file must hold exactly one
 /// histogram metric.
@@ -408,8 +413,7 @@ pub fn parse_prometheus(
     text: &str,
     metric: Option<&str>,
 ) -> Result<Vec<BucketHistogram>, MeasureError> {
-    // (metric, labels without le) → [(le, cumulative count, line)]
-    let mut series: BTreeMap<(String, String), Vec<(f64, f64, u64)>> = BTreeMap::new();
+    let mut series: BTreeMap<SeriesKey, Vec<BucketLine>> = BTreeMap::new();
     for (index, raw) in text.lines().enumerate() {
         let line_no = index as u64 + 1;
         let line = raw.trim();

@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use shortlist_measure::analyze::{AnalyzeOptions, Report, analyze};
+use shortlist_measure::analyze::{AnalyzeOptions, Report, analyze_with_hdr};
 use shortlist_measure::percentile::Distribution;
 use shortlist_measure::slo::Slo;
 
@@ -26,6 +26,13 @@ pub(crate) struct Args {
     /// Gap above which a chunk gap is a stall, in ms (default: the SLO's `stall_ms`, else 250).
     #[arg(long)]
     stall_ms: Option<f64>,
+    /// Also write HDR histograms (`shortlist.hdr.v1`: TTFT, ITL, worst ITL, TPOT, e2e) into this
+    /// folder, to merge with other runs or hosts later (`shortlist hist merge`).
+    #[arg(long)]
+    hdr_dir: Option<PathBuf>,
+    /// Host label for the HDR histograms.
+    #[arg(long, default_value = "")]
+    host: String,
     /// Print one JSON document (`shortlist.report.v1`) instead of the table.
     #[arg(long)]
     json: bool,
@@ -69,9 +76,20 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
         }
         opts.stall_s = stall / 1000.0;
     }
+    opts.record_hdr = args.hdr_dir.is_some();
+    opts.host = args.host.clone();
     let source = args.records.display().to_string();
-    let report = analyze(&source, open(&args.records)?, opts)
+    let (report, hdrs) = analyze_with_hdr(&source, open(&args.records)?, opts)
         .with_context(|| format!("analyzing {source}"))?;
+    if let Some(dir) = &args.hdr_dir {
+        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+        for hdr in &hdrs {
+            let path = dir.join(format!("{}.hdr.json", hdr.metric()));
+            let text = serde_json::to_string_pretty(&hdr.to_file()?)?;
+            std::fs::write(&path, text + "\n")
+                .with_context(|| format!("{}: cannot write", path.display()))?;
+        }
+    }
     if args.json {
         print_json(&report)?;
     } else {
