@@ -362,10 +362,44 @@ fn fit_prints_source_and_synthetic_side_by_side() {
         "--json",
     ]));
     assert_eq!(doc["format"], "shortlist.trace-fit.v1");
+    assert_eq!(doc["method"], "requests");
     assert_eq!(doc["source"]["requests"], 1000);
     assert_eq!(doc["synthetic"]["requests"], 500);
     let rho = |k: &str| doc[k]["length_spearman"].as_f64().unwrap();
     assert!((rho("source") - rho("synthetic")).abs() < 0.15);
+}
+
+#[test]
+fn fit_resamples_conversations_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("src.jsonl");
+    let dst = dir.path().join("fit.jsonl");
+    let out = support::run(&[
+        "trace",
+        "import",
+        "--from",
+        "burstgpt",
+        support::data("trace/burstgpt_v3.csv").to_str().unwrap(),
+        "-o",
+        src.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", support::stderr(&out));
+    let doc = json_of(&support::run(&[
+        "trace",
+        "fit",
+        src.to_str().unwrap(),
+        "--requests",
+        "20",
+        "--by",
+        "sessions",
+        "-o",
+        dst.to_str().unwrap(),
+        "--json",
+    ]));
+    assert_eq!(doc["method"], "sessions");
+    assert_eq!(doc["units"], 2);
+    assert_eq!(doc["synthetic"]["requests"], 20);
+    assert!(doc["synthetic"]["failed"].as_u64().unwrap() > 0);
 }
 
 #[test]

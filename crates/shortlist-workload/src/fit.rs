@@ -1,23 +1,37 @@
 //! Synthesize a new trace that keeps a source trace's joint structure, by a moving-block
-//! bootstrap over whole requests.
+//! bootstrap over whole requests or whole sessions.
 //!
-//! Why blocks of whole requests: a request keeps its input length, output length, prefix, tenant
-//! and priority together, so length–length correlation survives (columns are never sampled
-//! independently); a block keeps its run of inter-arrival gaps, so bursts and over-dispersion
-//! survive up to the block's time scale; and it keeps the prefix and session structure between
-//! neighbouring requests. Identities are handled so that reuse stays honest: a prefix (group or
-//! hash block) used only inside the copied block is private to it and gets a fresh identity in
-//! each copy (a resampled conversation is a new conversation), while one also used elsewhere in
-//! the source (a system prompt) keeps its identity. Sessions are always renamed per copy.
+//! The unit of resampling is a whole request (or, for traces made of conversations, a whole
+//! session with its turns' relative timing). Units keep their input length, output length,
+//! prefix, tenant and priority together, so length–length correlation survives (columns are never
+//! sampled independently). Units are copied in blocks of consecutive units with the gaps between
+//! their starts, so bursts and over-dispersion survive up to the block's time scale, and so do the
+//! prefix relations between neighbours. Identities are handled so that reuse stays honest: a
+//! prefix (group or hash block) used only inside the copied block gets a fresh identity in each
+//! copy (a resampled conversation is a new conversation), while one also used elsewhere in the
+//! source (a system prompt) keeps its identity. Sessions are renamed per copy.
 
-use std::collections::HashMap;
+use std::collections::{BinaryHeap, HashMap};
 
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::error::WorkloadError;
 use crate::stats::{Quantization, detect_quantization};
-use crate::trace::{Request, TraceHeader};
+use crate::trace::{Request, RequestFields, TraceHeader};
+
+/// What to resample.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum FitMethod {
+    /// Sessions when at least half of the source's requests belong to sessions of two or more
+    /// turns on average, requests otherwise.
+    #[default]
+    Auto,
+    /// Whole requests.
+    Requests,
+    /// Whole sessions (requests without a session are units of their own).
+    Sessions,
+}
 
 /// What to synthesize.
 #[derive(Debug, Clone, PartialEq)]
@@ -26,8 +40,9 @@ pub struct FitSpec {
     pub seed: u64,
     /// Spread quantized source timestamps uniformly within their bucket before fitting.
     pub spread: bool,
-    /// Requests per resampled block; `None` picks √n of the source (at least 1).
+    /// Units per resampled block; `None` picks √(number of units), at least 1.
     pub block: Option<usize>,
+    pub method: FitMethod,
 }
 
 /// What the fit found and did, for the side-by-side report.
@@ -37,6 +52,11 @@ pub struct FitReport {
     pub quantization: Option<Quantization>,
     /// Whether they were spread within their buckets before resampling.
     pub spread: bool,
+    /// `requests` or `sessions`: the unit that was resampled.
+    pub method: &'static str,
+    /// Units in the source.
+    pub units: usize,
+    /// Units per block.
     pub block: usize,
 }
 
@@ -44,15 +64,27 @@ fn unusable(why: impl Into<String>) -> WorkloadError {
     WorkloadError::unusable("trace fit", why)
 }
 
-/// First and last source index at which each identity is used.
+/// First and last unit that uses each identity.
 fn spans<K: std::hash::Hash + Eq>(
     keys: impl Iterator<Item = (usize, K)>,
 ) -> HashMap<K, (usize, usize)> {
     let mut out: HashMap<K, (usize, usize)> = HashMap::new();
-    for (i, k) in keys {
-        out.entry(k).and_modify(|s| s.1 = i).or_insert((i, i));
+    for (u, k) in keys {
+        out.entry(k)
+            .and_modify(|s| *s = (s.0.min(u), s.1.max(u)))
+            .or_insert((u, u));
     }
     out
+}
+
+fn use_sessions(source: &[&Request]) -> bool {
+    let with_session = source.iter().filter(|r| r.session().is_some()).count();
+    let sessions = source
+        .iter()
+        .filter_map(|r| r.session())
+        .collect::<std::collections::HashSet<_>>()
+        .len();
+    with_session * 2 >= source.len() && sessions > 0 && with_session >= 2 * sessions
 }
 
 /// Synthesize `spec.requests` requests from `source`, seeded.
@@ -70,15 +102,11 @@ pub fn fit(
     if spec.requests == 0 {
         return Err(unusable("--requests must be at least 1"));
     }
-    let n_out = usize::try_from(spec.requests)
-        .map_err(|_| unusable("--requests does not fit in memory"))?;
-    let block = spec
-        .block
-        .unwrap_or_else(|| (n_src as f64).sqrt().round() as usize)
-        .clamp(1, n_src);
     if spec.block == Some(0) {
         return Err(unusable("--block must be at least 1"));
     }
+    let n_out = usize::try_from(spec.requests)
+        .map_err(|_| unusable("--requests does not fit in memory"))?;
     let mut rng = ChaCha8Rng::seed_from_u64(spec.seed);
 
     let times: Vec<f64> = source.iter().map(Request::t).collect();
@@ -94,22 +122,58 @@ pub fn fit(
     }
     let src: Vec<&Request> = order.iter().map(|&(_, i)| &source[i]).collect();
     let t_src: Vec<f64> = order.iter().map(|&(t, _)| t).collect();
-    let mean_gap = (t_src[n_src - 1] - t_src[0]) / (n_src - 1) as f64;
-    // gaps[i]: the wait before source request i; the first has none in the source, so it gets the
-    // mean gap.
-    let gaps: Vec<f64> = std::iter::once(mean_gap)
-        .chain(t_src.windows(2).map(|w| w[1] - w[0]))
+    let mean_request_gap = (t_src[n_src - 1] - t_src[0]) / (n_src - 1) as f64;
+
+    let by_sessions = match spec.method {
+        FitMethod::Auto => use_sessions(&src),
+        FitMethod::Requests => false,
+        FitMethod::Sessions => true,
+    };
+    // Units in order of their first request, which is their start time since `src` is sorted.
+    let mut units: Vec<Vec<usize>> = Vec::new();
+    let mut unit_of: Vec<usize> = Vec::with_capacity(n_src);
+    let mut session_unit: HashMap<&str, usize> = HashMap::new();
+    for (i, r) in src.iter().enumerate() {
+        let u = match (by_sessions, r.session()) {
+            (true, Some(s)) => *session_unit.entry(s).or_insert_with(|| {
+                units.push(Vec::new());
+                units.len() - 1
+            }),
+            _ => {
+                units.push(Vec::new());
+                units.len() - 1
+            }
+        };
+        units[u].push(i);
+        unit_of.push(u);
+    }
+    let m = units.len();
+    if m < 2 {
+        return Err(unusable(
+            "the source is a single session; fit by requests (--by requests) instead",
+        ));
+    }
+    let starts: Vec<f64> = units.iter().map(|u| t_src[u[0]]).collect();
+    let mean_unit_gap = (starts[m - 1] - starts[0]) / (m - 1) as f64;
+    // gaps[k]: the wait before unit k starts; the first has none in the source, so it gets the mean.
+    let gaps: Vec<f64> = std::iter::once(mean_unit_gap)
+        .chain(starts.windows(2).map(|w| w[1] - w[0]))
         .collect();
+    let block = spec
+        .block
+        .unwrap_or_else(|| (m as f64).sqrt().round() as usize)
+        .clamp(1, m);
 
     let group_span = spans(
         src.iter()
             .enumerate()
-            .filter_map(|(i, r)| r.prefix().map(|p| (i, p.group.clone()))),
+            .filter_map(|(i, r)| r.prefix().map(|p| (unit_of[i], p.group.clone()))),
     );
     let hash_span = spans(
         src.iter()
             .enumerate()
-            .flat_map(|(i, r)| r.hash_ids().unwrap_or(&[]).iter().map(move |&h| (i, h))),
+            .flat_map(|(i, r)| r.hash_ids().unwrap_or(&[]).iter().map(move |&h| (i, h)))
+            .map(|(i, h)| (unit_of[i], h)),
     );
     let mut next_hash = hash_span
         .keys()
@@ -117,52 +181,77 @@ pub fn fit(
         .max()
         .map_or(0, |m| m.saturating_add(1));
 
-    let mut out = Vec::with_capacity(n_out);
-    let mut t = 0.0_f64;
+    // Units are placed until no further unit can start before the n-th earliest request placed so
+    // far; `earliest` holds the n earliest times (as bits: for t ≥ 0 they order like the floats).
+    let mut placed: Vec<(f64, RequestFields)> = Vec::new();
+    let mut earliest: BinaryHeap<u64> = BinaryHeap::new();
+    let mut t_unit = 0.0_f64;
+    let mut first = true;
     let mut copy = 0u64;
-    while out.len() < n_out {
-        let start = rng.random_range(0..=n_src - block);
+    'blocks: loop {
+        let start = rng.random_range(0..=m - block);
         let end = start + block;
         let local = |span: &(usize, usize)| span.0 >= start && span.1 < end;
         let mut fresh_hash: HashMap<u64, u64> = HashMap::new();
-        for i in start..end {
-            if out.len() == n_out {
-                break;
+        for k in start..end {
+            if !first {
+                t_unit += gaps[k];
             }
-            if !out.is_empty() {
-                t += gaps[i];
-            }
-            let mut f = src[i].fields().clone();
-            f.id = format!("r{}", out.len());
-            f.t = t;
-            if let Some(p) = &mut f.prefix
-                && group_span.get(&p.group).is_some_and(local)
+            first = false;
+            if placed.len() >= n_out
+                && earliest
+                    .peek()
+                    .is_some_and(|&top| t_unit >= f64::from_bits(top))
             {
-                p.group = format!("{}~{copy}", p.group);
+                break 'blocks;
             }
-            if let Some(ids) = &mut f.hash_ids {
-                for h in ids.iter_mut() {
-                    if hash_span.get(h).is_some_and(local) {
-                        *h = *fresh_hash.entry(*h).or_insert_with(|| {
-                            next_hash = next_hash.wrapping_add(1);
-                            next_hash
-                        });
+            for &i in &units[k] {
+                let t = t_unit + (t_src[i] - starts[k]);
+                let mut f = src[i].fields().clone();
+                f.t = t;
+                if let Some(p) = &mut f.prefix
+                    && group_span.get(&p.group).is_some_and(local)
+                {
+                    p.group = format!("{}~{copy}", p.group);
+                }
+                if let Some(ids) = &mut f.hash_ids {
+                    for h in ids.iter_mut() {
+                        if hash_span.get(h).is_some_and(local) {
+                            *h = *fresh_hash.entry(*h).or_insert_with(|| {
+                                next_hash = next_hash.wrapping_add(1);
+                                next_hash
+                            });
+                        }
                     }
                 }
+                if let Some(s) = &mut f.session {
+                    *s = format!("{s}~{copy}");
+                }
+                placed.push((t, f));
+                earliest.push(t.to_bits());
+                if earliest.len() > n_out {
+                    earliest.pop();
+                }
             }
-            if let Some(s) = &mut f.session {
-                *s = format!("{s}~{copy}");
-            }
-            out.push(Request::new(f).map_err(|e| unusable(e.to_string()))?);
         }
         copy += 1;
     }
+    // Stable: equal times keep the order in which they were placed.
+    placed.sort_by(|a, b| a.0.total_cmp(&b.0));
+    placed.truncate(n_out);
+    let mut out = Vec::with_capacity(n_out);
+    for (k, (_, mut f)) in placed.into_iter().enumerate() {
+        f.id = format!("r{k}");
+        out.push(Request::new(f).map_err(|e| unusable(e.to_string()))?);
+    }
 
+    let last = out.last().map_or(0.0, Request::t);
+    let method = if by_sessions { "sessions" } else { "requests" };
     let mut fitted = TraceHeader::new(format!("fit-{}", header.name()), header.mode())
-        .with_duration_s(t + mean_gap.max(0.0))
+        .with_duration_s(last + mean_request_gap.max(0.0))
         .map_err(|e| unusable(e.to_string()))?
         .with_source(format!(
-            "shortlist trace fit of `{}` (moving-block bootstrap, {block} requests per block{})",
+            "shortlist trace fit of `{}` (moving-block bootstrap of {method}, {block} per block{})",
             header.name(),
             if spread {
                 ", timestamps spread within their buckets"
@@ -182,6 +271,8 @@ pub fn fit(
         FitReport {
             quantization,
             spread,
+            method,
+            units: m,
             block,
         },
     ))
@@ -200,6 +291,7 @@ mod tests {
             seed,
             spread: false,
             block: None,
+            method: FitMethod::Auto,
         }
     }
 
@@ -274,6 +366,7 @@ mod tests {
                 seed: 1,
                 spread: true,
                 block: None,
+                method: FitMethod::Auto,
             },
         )
         .unwrap();
@@ -291,6 +384,92 @@ mod tests {
         let (_, kept, report) = fit(&h, &src, &spec(300, 1)).unwrap();
         assert!(!report.spread);
         assert!(detect_quantization(&kept.iter().map(Request::t).collect::<Vec<_>>()).is_some());
+    }
+
+    /// Conversations that interleave: 60 sessions of 2–8 turns, sessions starting about every 10 s,
+    /// turns 5–30 s apart, and turn lengths that grow with the conversation.
+    fn conversations(seed: u64) -> (TraceHeader, Vec<Request>) {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut rows = Vec::new();
+        let mut start = 0.0;
+        for s in 0..60 {
+            start += rng.random::<f64>() * 20.0;
+            let turns = rng.random_range(2..=8u32);
+            let mut t = start;
+            for turn in 1..=turns {
+                rows.push((t, s, turn));
+                t += 5.0 + rng.random::<f64>() * 25.0;
+            }
+        }
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let reqs = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(t, s, turn))| {
+                Request::new(RequestFields {
+                    id: format!("r{i}"),
+                    t,
+                    input_tokens: 500 * u64::from(turn),
+                    output_tokens: 100,
+                    session: Some(format!("s{s}")),
+                    turn: Some(turn),
+                    prefix: Some(crate::trace::PrefixFields {
+                        group: format!("s{s}"),
+                        tokens: 500 * u64::from(turn - 1),
+                    }),
+                    ..Default::default()
+                })
+                .unwrap()
+            })
+            .collect();
+        (TraceHeader::new("conversations", Mode::Online), reqs)
+    }
+
+    #[test]
+    fn sessions_are_resampled_whole() {
+        let (h, src) = conversations(5);
+        let a = TraceStats::compute(&h, &src);
+        let (fh, out, report) = fit(&h, &src, &spec(600, 1)).unwrap();
+        assert_eq!(report.method, "sessions");
+        assert_eq!(out.len(), 600);
+        let b = TraceStats::compute(&fh, &out);
+        let turns = |s: &TraceStats| s.turns_per_session.unwrap();
+        // Only the sessions cut by the end of the synthetic trace lose turns.
+        assert!(
+            (turns(&a) - turns(&b)).abs() / turns(&a) < 0.1,
+            "{} {}",
+            turns(&a),
+            turns(&b)
+        );
+        // Each resampled conversation is new: its prefix group is fresh, so reuse stays put.
+        let reuse = |s: &TraceStats| s.prefix_reuse.unwrap();
+        assert!(
+            (reuse(&a) - reuse(&b)).abs() < 0.05,
+            "{} {}",
+            reuse(&a),
+            reuse(&b)
+        );
+        // Turn numbers inside a synthetic session are still 1, 2, 3, … in time order.
+        let mut by_session: HashMap<&str, Vec<u32>> = HashMap::new();
+        for r in &out {
+            by_session
+                .entry(r.session().unwrap())
+                .or_default()
+                .push(r.fields().turn.unwrap());
+        }
+        assert!(by_session.values().all(|t| {
+            t.iter()
+                .enumerate()
+                .all(|(k, &turn)| turn as usize == k + 1)
+        }));
+        // By requests instead, small blocks cut conversations apart.
+        let by_requests = FitSpec {
+            method: FitMethod::Requests,
+            ..spec(600, 1)
+        };
+        let (fh, out, report) = fit(&h, &src, &by_requests).unwrap();
+        assert_eq!(report.method, "requests");
+        assert!(turns(&TraceStats::compute(&fh, &out)) < turns(&a) * 0.8);
     }
 
     #[test]
@@ -324,7 +503,7 @@ mod tests {
                 spread in any::<bool>(),
             ) {
                 let (h, src) = synthesize(&SynthSpec::practice(shape), src_seed).unwrap();
-                let spec = FitSpec { requests, seed, spread, block };
+                let spec = FitSpec { requests, seed, spread, block, method: FitMethod::Auto };
                 let (fh, a, _) = fit(&h, &src, &spec).unwrap();
                 let (_, b, _) = fit(&h, &src, &spec).unwrap();
                 prop_assert_eq!(&a, &b);

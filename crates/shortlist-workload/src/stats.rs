@@ -78,6 +78,8 @@ pub struct TraceStats {
     pub prefix_reuse: Option<f64>,
     /// Distinct sessions.
     pub sessions: u64,
+    /// Requests that belong to a session, per session.
+    pub turns_per_session: Option<f64>,
     /// Requests the source marked as failed (kept in the trace, counted here).
     pub failed: u64,
     pub quantization: Option<Quantization>,
@@ -110,6 +112,7 @@ pub struct StatsBuilder {
     group_prefix: BTreeMap<String, u64>,
     roots: HashMap<u64, u32>,
     sessions: HashSet<String>,
+    in_sessions: u64,
     failed: u64,
 }
 
@@ -126,6 +129,7 @@ impl StatsBuilder {
             group_prefix: BTreeMap::new(),
             roots: HashMap::new(),
             sessions: HashSet::new(),
+            in_sessions: 0,
             failed: 0,
         }
     }
@@ -165,10 +169,11 @@ impl StatsBuilder {
             }
             _ => self.unshared += r.input_tokens(),
         }
-        if let Some(s) = r.session()
-            && !self.sessions.contains(s)
-        {
-            self.sessions.insert(s.to_owned());
+        if let Some(s) = r.session() {
+            self.in_sessions += 1;
+            if !self.sessions.contains(s) {
+                self.sessions.insert(s.to_owned());
+            }
         }
         self.failed += u64::from(r.failed());
     }
@@ -212,6 +217,8 @@ impl StatsBuilder {
             length_spearman,
             prefix_reuse: (sent > 0).then(|| 1.0 - distinct as f64 / sent as f64),
             sessions: self.sessions.len() as u64,
+            turns_per_session: (!self.sessions.is_empty())
+                .then(|| self.in_sessions as f64 / self.sessions.len() as f64),
             failed: self.failed,
             quantization: detect_quantization(times),
         }

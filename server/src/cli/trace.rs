@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::json;
-use shortlist_workload::fit::{FitReport, FitSpec, fit};
+use shortlist_workload::fit::{FitMethod, FitReport, FitSpec, fit};
 use shortlist_workload::import::{Importer, Source};
 use shortlist_workload::stats::{StatsBuilder, TraceStats};
 use shortlist_workload::synth::{Shape, SynthSpec, synthesize};
@@ -42,6 +42,13 @@ pub enum FromArg {
     Azure,
     Mooncake,
     Burstgpt,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum ByArg {
+    Auto,
+    Requests,
+    Sessions,
 }
 
 #[derive(Debug, Args)]
@@ -109,7 +116,11 @@ pub struct FitArgs {
     /// Spread quantized source timestamps uniformly within their bucket before fitting.
     #[arg(long)]
     spread: bool,
-    /// Requests per resampled block (default: √n of the source).
+    /// What to resample: whole requests, or whole sessions with their turns' timing (auto: sessions
+    /// when most requests belong to multi-turn sessions).
+    #[arg(long, value_enum, default_value_t = ByArg::Auto)]
+    by: ByArg,
+    /// Units (requests or sessions) per resampled block (default: √ of their number).
     #[arg(long)]
     block: Option<usize>,
     #[arg(short = 'o', long = "output")]
@@ -248,11 +259,17 @@ fn stats(args: StatsArgs) -> anyhow::Result<Outcome> {
 
 fn fit_cmd(args: FitArgs) -> anyhow::Result<Outcome> {
     let (header, source) = read_trace(&args.source)?;
+    let method = match args.by {
+        ByArg::Auto => FitMethod::Auto,
+        ByArg::Requests => FitMethod::Requests,
+        ByArg::Sessions => FitMethod::Sessions,
+    };
     let spec = FitSpec {
         requests: args.requests,
         seed: args.seed,
         spread: args.spread,
         block: args.block,
+        method,
     };
     let (fitted, requests, report) = fit(&header, &source, &spec)?;
     write_trace(&args.output, &fitted, &requests)?;
@@ -263,6 +280,8 @@ fn fit_cmd(args: FitArgs) -> anyhow::Result<Outcome> {
             "format": "shortlist.trace-fit.v1",
             "output": args.output.display().to_string(),
             "seed": args.seed,
+            "method": report.method,
+            "units": report.units,
             "block": report.block,
             "quantization": report.quantization,
             "spread": report.spread,
@@ -272,10 +291,12 @@ fn fit_cmd(args: FitArgs) -> anyhow::Result<Outcome> {
         println!("{}", serde_json::to_string_pretty(&doc)?);
     } else {
         println!(
-            "wrote {} ({} requests, seed {}, moving-block bootstrap of {} requests per block)",
+            "wrote {} ({} requests, seed {}; moving-block bootstrap of whole {}: {} in the source, {} per block)",
             args.output.display(),
             requests.len(),
             args.seed,
+            report.method,
+            report.units,
             report.block
         );
         print_rows(&[("source", &a), ("synthetic", &b)]);
@@ -377,6 +398,7 @@ fn rows(s: &TraceStats) -> Vec<(&'static str, String)> {
         ("prefix groups", s.prefix_groups.to_string()),
         ("prefix reuse, infinite cache", opt(s.prefix_reuse)),
         ("sessions", s.sessions.to_string()),
+        ("turns per session", opt(s.turns_per_session)),
         ("failed in source", s.failed.to_string()),
     ]
 }
