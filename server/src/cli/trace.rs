@@ -53,18 +53,23 @@ pub enum ByArg {
 
 #[derive(Debug, Args)]
 pub struct SynthArgs {
+    /// uniform: evenly spaced, equal requests; bursts: five bursts, mixed lengths; prefix-groups:
+    /// ten conversations sharing 8,000-token prefixes.
     #[arg(long, value_enum)]
     shape: ShapeArg,
+    /// Requests in the trace.
     #[arg(long, default_value_t = 100)]
     requests: u64,
     /// Input tokens in total (distinct tokens for prefix groups: each shared prefix counts once).
     #[arg(long, default_value_t = 100_000)]
     input_tokens: u64,
+    /// Output tokens in total.
     #[arg(long, default_value_t = 20_000)]
     output_tokens: u64,
     /// Mean arrival rate, requests per second.
     #[arg(long, default_value_t = 8.0)]
     rate: f64,
+    /// Seed of the ChaCha generator: the same seed gives the same trace.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Number of bursts (shape bursts).
@@ -80,6 +85,7 @@ pub struct SynthArgs {
     /// of this coefficient of variation at the same mean rate (1 = Poisson, above 1 = bursty).
     #[arg(long)]
     cv: Option<f64>,
+    /// The trace to write (`*.trace.jsonl`).
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Print the written trace's statistics as one JSON document.
@@ -89,9 +95,12 @@ pub struct SynthArgs {
 
 #[derive(Debug, Args)]
 pub struct ImportArgs {
+    /// The public format of IN.
     #[arg(long, value_enum)]
     from: FromArg,
+    /// The public trace: Azure or BurstGPT CSV, Mooncake JSONL; sorted by time.
     input: PathBuf,
+    /// The shortlist.trace.v1 file to write.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
     /// Print a JSON summary of the import.
@@ -101,16 +110,21 @@ pub struct ImportArgs {
 
 #[derive(Debug, Args)]
 pub struct StatsArgs {
+    /// A shortlist.trace.v1 file.
     trace: PathBuf,
+    /// Print one JSON document (`shortlist.trace-stats.v1`).
     #[arg(long)]
     json: bool,
 }
 
 #[derive(Debug, Args)]
 pub struct FitArgs {
+    /// The shortlist.trace.v1 file whose structure to keep.
     source: PathBuf,
+    /// Requests in the synthetic trace.
     #[arg(long)]
     requests: u64,
+    /// Seed of the ChaCha generator: the same seed gives the same trace.
     #[arg(long, default_value_t = 0)]
     seed: u64,
     /// Spread quantized source timestamps uniformly within their bucket before fitting.
@@ -123,8 +137,10 @@ pub struct FitArgs {
     /// Units (requests or sessions) per resampled block (default: √ of their number).
     #[arg(long)]
     block: Option<usize>,
+    /// The synthetic trace to write.
     #[arg(short = 'o', long = "output")]
     output: PathBuf,
+    /// Print one JSON document (`shortlist.trace-fit.v1`) with both traces' statistics.
     #[arg(long)]
     json: bool,
 }
