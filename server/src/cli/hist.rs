@@ -38,7 +38,7 @@ enum Input {
     Hdr(LatencyHdr),
 }
 
-fn read_input(path: &PathBuf, metric: Option<&str>) -> anyhow::Result<Input> {
+fn read_input(path: &std::path::Path, metric: Option<&str>) -> anyhow::Result<Input> {
     let source = path.display().to_string();
     let text = read_text(path)?;
     if !text.trim_start().starts_with('{') {
