@@ -1,0 +1,214 @@
+//! The one-page selection record: one serializable type with the seven sections of DESIGN.md,
+//! rendered alike by the web page and the PDF.
+
+use serde::{Deserialize, Serialize};
+
+use crate::cost::{CostEstimate, NoCost};
+use crate::memory::MemoryFit;
+use crate::rule::{Outcome, RuleVerdict};
+use crate::study::{LockedStudy, sha256_hex};
+
+/// The format tag of selection records.
+pub const RECORD_FORMAT: &str = "shortlist.record.v1";
+
+/// The study a record was judged by, and when its criteria were frozen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StudyStamp {
+    pub name: String,
+    pub version: u32,
+    pub question: String,
+    pub lock_sha256: String,
+    pub locked_at: String,
+}
+
+impl StudyStamp {
+    /// The stamp of a locked study.
+    pub fn of(locked: &LockedStudy) -> StudyStamp {
+        let f = locked.study.file();
+        StudyStamp {
+            name: f.name.clone(),
+            version: f.version,
+            question: f.question.clone(),
+            lock_sha256: locked.sha256.clone(),
+            locked_at: locked.locked_at.clone(),
+        }
+    }
+}
+
+/// Section 1: exactly what was evaluated.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Identity {
+    pub candidate: String,
+    pub source: String,
+    pub architecture: String,
+    pub parameters: Option<u64>,
+    pub quantization: String,
+    pub precision: String,
+    pub context_limit: Option<u64>,
+    pub license: String,
+    pub weights_sha256: Option<String>,
+    pub tokenizer_sha256: Option<String>,
+    pub chat_template_sha256: Option<String>,
+    pub runtime: String,
+    pub runtime_version: String,
+}
+
+/// A pass rate with its 95 % Wilson interval and n: never a bare percentage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RateWithInterval {
+    pub label: String,
+    pub passed: u64,
+    pub n: u64,
+    pub rate: f64,
+    pub lo: f64,
+    pub hi: f64,
+}
+
+/// Two candidates on the same cases: the exact McNemar test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairedComparison {
+    pub other: String,
+    pub both_pass: u64,
+    pub only_this: u64,
+    pub only_other: u64,
+    pub both_fail: u64,
+    pub p_value: f64,
+}
+
+/// Section 2: quality on the product eval set.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quality {
+    pub evalset: String,
+    pub evalset_sha256: String,
+    pub overall: RateWithInterval,
+    pub categories: Vec<RateWithInterval>,
+    pub paired: Option<PairedComparison>,
+    pub decoding: String,
+}
+
+/// A latency line: percentiles with their population and count.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LatencyLine {
+    pub metric: String,
+    pub population: String,
+    pub count: u64,
+    pub p50_s: Option<f64>,
+    pub p90_s: Option<f64>,
+    pub p99_s: Option<f64>,
+}
+
+/// One step of the capacity sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SweepRow {
+    pub offered_rps: f64,
+    pub goodput_rps: f64,
+    pub throughput_rps: f64,
+    pub attainment: Option<f64>,
+    pub attainment_lower_bound: Option<f64>,
+}
+
+/// Section 5: latency and goodput under the target workload.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Performance {
+    pub loop_label: String,
+    pub workload: String,
+    pub slo: String,
+    pub target_rps: f64,
+    pub throughput_rps: f64,
+    pub goodput_rps: f64,
+    pub attainment: Option<f64>,
+    pub latencies: Vec<LatencyLine>,
+    /// Raw TTFT samples (seconds) for the distribution chart.
+    pub ttft_samples_s: Vec<f64>,
+    pub sweep: Vec<SweepRow>,
+    pub knee_rps: Option<f64>,
+    pub capacity_rps: Option<f64>,
+    pub capacity_rule: String,
+    pub client_bound: bool,
+    pub hardware: String,
+}
+
+/// Section 6: operational dependencies and measured failure behaviour.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Operations {
+    pub backend: String,
+    pub versions: Vec<String>,
+    /// Measured: what happened when offered load exceeded capacity (queues, sheds, fails).
+    pub overload_behaviour: String,
+    /// Measured: how errors surfaced.
+    pub error_behaviour: String,
+    /// Declared in the study.
+    pub fallback: String,
+}
+
+/// Section 7: cost, or why there is none.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum Cost {
+    Estimate(Box<CostEstimate>),
+    Unavailable(NoCost),
+}
+
+/// The overall verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// No disqualifier tripped and all were measured.
+    Qualifies,
+    /// At least one disqualifier tripped.
+    Disqualified,
+    /// Nothing tripped, but something was not measured (or the load run was client-bound).
+    Incomplete,
+}
+
+/// The selection record of one candidate in one locked study.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelectionRecord {
+    pub format: String,
+    pub study: StudyStamp,
+    pub identity: Identity,
+    pub quality: Quality,
+    pub disqualifiers: Vec<RuleVerdict>,
+    pub memory: MemoryFit,
+    pub performance: Performance,
+    pub operations: Operations,
+    pub cost: Cost,
+    pub verdict: Verdict,
+    /// When the record was assembled (RFC 3339), the code version and the machine.
+    pub generated_at: String,
+    pub code_version: String,
+    pub machine: String,
+    /// SHA-256 of the canonical JSON of everything above (with this field empty).
+    pub record_sha256: String,
+}
+
+/// The verdict that the rule outcomes imply.
+pub fn verdict_of(rules: &[RuleVerdict], client_bound: bool) -> Verdict {
+    if rules.iter().any(|r| r.outcome == Outcome::Trip) {
+        Verdict::Disqualified
+    } else if client_bound || rules.iter().any(|r| r.outcome == Outcome::NotMeasured) {
+        Verdict::Incomplete
+    } else {
+        Verdict::Qualifies
+    }
+}
+
+impl SelectionRecord {
+    /// Compute and set the record's own hash.
+    pub fn seal(mut self) -> SelectionRecord {
+        self.record_sha256 = self.compute_hash();
+        self
+    }
+
+    /// The hash of the record's content (the `record_sha256` field left empty).
+    pub fn compute_hash(&self) -> String {
+        let mut copy = self.clone();
+        copy.record_sha256 = String::new();
+        sha256_hex(serde_json::to_string(&copy).unwrap_or_default().as_bytes())
+    }
+
+    /// Whether the stored hash matches the content.
+    pub fn verify(&self) -> bool {
+        self.record_sha256 == self.compute_hash()
+    }
+}

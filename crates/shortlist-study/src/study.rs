@@ -1,0 +1,413 @@
+//! Studies: the question and every criterion, frozen under a content hash before any run.
+//!
+//! A study file (`*.study.toml`, format `shortlist.study.v1`) names the eval set version, the
+//! workload, the SLO, ordinary and peak traffic, the memory budget, cost assumptions, the
+//! candidates and the disqualifiers. [`Study::lock`] serializes the checked study canonically
+//! (JSON with a fixed field order, no insignificant whitespace), hashes it with SHA-256 and stamps
+//! the time it is given; [`LockedStudy::verify`] recomputes the hash. Editing a locked study makes
+//! a new version that names the hash of the one it replaces.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::error::StudyError;
+use crate::rule::{Rule, RuleFile};
+
+/// The format tag of study files.
+pub const STUDY_FORMAT: &str = "shortlist.study.v1";
+
+/// The wire form of a study file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StudyFile {
+    pub format: String,
+    pub name: String,
+    #[serde(default = "first_version")]
+    pub version: u32,
+    pub question: String,
+    pub evalset: EvalSetRef,
+    pub workload: WorkloadRef,
+    /// The SLO, with the keys of `*.slo.toml`.
+    pub slo: toml::Table,
+    pub traffic: Traffic,
+    pub memory: MemoryBudget,
+    #[serde(default)]
+    pub cost: CostAssumptions,
+    #[serde(default, rename = "candidate")]
+    pub candidates: Vec<CandidateRef>,
+    #[serde(default, rename = "disqualifier")]
+    pub disqualifiers: Vec<RuleFile>,
+    /// The lock hash of the version this one replaces.
+    #[serde(default)]
+    pub previous: Option<String>,
+}
+
+fn first_version() -> u32 {
+    1
+}
+
+/// The eval set, pinned by content hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvalSetRef {
+    pub path: String,
+    /// SHA-256 of the set's canonical form (`shortlist-evals`).
+    pub sha256: String,
+}
+
+/// The workload: a trace pinned by hash, or a synthesis spec with its seed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkloadRef {
+    /// `trace` or a practice shape (`uniform`, `bursts`, `prefix-groups`).
+    pub kind: String,
+    #[serde(default)]
+    pub path: Option<String>,
+    #[serde(default)]
+    pub sha256: Option<String>,
+    #[serde(default)]
+    pub requests: Option<u64>,
+    #[serde(default)]
+    pub input_tokens: Option<u64>,
+    #[serde(default)]
+    pub output_tokens: Option<u64>,
+    #[serde(default)]
+    pub rate_rps: Option<f64>,
+    #[serde(default)]
+    pub seed: Option<u64>,
+    /// `open` or `closed`.
+    #[serde(default = "open_loop")]
+    pub load_loop: String,
+}
+
+fn open_loop() -> String {
+    "open".to_owned()
+}
+
+/// Traffic the product must carry.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Traffic {
+    pub ordinary_rps: f64,
+    pub peak_rps: f64,
+    /// The rate of the load run (default: peak).
+    #[serde(default)]
+    pub target_rps: Option<f64>,
+    /// Attainment a candidate must hold at the target rate (default 0.9).
+    #[serde(default)]
+    pub attainment_target: Option<f64>,
+}
+
+/// The memory budget a candidate must fit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MemoryBudget {
+    pub context_tokens: u64,
+    pub concurrency: u64,
+    /// The device kind, e.g. `cpu-24GiB` or `H200`.
+    pub device: String,
+    pub device_memory_gib: f64,
+    /// Share of device memory usable by the model (default 0.9).
+    #[serde(default)]
+    pub usable_fraction: Option<f64>,
+    /// Runtime overhead on top of weights and KV (activations, buffers), as a fraction of them
+    /// (default 0.1).
+    #[serde(default)]
+    pub overhead_fraction: Option<f64>,
+    /// Most devices the team will operate for one replica (default 8).
+    #[serde(default)]
+    pub max_devices: Option<u32>,
+}
+
+/// Cost assumptions.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CostAssumptions {
+    #[serde(default)]
+    pub currency: Option<String>,
+}
+
+/// A candidate in the study, pinned by its configuration hash.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CandidateRef {
+    pub name: String,
+    /// `gguf:PATH`, `folder:PATH` or an `http(s)://` OpenAI-compatible endpoint.
+    pub source: String,
+    #[serde(default)]
+    pub config_sha256: Option<String>,
+    pub price_per_device_hour: f64,
+    /// The declared fallback if this candidate fails in production.
+    #[serde(default)]
+    pub fallback: Option<String>,
+}
+
+/// A checked study.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Study {
+    file: StudyFile,
+    #[serde(skip)]
+    rules: Vec<Rule>,
+}
+
+impl Study {
+    /// Parse and check a study file. `source` names it in errors.
+    pub fn from_toml(source: &str, text: &str) -> Result<Study, StudyError> {
+        let file: StudyFile = toml::from_str(text).map_err(|e| StudyError::Syntax {
+            source_name: source.to_owned(),
+            line: e
+                .span()
+                .map(|s| text[..s.start].matches('\n').count() as u64 + 1)
+                .unwrap_or(0),
+            why: e.message().trim().to_owned(),
+        })?;
+        Study::from_file(source, file)
+    }
+
+    /// Check a study's wire form.
+    pub fn from_file(source: &str, file: StudyFile) -> Result<Study, StudyError> {
+        let bad = |field: &str, why: String| StudyError::Invalid {
+            source_name: source.to_owned(),
+            field: field.to_owned(),
+            why,
+        };
+        if file.format != STUDY_FORMAT {
+            return Err(bad(
+                "format",
+                format!("\"{}\"; this build reads \"{STUDY_FORMAT}\"", file.format),
+            ));
+        }
+        if file.name.trim().is_empty() {
+            return Err(bad("name", "a study needs a name".to_owned()));
+        }
+        if file.question.trim().is_empty() {
+            return Err(bad(
+                "question",
+                "write down the question the study answers".to_owned(),
+            ));
+        }
+        if file.evalset.sha256.len() != 64
+            || !file.evalset.sha256.bytes().all(|b| b.is_ascii_hexdigit())
+        {
+            return Err(bad(
+                "evalset.sha256",
+                format!("`{}` is not a SHA-256 in hex", file.evalset.sha256),
+            ));
+        }
+        match file.workload.kind.as_str() {
+            "trace" => {
+                if file.workload.path.is_none() || file.workload.sha256.is_none() {
+                    return Err(bad(
+                        "workload",
+                        "a trace workload needs `path` and `sha256`".to_owned(),
+                    ));
+                }
+            }
+            "uniform" | "bursts" | "prefix-groups" => {
+                if file.workload.seed.is_none() {
+                    return Err(bad(
+                        "workload.seed",
+                        "a synthesized workload needs its seed".to_owned(),
+                    ));
+                }
+            }
+            other => {
+                return Err(bad(
+                    "workload.kind",
+                    format!("`{other}`; expected trace, uniform, bursts or prefix-groups"),
+                ));
+            }
+        }
+        if !matches!(file.workload.load_loop.as_str(), "open" | "closed") {
+            return Err(bad(
+                "workload.load_loop",
+                format!("`{}`; expected open or closed", file.workload.load_loop),
+            ));
+        }
+        // The SLO must parse as an SLO file would.
+        let slo_text = toml::to_string(&file.slo).map_err(|e| bad("slo", e.to_string()))?;
+        shortlist_measure::slo::Slo::from_toml(&format!("{source} [slo]"), &slo_text)
+            .map_err(|e| bad("slo", e.to_string()))?;
+        let t = &file.traffic;
+        for (field, v) in [
+            ("traffic.ordinary_rps", t.ordinary_rps),
+            ("traffic.peak_rps", t.peak_rps),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(bad(field, format!("{v} is not a positive rate")));
+            }
+        }
+        if t.peak_rps < t.ordinary_rps {
+            return Err(bad(
+                "traffic.peak_rps",
+                format!(
+                    "{} is below ordinary traffic {}",
+                    t.peak_rps, t.ordinary_rps
+                ),
+            ));
+        }
+        if let Some(a) = t.attainment_target
+            && !(a > 0.0 && a <= 1.0)
+        {
+            return Err(bad(
+                "traffic.attainment_target",
+                format!("{a} is not a fraction in (0, 1]"),
+            ));
+        }
+        let m = &file.memory;
+        if m.context_tokens == 0
+            || m.concurrency == 0
+            || !(m.device_memory_gib.is_finite() && m.device_memory_gib > 0.0)
+        {
+            return Err(bad(
+                "memory",
+                "context_tokens, concurrency and device_memory_gib must be positive".to_owned(),
+            ));
+        }
+        if file.candidates.is_empty() {
+            return Err(bad(
+                "candidate",
+                "a study needs at least one [[candidate]]".to_owned(),
+            ));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        for (i, c) in file.candidates.iter().enumerate() {
+            if !names.insert(c.name.as_str()) {
+                return Err(bad(
+                    &format!("candidate[{i}].name"),
+                    format!("`{}` appears twice", c.name),
+                ));
+            }
+            if !(c.price_per_device_hour.is_finite() && c.price_per_device_hour >= 0.0) {
+                return Err(bad(
+                    &format!("candidate[{i}].price_per_device_hour"),
+                    "must be ≥ 0".to_owned(),
+                ));
+            }
+        }
+        let rules = file
+            .disqualifiers
+            .iter()
+            .enumerate()
+            .map(|(i, r)| Rule::from_file(source, i, r))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(Study { file, rules })
+    }
+
+    /// The study's wire form.
+    pub fn file(&self) -> &StudyFile {
+        &self.file
+    }
+    /// Its name.
+    pub fn name(&self) -> &str {
+        &self.file.name
+    }
+    /// Its version.
+    pub fn version(&self) -> u32 {
+        self.file.version
+    }
+    /// The checked disqualifiers.
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
+    }
+    /// The target rate of the load run.
+    pub fn target_rps(&self) -> f64 {
+        self.file
+            .traffic
+            .target_rps
+            .unwrap_or(self.file.traffic.peak_rps)
+    }
+    /// The attainment target.
+    pub fn attainment_target(&self) -> f64 {
+        self.file.traffic.attainment_target.unwrap_or(0.9)
+    }
+
+    /// The canonical serialization that the lock hash covers: JSON of the checked study with a
+    /// fixed field order and no insignificant whitespace.
+    pub fn canonical(&self) -> String {
+        // Serializing a struct emits fields in declaration order and `toml::Table` is ordered, so
+        // the same study always yields the same bytes.
+        serde_json::to_string(&self.file).unwrap_or_default()
+    }
+
+    /// Freeze the study at `locked_at` (RFC 3339; the caller reads the clock).
+    pub fn lock(self, locked_at: &str) -> LockedStudy {
+        let canonical = self.canonical();
+        let sha256 = sha256_hex(canonical.as_bytes());
+        LockedStudy {
+            study: self,
+            canonical,
+            sha256,
+            locked_at: locked_at.to_owned(),
+        }
+    }
+
+    /// A new, unlocked version of a locked study, to edit.
+    pub fn next_version(locked: &LockedStudy) -> StudyFile {
+        let mut file = locked.study.file.clone();
+        file.version += 1;
+        file.previous = Some(locked.sha256.clone());
+        file
+    }
+}
+
+/// A study frozen under its content hash.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LockedStudy {
+    pub study: Study,
+    /// The exact bytes that were hashed.
+    pub canonical: String,
+    pub sha256: String,
+    pub locked_at: String,
+}
+
+impl LockedStudy {
+    /// Rebuild a locked study from what a store kept (canonical JSON, hash, time) and check that
+    /// the content still hashes to the stored hash.
+    pub fn from_stored(
+        source: &str,
+        canonical: &str,
+        sha256: &str,
+        locked_at: &str,
+    ) -> Result<LockedStudy, StudyError> {
+        let file: StudyFile = serde_json::from_str(canonical).map_err(|e| StudyError::Invalid {
+            source_name: source.to_owned(),
+            field: "canonical".to_owned(),
+            why: e.to_string(),
+        })?;
+        let study = Study::from_file(source, file)?;
+        let locked = LockedStudy {
+            canonical: canonical.to_owned(),
+            sha256: sha256.to_owned(),
+            locked_at: locked_at.to_owned(),
+            study,
+        };
+        locked.verify()?;
+        Ok(locked)
+    }
+
+    /// Recompute the hash from the content and compare it with the stored one.
+    pub fn verify(&self) -> Result<(), StudyError> {
+        let recanonical = self.study.canonical();
+        let computed = sha256_hex(self.canonical.as_bytes());
+        let from_content = sha256_hex(recanonical.as_bytes());
+        if computed != self.sha256 || from_content != self.sha256 {
+            return Err(StudyError::Tampered {
+                name: self.study.name().to_owned(),
+                version: self.study.version(),
+                stored: self.sha256.clone(),
+                computed: if computed != self.sha256 {
+                    computed
+                } else {
+                    from_content
+                },
+            });
+        }
+        Ok(())
+    }
+}
+
+/// SHA-256 of bytes, lower-case hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}

@@ -1,0 +1,255 @@
+//! Locking, verification, tampering and versioning of studies; the record's hash and snapshot.
+
+use shortlist_study::cost::{CostInputs, estimate};
+use shortlist_study::memory::{FitInputs, KvLayout, fit};
+use shortlist_study::record::{
+    Cost, Identity, LatencyLine, Operations, Performance, Quality, RECORD_FORMAT, RateWithInterval,
+    SelectionRecord, StudyStamp, SweepRow, Verdict, verdict_of,
+};
+use shortlist_study::rule::{Metric, MetricValues, Value};
+use shortlist_study::study::{LockedStudy, Study};
+
+const STUDY: &str = r#"
+format = "shortlist.study.v1"
+name = "support"
+question = "Which model answers Acme Desk support chats?"
+evalset = { path = "evalsets/support-assistant.yaml", sha256 = "1111111111111111111111111111111111111111111111111111111111111111" }
+workload = { kind = "uniform", requests = 100, input_tokens = 100000, output_tokens = 20000, rate_rps = 8.0, seed = 7 }
+slo = { name = "chat", ttft_ms = 600, max_itl_ms = 150, require_valid = true }
+traffic = { ordinary_rps = 2.0, peak_rps = 8.0, attainment_target = 0.9 }
+memory = { context_tokens = 4096, concurrency = 8, device = "cpu-24GiB", device_memory_gib = 24.0 }
+
+[[candidate]]
+name = "smollm2-135m"
+source = "gguf:SmolLM2-135M-Instruct.Q4_1.gguf"
+price_per_device_hour = 0.1
+
+[[disqualifier]]
+name = "any high-value case failed"
+metric = "high_value_failures"
+op = ">"
+value = 0
+
+[[disqualifier]]
+metric = "license"
+op = "not_in"
+values = ["apache-2.0", "mit"]
+"#;
+
+#[test]
+fn lock_verify_and_tamper() {
+    let locked = Study::from_toml("s.study.toml", STUDY)
+        .unwrap()
+        .lock("2026-11-29T10:00:00Z");
+    locked.verify().unwrap();
+    // The same content always hashes the same.
+    let again = Study::from_toml("s.study.toml", STUDY)
+        .unwrap()
+        .lock("2026-11-30T00:00:00Z");
+    assert_eq!(locked.sha256, again.sha256);
+
+    // Stored and re-read: verifies.
+    let stored =
+        LockedStudy::from_stored("db", &locked.canonical, &locked.sha256, &locked.locked_at)
+            .unwrap();
+    assert_eq!(stored.sha256, locked.sha256);
+
+    // Edited behind the store's back: verification fails and says so.
+    let tampered = locked
+        .canonical
+        .replace("\"ttft_ms\":600", "\"ttft_ms\":900");
+    assert_ne!(tampered, locked.canonical);
+    let err = LockedStudy::from_stored("db", &tampered, &locked.sha256, &locked.locked_at)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("changed after it was locked"), "{err}");
+}
+
+#[test]
+fn an_edit_makes_a_new_version() {
+    let locked = Study::from_toml("s.study.toml", STUDY)
+        .unwrap()
+        .lock("2026-11-29T10:00:00Z");
+    let mut next = Study::next_version(&locked);
+    next.traffic.peak_rps = 12.0;
+    let v2 = Study::from_file("s.study.toml", next)
+        .unwrap()
+        .lock("2026-11-29T11:00:00Z");
+    assert_eq!(v2.study.version(), 2);
+    assert_eq!(
+        v2.study.file().previous.as_deref(),
+        Some(locked.sha256.as_str())
+    );
+    assert_ne!(v2.sha256, locked.sha256);
+}
+
+#[test]
+fn bad_studies_name_the_field() {
+    let cases = [
+        (
+            STUDY.replace("metric = \"license\"", "metric = \"licence\""),
+            "disqualifier[1].metric",
+        ),
+        (STUDY.replace("ttft_ms = 600", "ttft = 600"), "field `slo`"),
+        (
+            STUDY.replace("peak_rps = 8.0", "peak_rps = 1.0"),
+            "traffic.peak_rps",
+        ),
+        (
+            STUDY.replace("seed = 7", "seeds = 7"),
+            "unknown field `seeds`",
+        ),
+        (
+            STUDY.replace("sha256 = \"1111", "sha256 = \"zz11"),
+            "evalset.sha256",
+        ),
+    ];
+    for (text, expected) in cases {
+        let err = Study::from_toml("s.study.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "expected `{expected}` in: {err}");
+    }
+}
+
+fn example_record() -> SelectionRecord {
+    let locked = Study::from_toml("s.study.toml", STUDY)
+        .unwrap()
+        .lock("2026-11-29T10:00:00Z");
+    let mut values = MetricValues::default();
+    values.set(
+        Metric::HighValueFailures,
+        Value::Number(2.0),
+        vec!["hv-03".into(), "hv-11".into()],
+    );
+    values.set(
+        Metric::License,
+        Value::Text("apache-2.0".into()),
+        vec!["GGUF general.license".into()],
+    );
+    let verdicts: Vec<_> = locked
+        .study
+        .rules()
+        .iter()
+        .map(|r| r.judge(&values))
+        .collect();
+    let memory = fit(&FitInputs {
+        weights_bytes: 96_600_000,
+        kv: KvLayout {
+            full_layers: 30,
+            sliding_layers: 0,
+            sliding_window: 0,
+            kv_heads: 3,
+            head_dim: 64,
+            bytes_per_element: 4,
+        },
+        context_tokens: 4096,
+        concurrency: 8,
+        device: "cpu-24GiB".into(),
+        device_memory_bytes: 24 << 30,
+        usable_fraction: 0.9,
+        overhead_fraction: 0.1,
+        max_devices: 1,
+        model_context_limit: Some(8192),
+    });
+    let cost = estimate(&CostInputs {
+        capacity_rps_per_replica: 1.5,
+        devices_per_replica: 1,
+        price_per_device_hour: 0.1,
+        currency: "USD".into(),
+        mean_output_tokens: 200.0,
+        ordinary_rps: 2.0,
+        peak_rps: 8.0,
+        hardware: "AMD EPYC, 2 cores".into(),
+        capacity_context: "uniform practice trace, chat SLO".into(),
+    })
+    .unwrap();
+    let verdict = verdict_of(&verdicts, false);
+    SelectionRecord {
+        format: RECORD_FORMAT.into(),
+        study: StudyStamp::of(&locked),
+        identity: Identity {
+            candidate: "smollm2-135m".into(),
+            license: "apache-2.0".into(),
+            ..Identity::default()
+        },
+        quality: Quality {
+            evalset: "support-assistant".into(),
+            evalset_sha256: "1".repeat(64),
+            overall: RateWithInterval {
+                label: "all".into(),
+                passed: 8,
+                n: 10,
+                rate: 0.8,
+                lo: 0.49,
+                hi: 0.94,
+            },
+            categories: vec![],
+            paired: None,
+            decoding: "greedy".into(),
+        },
+        disqualifiers: verdicts,
+        memory,
+        performance: Performance {
+            loop_label: "open loop".into(),
+            workload: "uniform".into(),
+            slo: "chat".into(),
+            target_rps: 8.0,
+            throughput_rps: 7.68,
+            goodput_rps: 6.48,
+            attainment: Some(0.81),
+            latencies: vec![LatencyLine {
+                metric: "ttft".into(),
+                population: "requests".into(),
+                count: 96,
+                p50_s: Some(0.3),
+                p90_s: Some(0.7),
+                p99_s: Some(0.7),
+            }],
+            ttft_samples_s: vec![0.3, 0.7],
+            sweep: vec![SweepRow {
+                offered_rps: 8.0,
+                goodput_rps: 6.48,
+                throughput_rps: 7.68,
+                attainment: Some(0.81),
+                attainment_lower_bound: Some(0.74),
+            }],
+            knee_rps: Some(8.0),
+            capacity_rps: None,
+            capacity_rule: "test".into(),
+            client_bound: false,
+            hardware: "AMD EPYC, 2 cores".into(),
+        },
+        operations: Operations::default(),
+        cost: Cost::Estimate(Box::new(cost)),
+        verdict,
+        generated_at: "2026-11-29T12:00:00Z".into(),
+        code_version: "test".into(),
+        machine: "test".into(),
+        record_sha256: String::new(),
+    }
+    .seal()
+}
+
+#[test]
+fn records_carry_their_verdict_and_hash() {
+    let record = example_record();
+    assert_eq!(record.verdict, Verdict::Disqualified);
+    assert!(record.verify());
+    let mut edited = record.clone();
+    edited.performance.goodput_rps = 7.0;
+    assert!(!edited.verify());
+    // JSON round trip keeps the hash valid.
+    let back: SelectionRecord =
+        serde_json::from_str(&serde_json::to_string(&record).unwrap()).unwrap();
+    assert!(back.verify());
+}
+
+#[test]
+fn record_snapshot() {
+    let record = example_record();
+    insta::assert_json_snapshot!(record, {
+        ".study.lock_sha256" => "[lock hash]",
+        ".record_sha256" => "[record hash]",
+    });
+}
