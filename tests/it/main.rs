@@ -2,6 +2,7 @@
 //! together. One module per capability.
 
 mod architecture;
+mod eval;
 mod measure;
 mod support;
 mod trace;

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod eval;
 mod hist;
 mod output;
 mod trace;
@@ -31,6 +32,9 @@ enum Command {
     /// Workload traces: synthesize, import, describe, fit (FORMATS.md).
     #[command(subcommand)]
     Trace(trace::Command),
+    /// Eval sets: import, show, score outputs, compare results (Wilson, exact McNemar).
+    #[command(subcommand)]
+    Eval(eval::Command),
 }
 
 /// What a command that ran to the end concluded.
@@ -57,6 +61,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
         Command::Trace(cmd) => trace::run(cmd),
+        Command::Eval(cmd) => eval::run(cmd),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -1,0 +1,284 @@
+//! `shortlist eval`: import eval sets from other tools, describe a set, score outputs produced
+//! elsewhere, and compare two result sets with the exact McNemar test.
+//!
+//! Exit status: 0 success; 1 when the command's check failed — `score`: a case failed or had no
+//! output; `compare`: B is significantly worse than A (exact McNemar, p < 0.05); `import`: some
+//! source item could not be mapped (the set is still written, and the items are listed); 2 bad
+//! input, with the file, line and field.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::json;
+use shortlist_evals::import::{self, Imported};
+use shortlist_evals::response::parse_outputs;
+use shortlist_evals::results::{RunResults, compare, score_outputs};
+use shortlist_evals::set::EvalSet;
+
+use super::Outcome;
+use super::output::{print_json, read_text};
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Convert another tool's eval files into a shortlist.evalset.v1 YAML file.
+    Import(ImportArgs),
+    /// Check an eval set and print its version (SHA-256) and case counts per category.
+    Show(ShowArgs),
+    /// Score outputs produced elsewhere (one JSON line per case) against an eval set.
+    Score(ScoreArgs),
+    /// Compare two result sets on their shared cases (exact McNemar, per category).
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum From {
+    /// promptfoo tests (YAML list or config with `tests:`).
+    Promptfoo,
+    /// OpenAI evals samples (JSONL with `input`, `ideal`).
+    OpenaiEvals,
+    /// inspect_ai samples (JSONL, or CSV when the file ends in .csv).
+    Inspect,
+    /// BFCL questions (JSONL); pass the possible_answer file with --answers.
+    Bfcl,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum TemplateArg {
+    /// Output contains any ideal answer.
+    Includes,
+    /// Output starts with an ideal answer.
+    Match,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// The source format.
+    #[arg(long, value_enum)]
+    from: From,
+    /// The source file.
+    input: PathBuf,
+    /// BFCL possible_answer file (JSONL with `id`, `ground_truth`).
+    #[arg(long)]
+    answers: Option<PathBuf>,
+    /// The eval set's name (default: the output file's stem).
+    #[arg(long)]
+    name: Option<String>,
+    /// openai-evals: which template the samples were written for.
+    #[arg(long, value_enum, default_value_t = TemplateArg::Includes)]
+    template: TemplateArg,
+    /// Where to write the eval set (YAML).
+    #[arg(short = 'o', long = "output")]
+    output: PathBuf,
+    /// Print a JSON summary (cases, version, unmapped items) on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ShowArgs {
+    /// The eval set (YAML).
+    evalset: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ScoreArgs {
+    /// The eval set (YAML).
+    #[arg(long)]
+    evalset: PathBuf,
+    /// The outputs (JSONL: id, output, optional tool_calls in OpenAI's shape, finish_reason).
+    #[arg(long)]
+    outputs: PathBuf,
+    /// Name the candidate in the results.
+    #[arg(long)]
+    candidate: Option<String>,
+    /// Also write the results document (shortlist.eval-results.v1) here.
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// Print the results document on stdout instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompareArgs {
+    /// Results of candidate A (shortlist.eval-results.v1).
+    a: PathBuf,
+    /// Results of candidate B.
+    b: PathBuf,
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: Command) -> anyhow::Result<Outcome> {
+    match cmd {
+        Command::Import(a) => run_import(a),
+        Command::Show(a) => run_show(a),
+        Command::Score(a) => run_score(a),
+        Command::Compare(a) => run_compare(a),
+    }
+}
+
+fn name_of(p: &Path) -> String {
+    p.display().to_string()
+}
+
+pub(crate) fn load_set(path: &Path) -> anyhow::Result<EvalSet> {
+    let text = read_text(path)?;
+    Ok(EvalSet::from_yaml(&name_of(path), &text)?)
+}
+
+fn run_import(a: ImportArgs) -> anyhow::Result<Outcome> {
+    let text = read_text(&a.input)?;
+    let file = name_of(&a.input);
+    let name = a.name.clone().unwrap_or_else(|| {
+        let stem = a
+            .output
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        stem.trim_end_matches(".evalset").to_owned()
+    });
+    let imported: Imported = match a.from {
+        From::Promptfoo => import::promptfoo::import(&file, &text, &name)?,
+        From::OpenaiEvals => {
+            let t = match a.template {
+                TemplateArg::Includes => import::openai_evals::Template::Includes,
+                TemplateArg::Match => import::openai_evals::Template::Match,
+            };
+            import::openai_evals::import(&file, &text, &name, t)?
+        }
+        From::Inspect => {
+            if a.input
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+            {
+                import::inspect::import_csv(&file, &text, &name)?
+            } else {
+                import::inspect::import_jsonl(&file, &text, &name)?
+            }
+        }
+        From::Bfcl => {
+            let answers = a.answers.as_deref().map(read_text).transpose()?;
+            let afile = a.answers.as_deref().map(name_of).unwrap_or_default();
+            import::bfcl::import(&file, &text, &afile, answers.as_deref(), &name)?
+        }
+    };
+    if imported.set.cases.is_empty() {
+        for u in &imported.unmapped {
+            eprintln!("unmapped: case {}: {}: {}", u.case, u.what, u.reason);
+        }
+        anyhow::bail!("{file}: nothing could be imported as a case");
+    }
+    let out_name = name_of(&a.output);
+    let yaml = imported.to_yaml(&out_name)?;
+    std::fs::write(&a.output, &yaml).with_context(|| format!("{out_name}: cannot write"))?;
+    let set = EvalSet::from_yaml(&out_name, &yaml)?;
+    for u in &imported.unmapped {
+        eprintln!("unmapped: case {}: {}: {}", u.case, u.what, u.reason);
+    }
+    for n in &imported.notes {
+        eprintln!("note: {n}");
+    }
+    if a.json {
+        print_json(&json!({
+            "format": "shortlist.eval-import.v1",
+            "output": out_name,
+            "name": set.name(),
+            "sha256": set.sha256(),
+            "cases": set.cases().len(),
+            "unmapped": imported.unmapped,
+            "notes": imported.notes,
+        }))?;
+    } else {
+        println!(
+            "wrote {out_name}: {} cases, sha256 {}; {} item(s) unmapped",
+            set.cases().len(),
+            set.sha256(),
+            imported.unmapped.len()
+        );
+    }
+    Ok(if imported.unmapped.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+fn run_show(a: ShowArgs) -> anyhow::Result<Outcome> {
+    let set = load_set(&a.evalset)?;
+    let mut cats: Vec<(String, usize)> = Vec::new();
+    for c in set.cases() {
+        let k = c.category().as_string();
+        match cats.iter_mut().find(|(n, _)| *n == k) {
+            Some((_, n)) => *n += 1,
+            None => cats.push((k, 1)),
+        }
+    }
+    if a.json {
+        print_json(&json!({
+            "format": "shortlist.evalset-summary.v1",
+            "name": set.name(),
+            "sha256": set.sha256(),
+            "cases": set.cases().len(),
+            "categories": cats.iter().map(|(k, n)| json!({"category": k, "cases": n})).collect::<Vec<_>>(),
+        }))?;
+    } else {
+        println!(
+            "{} — {} cases, sha256 {}",
+            set.name(),
+            set.cases().len(),
+            set.sha256()
+        );
+        for (k, n) in &cats {
+            println!("  {k:<22} {n:>5}");
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+fn run_score(a: ScoreArgs) -> anyhow::Result<Outcome> {
+    let set = load_set(&a.evalset)?;
+    let file = name_of(&a.outputs);
+    let outputs = parse_outputs(&file, &read_text(&a.outputs)?)?;
+    let mut results = score_outputs(&set, &file, &outputs)?;
+    results.candidate = a.candidate;
+    if let Some(path) = &a.output {
+        let text = serde_json::to_string_pretty(&results)?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("{}: cannot write", path.display()))?;
+    }
+    if a.json {
+        print_json(&results)?;
+    } else {
+        print!("{}", results.table());
+    }
+    Ok(if results.failed() == 0 {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+fn load_results(path: &Path) -> anyhow::Result<RunResults> {
+    Ok(RunResults::from_json(&name_of(path), &read_text(path)?)?)
+}
+
+fn run_compare(a: CompareArgs) -> anyhow::Result<Outcome> {
+    let ra = load_results(&a.a)?;
+    let rb = load_results(&a.b)?;
+    let label = |r: &RunResults, p: &Path| r.candidate.clone().unwrap_or_else(|| name_of(p));
+    let cmp = compare(&label(&ra, &a.a), &ra, &label(&rb, &a.b), &rb);
+    if a.json {
+        print_json(&cmp)?;
+    } else {
+        print!("{}", cmp.table());
+    }
+    Ok(if cmp.b_significantly_worse() {
+        Outcome::CheckFailed
+    } else {
+        Outcome::Success
+    })
+}
