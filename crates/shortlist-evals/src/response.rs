@@ -154,6 +154,63 @@ impl Response {
     }
 }
 
+/// Tool calls written into the text, for models whose chat template has no native tool calling.
+///
+/// Recognises the Hermes convention used by several open chat templates: each
+/// `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` block is one call. A block whose body
+/// is not such an object (or is unterminated) yields a malformed call named `"?"` rather than
+/// nothing, so that a garbled attempt is never scored as "no call". Returns the text with the blocks
+/// removed, and the calls in order.
+pub fn tool_calls_from_text(text: &str) -> (String, Vec<ToolCall>) {
+    const OPEN: &str = "<tool_call>";
+    const CLOSE: &str = "</tool_call>";
+    let mut rest = text;
+    let mut prose = String::new();
+    let mut calls = Vec::new();
+    while let Some(start) = rest.find(OPEN) {
+        prose.push_str(&rest[..start]);
+        let after = &rest[start + OPEN.len()..];
+        let (body, next) = match after.find(CLOSE) {
+            Some(end) => (&after[..end], &after[end + CLOSE.len()..]),
+            None => (after, ""),
+        };
+        calls.push(parse_hermes_call(
+            body,
+            next.is_empty() && !after.contains(CLOSE),
+        ));
+        rest = next;
+    }
+    prose.push_str(rest);
+    (prose.trim().to_owned(), calls)
+}
+
+fn parse_hermes_call(body: &str, unterminated: bool) -> ToolCall {
+    let malformed = |name: &str, why: String| ToolCall {
+        name: name.to_owned(),
+        arguments: Err(why),
+    };
+    let v: Value = match serde_json::from_str(body.trim()) {
+        Ok(v) => v,
+        Err(e) => {
+            let why = if unterminated {
+                "unterminated <tool_call> block".to_owned()
+            } else {
+                format!("tool call is not valid JSON: {e}")
+            };
+            return malformed("?", why);
+        }
+    };
+    let Some(name) = v.get("name").and_then(Value::as_str) else {
+        return malformed("?", "tool call has no string `name`".into());
+    };
+    match v.get("arguments") {
+        Some(Value::Object(m)) => ToolCall::new(name, m.clone()),
+        Some(Value::String(s)) => ToolCall::from_openai(name, s),
+        None => ToolCall::new(name, Map::new()),
+        Some(other) => malformed(name, format!("arguments are not an object: {other}")),
+    }
+}
+
 /// One line of an outputs file, on the wire.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -272,6 +329,26 @@ mod tests {
         let dup = "{\"id\":\"a\",\"output\":\"x\"}\n{\"id\":\"a\",\"output\":\"y\"}\n";
         let e = parse_outputs("o.jsonl", dup).unwrap_err().to_string();
         assert!(e.contains("o.jsonl:2") && e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn hermes_tool_calls_in_text() {
+        let (prose, calls) = tool_calls_from_text(
+            "Let me check.\n<tool_call>{\"name\": \"check_status\", \"arguments\": {\"service\": \"api\"}}</tool_call>",
+        );
+        assert_eq!(prose, "Let me check.");
+        assert_eq!(calls.len(), 1);
+        assert_eq!(calls[0].name(), "check_status");
+        assert_eq!(calls[0].arguments().unwrap()["service"], "api");
+        let (_, bad) =
+            tool_calls_from_text("<tool_call>{\"name\": \"x\", \"arguments\": {</tool_call>");
+        assert!(bad[0].arguments().is_err());
+        let (_, cut) = tool_calls_from_text("<tool_call>{\"name\": \"x\"");
+        assert_eq!(cut.len(), 1);
+        assert!(cut[0].arguments().is_err());
+        let (prose, none) = tool_calls_from_text("No tools needed.");
+        assert!(none.is_empty());
+        assert_eq!(prose, "No tools needed.");
     }
 
     #[test]

@@ -1011,6 +1011,53 @@ cases:
         assert!(e.contains("colour"), "{e}");
     }
 
+    proptest::proptest! {
+        /// Writing a set as YAML and reading it back gives the same version, whatever the text.
+        #[test]
+        fn yaml_round_trip_keeps_the_version(
+            prompts in proptest::collection::vec("[ -~äöüéñ€\n]{1,60}", 1..6),
+            needle in "[a-zA-Z0-9 ]{1,12}",
+            weight in 0u32..5,
+        ) {
+            use crate::wire::{OneOrMany, WireCase, WireCheck, WireInput};
+            let cases = prompts
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| !p.trim().is_empty())
+                .map(|(i, p)| WireCase {
+                    id: format!("c{i}"),
+                    category: "ordinary".into(),
+                    input: WireInput::Prompt(p.clone()),
+                    system: None,
+                    tools: Vec::new(),
+                    checks: vec![WireCheck::Contains {
+                        name: None,
+                        value: OneOrMany::One(needle.trim().to_owned() + "x"),
+                        mode: None,
+                        ignore_case: false,
+                        negate: false,
+                    }],
+                    weight: Some(f64::from(weight)),
+                    tags: Vec::new(),
+                })
+                .collect::<Vec<_>>();
+            proptest::prop_assume!(!cases.is_empty());
+            let wire = WireSet {
+                format: EVALSET_FORMAT.into(),
+                name: "p".into(),
+                description: None,
+                system: Some("sys".into()),
+                tools: Vec::new(),
+                cases,
+            };
+            let a = EvalSet::from_wire("w", &wire, None).unwrap();
+            let yaml = serde_norway::to_string(&wire).unwrap();
+            let b = EvalSet::from_yaml("y", &yaml).unwrap();
+            proptest::prop_assert_eq!(a.sha256(), b.sha256());
+            proptest::prop_assert_eq!(a.cases().len(), b.cases().len());
+        }
+    }
+
     #[test]
     fn regex_and_schema_errors_are_load_errors() {
         let bad = SET.replace(

@@ -159,6 +159,23 @@ mod tests {
         assert!(!ok(&any, "{plan: team}"));
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_serialised_value_passes_whole_or_fenced(keys in proptest::collection::vec("[a-z]{1,8}", 0..5), n in -1000i64..1000) {
+            let mut m = serde_json::Map::new();
+            for k in keys {
+                m.insert(k, json!(n));
+            }
+            let text = Value::Object(m).to_string();
+            let c = JsonCheck::new(None, JsonSource::Auto).unwrap();
+            proptest::prop_assert!(ok(&c, &text));
+            let fenced = format!("Here:\n```json\n{text}\n```\n");
+            proptest::prop_assert!(ok(&c, &fenced));
+            // Cutting the last character off always breaks it.
+            proptest::prop_assert!(!ok(&c, &text[..text.len() - 1]));
+        }
+    }
+
     #[test]
     fn invalid_schema_is_rejected() {
         assert!(JsonCheck::new(Some(&json!({"type": 12})), JsonSource::Auto).is_err());

@@ -138,7 +138,39 @@ pub struct JudgeCalibration {
     pub labels: Vec<CalibrationLabel>,
 }
 
+/// The calibration record's format tag.
+pub const CALIBRATION_FORMAT: &str = "shortlist.judge-calibration.v1";
+
 impl JudgeCalibration {
+    /// Parses a calibration record (JSON); `file` names it in errors.
+    pub fn from_json(file: &str, text: &str) -> Result<Self, crate::error::EvalError> {
+        let mut de = serde_json::Deserializer::from_str(text);
+        let rec: Self = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+            let line = e.inner().line();
+            crate::error::EvalError::from_json_line(file, line, &e)
+        })?;
+        if rec.format != CALIBRATION_FORMAT {
+            return Err(crate::error::EvalError::UnsupportedFormat {
+                at: crate::error::Location {
+                    file: file.into(),
+                    line: 0,
+                    field: "format".into(),
+                },
+                found: rec.format,
+                expected: CALIBRATION_FORMAT.into(),
+            });
+        }
+        if rec.labels.is_empty() {
+            return Err(crate::error::EvalError::invalid(
+                file,
+                0,
+                "labels",
+                "a calibration needs labelled items",
+            ));
+        }
+        Ok(rec)
+    }
+
     /// The fraction of items where judge and human agree.
     pub fn agreement(&self) -> f64 {
         if self.labels.is_empty() {
@@ -286,6 +318,27 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn calibration_records_parse_with_format_check() {
+        let text = r#"{"format": "shortlist.judge-calibration.v1", "judge": "j", "rubric_sha256": "ab",
+                       "labels": [{"case": "c1", "human": true, "judge": true}]}"#;
+        assert_eq!(
+            JudgeCalibration::from_json("c.json", text)
+                .unwrap()
+                .labels
+                .len(),
+            1
+        );
+        let e = JudgeCalibration::from_json("c.json", &text.replace("v1", "v2")).unwrap_err();
+        assert!(e.to_string().contains("unsupported format"), "{e}");
+        let e = JudgeCalibration::from_json(
+            "c.json",
+            &text.replace("true, \"judge\": true", "\"yes\", \"judge\": true"),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("labels[0].human"), "{e}");
     }
 
     #[test]

@@ -696,6 +696,17 @@ mod tests {
         );
     }
 
+    proptest::proptest! {
+        #[test]
+        fn normalisation_is_idempotent_and_values_match_themselves(s in ".{0,40}", x in -1e6f64..1e6) {
+            let once = normalize(&s);
+            proptest::prop_assert_eq!(normalize(&once), once.clone());
+            proptest::prop_assert!(value_eq(&json!(s), &json!(s)));
+            proptest::prop_assert!(value_eq(&json!(x), &json!(x)));
+            proptest::prop_assert!(value_eq(&json!([s.clone(), x]), &json!([s, x])));
+        }
+    }
+
     #[test]
     fn impossible_answer_keys_are_rejected_at_load() {
         let s = spec();
