@@ -334,3 +334,69 @@ fn demo_set_has_the_promised_coverage() {
             >= 5
     );
 }
+
+/// Every demo case is passable: hand-written reference answers pass all 97 cases. A candidate that
+/// answers everything with the same polite deflection fails most of them, and comparing the two
+/// finds the regression (exit 1).
+#[test]
+fn demo_set_reference_answers_pass_and_a_deflecting_candidate_does_not() {
+    let set = support::repo_root()
+        .join("evalsets")
+        .join("support-assistant.yaml");
+    let set = set.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let good = dir.path().join("good.json");
+    let out = support::run(&[
+        "eval",
+        "score",
+        "--evalset",
+        set,
+        "--outputs",
+        &data("support-assistant.golden.jsonl"),
+        "-o",
+        good.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", support::stdout(&out));
+    let v = json_stdout(&out);
+    assert_eq!(v["overall"]["pass_rate"]["passed"], v["evalset"]["cases"]);
+
+    let text =
+        std::fs::read_to_string(support::repo_root().join("evalsets/support-assistant.yaml"))
+            .unwrap();
+    let parsed = EvalSet::from_yaml("support-assistant.yaml", &text).unwrap();
+    let deflect: String = parsed
+        .cases()
+        .iter()
+        .map(|c| {
+            serde_json::json!({"id": c.id(), "output": "Thanks for reaching out! Let me open a ticket for our team.", "finish_reason": "stop"})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let outputs = dir.path().join("deflect.jsonl");
+    std::fs::write(&outputs, deflect).unwrap();
+    let bad = dir.path().join("bad.json");
+    let out = support::run(&[
+        "eval",
+        "score",
+        "--evalset",
+        set,
+        "--outputs",
+        outputs.to_str().unwrap(),
+        "-o",
+        bad.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let out = support::run(&[
+        "eval",
+        "compare",
+        good.to_str().unwrap(),
+        bad.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", support::stderr(&out));
+    let v = json_stdout(&out);
+    assert!(v["mcnemar"]["p_value"].as_f64().unwrap() < 1e-6);
+    assert_eq!(v["mcnemar"]["b_only"], 0);
+}
