@@ -17,7 +17,7 @@ use crate::error::EvalError;
 use crate::response::Response;
 use crate::score::{Outcome, Verdict};
 use crate::set::{Case, EvalSet};
-use crate::stats::{McNemar, PassRate, WeightedScore};
+use crate::stats::{McNemar, PassRate, WeightedScore, holm};
 
 /// The results format tag.
 pub const RESULTS_FORMAT: &str = "shortlist.eval-results.v1";
@@ -351,6 +351,8 @@ pub struct CategoryComparison {
     pub category: String,
     /// The test.
     pub mcnemar: McNemar,
+    /// The p-value after Holm's adjustment across all categories of the comparison.
+    pub p_holm: f64,
 }
 
 /// Two result sets compared on their shared, decided cases.
@@ -442,16 +444,25 @@ pub fn compare(a_label: &str, a: &RunResults, b_label: &str, b: &RunResults) -> 
         only_a: ka.difference(&kb).map(|s| (*s).clone()).collect(),
         only_b: kb.difference(&ka).map(|s| (*s).clone()).collect(),
         mcnemar,
-        categories: cats
-            .into_iter()
-            .map(|k| {
-                let m = McNemar::from_pairs(per_cat[&k].iter().copied());
-                CategoryComparison {
-                    category: k,
-                    mcnemar: m,
-                }
-            })
-            .collect(),
+        categories: {
+            let tests: Vec<(String, McNemar)> = cats
+                .into_iter()
+                .map(|k| {
+                    let m = McNemar::from_pairs(per_cat[&k].iter().copied());
+                    (k, m)
+                })
+                .collect();
+            let adjusted = holm(&tests.iter().map(|(_, m)| m.p_value).collect::<Vec<_>>());
+            tests
+                .into_iter()
+                .zip(adjusted)
+                .map(|((category, mcnemar), p_holm)| CategoryComparison {
+                    category,
+                    mcnemar,
+                    p_holm,
+                })
+                .collect()
+        },
         a_only_cases,
         b_only_cases,
     }
@@ -487,24 +498,31 @@ impl Comparison {
             self.only_b.len()
         ));
         out.push_str(&format!(
-            "{:<22} {:>6} {:>7} {:>7} {:>6} {:>6} {:>9}\n",
-            "category", "n", "A only", "B only", "both", "none", "exact p"
+            "{:<22} {:>6} {:>7} {:>7} {:>6} {:>6} {:>9} {:>9}\n",
+            "category", "n", "A only", "B only", "both", "none", "exact p", "Holm p"
         ));
         let all = CategoryComparison {
             category: "all".into(),
             mcnemar: self.mcnemar,
+            p_holm: self.mcnemar.p_value,
         };
         for c in self.categories.iter().chain(std::iter::once(&all)) {
             let m = &c.mcnemar;
+            let holm = if c.category == "all" {
+                "-".to_owned()
+            } else {
+                format!("{:.4}", c.p_holm)
+            };
             out.push_str(&format!(
-                "{:<22} {:>6} {:>7} {:>7} {:>6} {:>6} {:>9.4}\n",
+                "{:<22} {:>6} {:>7} {:>7} {:>6} {:>6} {:>9.4} {:>9}\n",
                 c.category,
                 m.n(),
                 m.a_only,
                 m.b_only,
                 m.both_pass,
                 m.both_fail,
-                m.p_value
+                m.p_value,
+                holm
             ));
         }
         out

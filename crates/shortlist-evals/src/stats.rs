@@ -1,5 +1,5 @@
 //! Statistics for pass/fail evaluations: Wilson score intervals for pass rates and the exact
-//! McNemar test for two candidates on the same cases.
+//! McNemar test for two candidates on the same cases, with Holm's adjustment across categories.
 //!
 //! No pass rate travels without its n and interval: [`PassRate`] carries all three.
 
@@ -126,6 +126,24 @@ pub fn mcnemar_exact_p(b: u64, c: u64) -> f64 {
     (2.0 * binom.cdf(b.min(c))).min(1.0)
 }
 
+/// Holm's step-down adjustment of p-values for testing several hypotheses at once (e.g. one
+/// McNemar test per category): controls the family-wise error rate without assuming independence.
+/// Returns the adjusted p-values in the input order.
+pub fn holm(p_values: &[f64]) -> Vec<f64> {
+    let m = p_values.len();
+    let mut order: Vec<usize> = (0..m).collect();
+    order.sort_by(|&a, &b| p_values[a].total_cmp(&p_values[b]));
+    let mut adjusted = vec![0.0; m];
+    let mut running = 0.0_f64;
+    for (rank, &i) in order.iter().enumerate() {
+        let p = ((m - rank) as f64 * p_values[i]).min(1.0);
+        // Adjusted values never decrease along the sorted order.
+        running = running.max(p);
+        adjusted[i] = running;
+    }
+    adjusted
+}
+
 /// A weighted score: Σ weight·passed / Σ weight over decided cases.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WeightedScore {
@@ -204,6 +222,19 @@ mod tests {
         ]);
         assert_eq!((t.both_pass, t.a_only, t.b_only, t.both_fail), (1, 2, 1, 1));
         assert_eq!(t.n(), 5);
+    }
+
+    #[test]
+    fn holm_reference() {
+        // Holm (1979) procedure by hand: sorted 0.01, 0.02, 0.03, 0.04 with m = 4 give
+        // 0.04, 0.06, 0.06 (monotone), 0.06.
+        let adj = holm(&[0.03, 0.01, 0.04, 0.02]);
+        let want = [0.06, 0.04, 0.06, 0.06];
+        for (a, w) in adj.iter().zip(want) {
+            assert!((a - w).abs() < 1e-12, "{adj:?}");
+        }
+        assert_eq!(holm(&[0.9, 0.8]), vec![1.0, 1.0]);
+        assert!(holm(&[]).is_empty());
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! `i` forms → contains with mode any/all; `starts-with` → starts-with; `regex` → regex;
 //! `is-json` → json (strict, with the schema given as value); `contains-json` → json (auto: whole
 //! output or first fenced block — stricter than promptfoo, which searches anywhere, and noted);
-//! `is-refusal` / `not-is-refusal` → refusal refuse / answer. Everything else (`llm-rubric`,
+//! `is-refusal` / `not-is-refusal` → refusal refuse / answer; an `assert-set` without a threshold
+//! is flattened (all must pass), one with a threshold below 1 is unmapped. Everything else (`llm-rubric`,
 //! `javascript`, `python`, `similar`, `latency`, `cost`, `levenshtein`, ...) is reported as
 //! unmapped with the reason.
 
@@ -129,7 +130,11 @@ pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError>
             )
             .collect();
         let mut checks = Vec::new();
+        let mut flat = Vec::new();
         for a in &asserts {
+            flatten_sets(a, &mut flat, &mut |what, why| imp.unmapped(&id, what, why));
+        }
+        for a in &flat {
             match map_assertion(a) {
                 Ok((check, note)) => {
                     checks.push(check);
@@ -163,6 +168,31 @@ pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError>
         });
     }
     Ok(imp)
+}
+
+/// An `assert-set` without a threshold (or with threshold 1) means "all of these": its members
+/// are taken as ordinary assertions. A set with a lower threshold (k of n) has no equivalent.
+fn flatten_sets(a: &Value, out: &mut Vec<Value>, unmapped: &mut dyn FnMut(&str, &str)) {
+    if a.get("type").and_then(Value::as_str) != Some("assert-set") {
+        out.push(a.clone());
+        return;
+    }
+    let threshold = a.get("threshold").and_then(Value::as_f64).unwrap_or(1.0);
+    if threshold < 1.0 {
+        unmapped(
+            "assert type assert-set",
+            "a threshold below 1 (k of n assertions) has no equivalent: every check must pass",
+        );
+        return;
+    }
+    for inner in a
+        .get("assert")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        flatten_sets(inner, out, unmapped);
+    }
 }
 
 fn prompt_text(p: &Value) -> Option<String> {
@@ -385,6 +415,27 @@ tests:
         assert_eq!(imp.set.cases[2].checks.len(), 1);
         let yaml_out = imp.to_yaml("out.yaml").unwrap();
         assert!(crate::set::EvalSet::from_yaml("out.yaml", &yaml_out).is_ok());
+    }
+
+    #[test]
+    fn assert_sets_flatten_unless_k_of_n() {
+        let yaml = r#"
+- vars: {q: "Plans?"}
+  assert:
+    - type: assert-set
+      assert:
+        - {type: contains, value: Team}
+        - {type: contains, value: Business}
+    - type: assert-set
+      threshold: 0.5
+      assert:
+        - {type: contains, value: Free}
+        - {type: contains, value: Enterprise}
+"#;
+        let imp = import("pf.yaml", yaml, "pf").unwrap();
+        assert_eq!(imp.set.cases[0].checks.len(), 2);
+        assert_eq!(imp.unmapped.len(), 1);
+        assert_eq!(imp.unmapped[0].what, "assert type assert-set");
     }
 
     #[test]
