@@ -400,3 +400,38 @@ fn demo_set_reference_answers_pass_and_a_deflecting_candidate_does_not() {
     assert!(v["mcnemar"]["p_value"].as_f64().unwrap() < 1e-6);
     assert_eq!(v["mcnemar"]["b_only"], 0);
 }
+
+/// The readable tables, pinned: every rate with its n and interval, every comparison with its
+/// discordant pairs and exact p.
+#[test]
+fn tables_read_as_pinned() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut paths = Vec::new();
+    for (outs, cand) in [
+        ("outputs-a.jsonl", "model-a"),
+        ("outputs-b.jsonl", "model-b"),
+    ] {
+        let path = dir.path().join(format!("{cand}.json"));
+        let out = support::run(&[
+            "eval",
+            "score",
+            "--evalset",
+            &data("mini.yaml"),
+            "--outputs",
+            &data(outs),
+            "--candidate",
+            cand,
+            "-o",
+            path.to_str().unwrap(),
+        ]);
+        insta::assert_snapshot!(format!("score_table_{cand}"), support::stdout(&out));
+        paths.push(path);
+    }
+    let out = support::run(&[
+        "eval",
+        "compare",
+        paths[0].to_str().unwrap(),
+        paths[1].to_str().unwrap(),
+    ]);
+    insta::assert_snapshot!("compare_table", support::stdout(&out));
+}
