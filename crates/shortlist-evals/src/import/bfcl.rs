@@ -75,7 +75,7 @@ pub fn import(
             .and_then(Value::as_array)
             .ok_or_else(|| at("question", "missing list of turns".into()))?;
         if turns.len() != 1 {
-            imp.unmapped(
+            imp.add_unmapped(
                 &id,
                 "multi-turn question",
                 "needs BFCL's stateful executors; not imported",
@@ -128,7 +128,7 @@ pub fn import(
         }
         let check = match key.get(src_id) {
             None if !src_id.contains("irrelevance") => {
-                imp.unmapped(
+                imp.add_unmapped(
                     &id,
                     "question without answer",
                     format!("no ground truth for {src_id} in {answer_file}; not imported"),

@@ -128,7 +128,7 @@ fn sample(
         .filter(|t| !t.trim().is_empty())
         .collect();
     if targets.is_empty() {
-        imp.unmapped(
+        imp.add_unmapped(
             &id,
             "sample without target",
             "nothing to check against; not imported",

@@ -55,7 +55,7 @@ impl Imported {
         }
     }
 
-    pub(crate) fn unmapped(&mut self, case: &str, what: &str, reason: impl Into<String>) {
+    pub(crate) fn add_unmapped(&mut self, case: &str, what: &str, reason: impl Into<String>) {
         self.unmapped.push(Unmapped {
             case: case.into(),
             what: what.into(),
@@ -63,7 +63,7 @@ impl Imported {
         });
     }
 
-    pub(crate) fn note(&mut self, note: impl Into<String>) {
+    pub(crate) fn add_note(&mut self, note: impl Into<String>) {
         let note = note.into();
         if !self.notes.contains(&note) {
             self.notes.push(note);
@@ -74,7 +74,7 @@ impl Imported {
     pub(crate) fn push_case(&mut self, case: WireCase) {
         if case.checks.is_empty() {
             let id = case.id.clone();
-            self.unmapped(
+            self.add_unmapped(
                 &id,
                 "case",
                 "no check could be mapped, so the case could not fail; not imported",

@@ -66,7 +66,7 @@ pub fn import(
                 ));
             }
             None => {
-                imp.unmapped(
+                imp.add_unmapped(
                     &id,
                     "sample without ideal",
                     "model-graded samples need a judge check; not imported",
@@ -76,7 +76,7 @@ pub fn import(
         };
         let ideals: Vec<String> = ideals.into_iter().filter(|s| !s.is_empty()).collect();
         if ideals.is_empty() {
-            imp.unmapped(&id, "ideal", "empty ideal answer; not imported");
+            imp.add_unmapped(&id, "ideal", "empty ideal answer; not imported");
             continue;
         }
         let check = match template {

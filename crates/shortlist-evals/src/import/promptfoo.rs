@@ -75,7 +75,7 @@ pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError>
         .as_deref()
         .is_some_and(|t| t.starts_with("file://"))
     {
-        imp.note("prompt templates given as file:// references are not read; the vars are used as the prompt");
+        imp.add_note("prompt templates given as file:// references are not read; the vars are used as the prompt");
     }
     let template = template.filter(|t| !t.starts_with("file://"));
     let mut taken = BTreeSet::new();
@@ -108,7 +108,7 @@ pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError>
             None => match pick_prompt_var(&vars) {
                 Some(p) => p,
                 None => {
-                    imp.unmapped(&id, "vars", "no prompt template and no single prompt-like var; give the config's `prompts`");
+                    imp.add_unmapped(&id, "vars", "no prompt template and no single prompt-like var; give the config's `prompts`");
                     continue;
                 }
             },
@@ -132,17 +132,19 @@ pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError>
         let mut checks = Vec::new();
         let mut flat = Vec::new();
         for a in &asserts {
-            flatten_sets(a, &mut flat, &mut |what, why| imp.unmapped(&id, what, why));
+            flatten_sets(a, &mut flat, &mut |what, why| {
+                imp.add_unmapped(&id, what, why)
+            });
         }
         for a in &flat {
             match map_assertion(a) {
                 Ok((check, note)) => {
                     checks.push(check);
                     if let Some(n) = note {
-                        imp.note(n);
+                        imp.add_note(n);
                     }
                 }
-                Err((what, why)) => imp.unmapped(&id, &what, why),
+                Err((what, why)) => imp.add_unmapped(&id, &what, why),
             }
         }
         let tags = metadata
