@@ -893,16 +893,29 @@ fn line_of(text: &str, needle: &str) -> usize {
         .map_or(0, |i| i + 1)
 }
 
-/// The line of the case with this id: the first `id:` line at or after `from` naming it.
+/// The line of the case with this id: the first line at or after `from` where an `id:` key (block
+/// or flow style, quoted or not) names it.
 fn case_line(text: &str, id: &str, from: &mut usize) -> usize {
     for (i, l) in text.lines().enumerate().skip(*from) {
-        let t = l.trim_start().trim_start_matches("- ").trim_start();
-        if let Some(rest) = t.strip_prefix("id:") {
-            let v = rest.trim().trim_matches(|c| c == '"' || c == '\'');
-            if v == id {
+        let mut rest = l;
+        while let Some(pos) = rest.find("id:") {
+            let key_starts_here = rest[..pos]
+                .chars()
+                .next_back()
+                .is_none_or(|c| c.is_whitespace() || c == '{' || c == ',' || c == '-');
+            let value = rest[pos + 3..].trim_start();
+            let token: String = match value.chars().next() {
+                Some(q @ ('"' | '\'')) => value[1..].chars().take_while(|c| *c != q).collect(),
+                _ => value
+                    .chars()
+                    .take_while(|c| !c.is_whitespace() && *c != ',' && *c != '}')
+                    .collect(),
+            };
+            if key_starts_here && token == id {
                 *from = i + 1;
                 return i + 1;
             }
+            rest = &rest[pos + 3..];
         }
     }
     0
@@ -1056,6 +1069,16 @@ cases:
             proptest::prop_assert_eq!(a.sha256(), b.sha256());
             proptest::prop_assert_eq!(a.cases().len(), b.cases().len());
         }
+    }
+
+    #[test]
+    fn case_lines_in_block_and_flow_style() {
+        let text = "cases:\n  - {id: a, category: x}\n  - id: \"b\"\n  - {category: y, id: 'c'}\n  - tid: d\n";
+        let mut from = 0;
+        assert_eq!(case_line(text, "a", &mut from), 2);
+        assert_eq!(case_line(text, "b", &mut from), 3);
+        assert_eq!(case_line(text, "c", &mut from), 4);
+        assert_eq!(case_line(text, "d", &mut from), 0);
     }
 
     #[test]
