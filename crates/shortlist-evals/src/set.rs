@@ -967,7 +967,12 @@ cases:
         assert_eq!(s.cases()[1].weight(), 2.0);
         assert_eq!(s.cases()[0].system(), Some("You are helpful."));
         assert_eq!(s.cases()[0].line(), 16);
-        assert_eq!(s.sha256().len(), 64);
+        // Pinned: if this changes, every stored eval set gets a new version. Change the canonical
+        // form only on purpose, and say so in the release notes.
+        assert_eq!(
+            s.sha256(),
+            "51aada0fc2d082a06dfb018dced02bbf960976935e3969189ed515aacd46676c"
+        );
     }
 
     #[test]

@@ -51,6 +51,8 @@ const PHRASES: &[&str] = &[
     "i am not allowed to",
     "i'm not permitted to",
     "not something i can help with",
+    "not something i can do",
+    "not something i'm able to",
     "as an ai",
     "ich kann ihnen dabei nicht helfen",
     "ich kann dabei nicht helfen",
