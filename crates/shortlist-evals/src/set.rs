@@ -1076,6 +1076,19 @@ cases:
         }
     }
 
+    proptest::proptest! {
+        /// Bad input is an error, never a panic: random edits of a valid set, and random text.
+        #[test]
+        fn never_panics_on_bad_input(cut in 0usize..SET.len(), junk in ".{0,20}", text in ".{0,200}") {
+            let mut edited = SET.to_owned();
+            let at = (0..=cut).rev().find(|i| edited.is_char_boundary(*i)).unwrap_or(0);
+            edited.insert_str(at, &junk);
+            let _ = EvalSet::from_yaml("e.yaml", &edited);
+            let _ = EvalSet::from_yaml("t.yaml", &text);
+            let _ = crate::response::parse_outputs("o.jsonl", &text);
+        }
+    }
+
     #[test]
     fn case_lines_in_block_and_flow_style() {
         let text = "cases:\n  - {id: a, category: x}\n  - id: \"b\"\n  - {category: y, id: 'c'}\n  - tid: d\n";
