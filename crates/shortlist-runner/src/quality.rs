@@ -1,0 +1,327 @@
+//! Quality runs: one candidate over one eval set, case by case, resumable.
+//!
+//! Each finished case is appended to a progress file (JSON lines, flushed and synced) before the
+//! next one starts, so a killed run loses at most the case in flight; restarting with the same
+//! progress file skips every case already there. The file's first line pins the eval set version,
+//! the candidate and the decoding, and a resume with different ones is refused.
+
+use std::collections::HashMap;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use shortlist_evals::results::{CaseResult, RunResults, score_case};
+use shortlist_evals::{EvalSet, FinishReason, Response};
+
+use crate::candidate::{Decoding, Generator};
+use crate::error::RunError;
+use crate::prompt::ChatRequest;
+
+const PROGRESS_FORMAT: &str = "shortlist.quality-progress.v1";
+
+/// The first line of a progress file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct ProgressHeader {
+    format: String,
+    evalset: String,
+    evalset_sha256: String,
+    candidate: String,
+    decoding: String,
+}
+
+/// Where a run keeps its finished cases.
+#[derive(Debug)]
+pub struct Progress {
+    path: PathBuf,
+    file: File,
+    done: HashMap<String, CaseResult>,
+}
+
+impl Progress {
+    /// Open (or create) the progress file for this set, candidate and decoding.
+    pub fn open(
+        path: &Path,
+        set: &EvalSet,
+        candidate: &str,
+        decoding: &Decoding,
+    ) -> Result<Progress, RunError> {
+        let err = |why: String| RunError::Progress {
+            path: path.to_path_buf(),
+            why,
+        };
+        let header = ProgressHeader {
+            format: PROGRESS_FORMAT.to_owned(),
+            evalset: set.name().to_owned(),
+            evalset_sha256: set.sha256().to_owned(),
+            candidate: candidate.to_owned(),
+            decoding: decoding.describe(),
+        };
+        let mut done = HashMap::new();
+        let exists = path.exists()
+            && std::fs::metadata(path)
+                .map(|m| m.len() > 0)
+                .unwrap_or(false);
+        if exists {
+            let reader = BufReader::new(File::open(path).map_err(|e| err(e.to_string()))?);
+            for (index, line) in reader.lines().enumerate() {
+                let line = line.map_err(|e| err(e.to_string()))?;
+                if index == 0 {
+                    let found: ProgressHeader = serde_json::from_str(&line)
+                        .map_err(|e| err(format!("line 1: not a progress header: {e}")))?;
+                    if found != header {
+                        return Err(err(format!(
+                            "belongs to another run ({} v{} with {}, {}); this run is {} v{} with {}, {}: use another progress file",
+                            found.evalset,
+                            &found.evalset_sha256[..12.min(found.evalset_sha256.len())],
+                            found.candidate,
+                            found.decoding,
+                            header.evalset,
+                            &header.evalset_sha256[..12],
+                            header.candidate,
+                            header.decoding
+                        )));
+                    }
+                    continue;
+                }
+                // A line cut short by a crash is the case in flight: it is simply run again.
+                match serde_json::from_str::<CaseResult>(&line) {
+                    Ok(result) => {
+                        done.insert(result.id.clone(), result);
+                    }
+                    Err(_) => {
+                        tracing::warn!(line = index + 1, "ignoring a truncated progress line")
+                    }
+                }
+            }
+        }
+        let mut file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|e| err(e.to_string()))?;
+        if !exists {
+            let mut line = serde_json::to_string(&header).map_err(|e| err(e.to_string()))?;
+            line.push('\n');
+            file.write_all(line.as_bytes())
+                .map_err(|e| err(e.to_string()))?;
+            file.sync_data().map_err(|e| err(e.to_string()))?;
+        } else {
+            // Make sure a record appended after a truncated line starts on its own line.
+            file.write_all(b"\n").map_err(|e| err(e.to_string()))?;
+        }
+        Ok(Progress {
+            path: path.to_path_buf(),
+            file,
+            done,
+        })
+    }
+
+    /// Cases already finished.
+    pub fn done(&self) -> usize {
+        self.done.len()
+    }
+
+    fn record(&mut self, result: &CaseResult) -> Result<(), RunError> {
+        let err = |why: String| RunError::Progress {
+            path: self.path.clone(),
+            why,
+        };
+        let mut line = serde_json::to_string(result).map_err(|e| err(e.to_string()))?;
+        line.push('\n');
+        self.file
+            .write_all(line.as_bytes())
+            .map_err(|e| err(e.to_string()))?;
+        self.file.sync_data().map_err(|e| err(e.to_string()))?;
+        self.done.insert(result.id.clone(), result.clone());
+        Ok(())
+    }
+}
+
+/// What the caller hears after each case.
+#[derive(Debug, Clone, Copy)]
+pub struct Tick<'a> {
+    pub finished: usize,
+    pub total: usize,
+    pub result: &'a CaseResult,
+    /// Whether this case was taken from the progress file rather than run now.
+    pub resumed: bool,
+}
+
+/// Run every case not yet in `progress`, then score the whole set.
+pub fn run_quality(
+    set: &EvalSet,
+    generator: &mut dyn Generator,
+    decoding: &Decoding,
+    progress: &mut Progress,
+    mut on_case: impl FnMut(Tick<'_>),
+) -> Result<RunResults, RunError> {
+    let total = set.cases().len();
+    let mut results = Vec::with_capacity(total);
+    for (index, case) in set.cases().iter().enumerate() {
+        if let Some(done) = progress.done.get(case.id()) {
+            results.push(done.clone());
+            on_case(Tick {
+                finished: index + 1,
+                total,
+                result: done,
+                resumed: true,
+            });
+            continue;
+        }
+        let request = ChatRequest::from_case(case);
+        let generated = generator.generate(&request, decoding)?;
+        let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
+        let response = Response::new(generated.text, generated.tool_calls, finish);
+        let mut result = score_case(case, Some(&response));
+        if let Some(reason) = &generated.finish_reason {
+            result.finish_reason = Some(reason.clone());
+        }
+        result.tokens = generated.output_tokens;
+        result.latency_s = Some(generated.latency_s);
+        progress.record(&result)?;
+        on_case(Tick {
+            finished: index + 1,
+            total,
+            result: &result,
+            resumed: false,
+        });
+        results.push(result);
+    }
+    Ok(RunResults::new(set, Some(generator.name()), results))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::candidate::Generated;
+
+    const SET: &str = r#"
+format: shortlist.evalset.v1
+name: mini
+cases:
+  - id: a
+    category: ordinary
+    input: Say yes.
+    checks: [{type: contains, value: "yes"}]
+  - id: b
+    category: ordinary
+    input: Say no.
+    checks: [{type: contains, value: "no"}]
+  - id: c
+    category: high-value
+    input: Say maybe.
+    checks: [{type: contains, value: "maybe"}]
+"#;
+
+    /// A test double: answers "yes" to everything, and fails (like a crash) after `fail_after`
+    /// generations.
+    struct Scripted {
+        calls: Vec<String>,
+        fail_after: Option<usize>,
+    }
+
+    impl Generator for Scripted {
+        fn name(&self) -> String {
+            "scripted-test-double".to_owned()
+        }
+        fn generate(&mut self, request: &ChatRequest, _: &Decoding) -> Result<Generated, RunError> {
+            if self.fail_after == Some(self.calls.len()) {
+                return Err(RunError::Endpoint {
+                    url: "test".into(),
+                    why: "simulated crash".into(),
+                });
+            }
+            self.calls.push(request.messages[0].1.clone());
+            Ok(Generated {
+                text: "yes".into(),
+                tool_calls: vec![],
+                finish_reason: Some("stop".into()),
+                prompt_tokens: Some(3),
+                output_tokens: Some(1),
+                latency_s: 0.01,
+            })
+        }
+    }
+
+    #[test]
+    fn a_killed_run_resumes_without_redoing_finished_cases() {
+        let set = EvalSet::from_yaml("mini.yaml", SET).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.progress.jsonl");
+        let decoding = Decoding {
+            max_tokens: 8,
+            sampling: None,
+        };
+
+        let mut crashing = Scripted {
+            calls: vec![],
+            fail_after: Some(1),
+        };
+        let mut progress = Progress::open(&path, &set, "scripted-test-double", &decoding).unwrap();
+        assert!(run_quality(&set, &mut crashing, &decoding, &mut progress, |_| {}).is_err());
+        assert_eq!(crashing.calls, ["Say yes."]);
+        drop(progress);
+
+        let mut resumed = Scripted {
+            calls: vec![],
+            fail_after: None,
+        };
+        let mut progress = Progress::open(&path, &set, "scripted-test-double", &decoding).unwrap();
+        assert_eq!(progress.done(), 1);
+        let mut ticks = Vec::new();
+        let results = run_quality(&set, &mut resumed, &decoding, &mut progress, |t| {
+            ticks.push(t.resumed)
+        })
+        .unwrap();
+        assert_eq!(
+            resumed.calls,
+            ["Say no.", "Say maybe."],
+            "the finished case was not run again"
+        );
+        assert_eq!(ticks, [true, false, false]);
+        assert_eq!(results.cases.len(), 3);
+        assert_eq!(results.overall.pass_rate.n, 3);
+        assert_eq!(results.failed(), 2);
+
+        // A different decoding refuses the file.
+        let other = Decoding {
+            max_tokens: 16,
+            sampling: None,
+        };
+        let err = Progress::open(&path, &set, "scripted-test-double", &other)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("belongs to another run"), "{err}");
+    }
+
+    #[test]
+    fn a_truncated_last_line_is_run_again() {
+        let set = EvalSet::from_yaml("mini.yaml", SET).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run.progress.jsonl");
+        let decoding = Decoding {
+            max_tokens: 8,
+            sampling: None,
+        };
+        let mut first = Scripted {
+            calls: vec![],
+            fail_after: Some(2),
+        };
+        let mut progress = Progress::open(&path, &set, "scripted-test-double", &decoding).unwrap();
+        let _ = run_quality(&set, &mut first, &decoding, &mut progress, |_| {});
+        drop(progress);
+        // Cut the last record in half, as a crash mid-write would.
+        let text = std::fs::read_to_string(&path).unwrap();
+        let cut = text.trim_end().len() - 10;
+        std::fs::write(&path, &text[..cut]).unwrap();
+        let mut second = Scripted {
+            calls: vec![],
+            fail_after: None,
+        };
+        let mut progress = Progress::open(&path, &set, "scripted-test-double", &decoding).unwrap();
+        assert_eq!(progress.done(), 1);
+        run_quality(&set, &mut second, &decoding, &mut progress, |_| {}).unwrap();
+        assert_eq!(second.calls, ["Say no.", "Say maybe."]);
+    }
+}
