@@ -435,3 +435,21 @@ fn tables_read_as_pinned() {
     ]);
     insta::assert_snapshot!("compare_table", support::stdout(&out));
 }
+
+/// `eval show --requests` gives a harness everything it needs: messages with the system prompt
+/// first, and the tools in OpenAI's shape.
+#[test]
+fn show_requests_for_external_harnesses() {
+    let out = support::run(&["eval", "show", &data("mini.yaml"), "--requests"]);
+    assert_eq!(out.status.code(), Some(0), "{}", support::stderr(&out));
+    let lines: Vec<Value> = support::stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 5);
+    assert_eq!(lines[0]["messages"][0]["role"], "system");
+    assert_eq!(lines[0]["messages"][1]["role"], "user");
+    let invoice = lines.iter().find(|l| l["id"] == "invoice-lookup").unwrap();
+    assert_eq!(invoice["tools"][0]["type"], "function");
+    assert_eq!(invoice["tools"][0]["function"]["name"], "lookup_invoice");
+}

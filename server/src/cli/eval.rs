@@ -23,7 +23,8 @@ use super::output::{print_json, read_text};
 pub enum Command {
     /// Convert another tool's eval files into a shortlist.evalset.v1 YAML file.
     Import(ImportArgs),
-    /// Check an eval set and print its version (SHA-256) and case counts per category.
+    /// Check an eval set and print its version (SHA-256) and case counts per category, or with
+    /// --requests the chat request of every case (JSON Lines) for generating outputs elsewhere.
     Show(ShowArgs),
     /// Score outputs produced elsewhere (one JSON line per case) against an eval set.
     Score(ScoreArgs),
@@ -81,6 +82,10 @@ pub struct ShowArgs {
     evalset: PathBuf,
     #[arg(long)]
     json: bool,
+    /// Print one OpenAI-style chat request per line instead: `{"id", "messages", "tools"}`, the
+    /// system prompt first. Generate with any harness, then `eval score` the outputs.
+    #[arg(long, conflicts_with = "json")]
+    requests: bool,
 }
 
 #[derive(Debug, Args)]
@@ -209,6 +214,21 @@ fn run_import(a: ImportArgs) -> anyhow::Result<Outcome> {
 
 fn run_show(a: ShowArgs) -> anyhow::Result<Outcome> {
     let set = load_set(&a.evalset)?;
+    if a.requests {
+        use std::io::Write as _;
+        let mut out = std::io::stdout().lock();
+        for c in set.cases() {
+            let messages: Vec<serde_json::Value> = c
+                .chat()
+                .iter()
+                .map(|m| json!({"role": m.role.as_str(), "content": m.content}))
+                .collect();
+            let tools: Vec<serde_json::Value> = c.tools().iter().map(|t| t.to_openai()).collect();
+            let line = json!({"id": c.id(), "category": c.category().as_string(), "messages": messages, "tools": tools});
+            writeln!(out, "{line}")?;
+        }
+        return Ok(Outcome::Success);
+    }
     let mut cats: Vec<(String, usize)> = Vec::new();
     for c in set.cases() {
         let k = c.category().as_string();
