@@ -1,0 +1,108 @@
+//! Errors of the store: each names the operation and the row it was about.
+
+use shortlist_study::StudyError;
+
+/// What went wrong while storing or loading.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The URL names no database this build can open.
+    #[error("database URL `{url}`: {why}")]
+    BadUrl { url: String, why: String },
+    /// The database could not be opened.
+    #[error("cannot open the database at `{url}`: {source}")]
+    Connect {
+        url: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// The schema migrations failed at start-up.
+    #[error("migrating the {backend} database at `{url}`: {source}")]
+    Migrate {
+        backend: &'static str,
+        url: String,
+        #[source]
+        source: sqlx::migrate::MigrateError,
+    },
+    /// A statement failed.
+    #[error("{op}: {source}")]
+    Sql {
+        op: String,
+        #[source]
+        source: sqlx::Error,
+    },
+    /// An argument was refused before it reached the database.
+    #[error("{op}: field `{field}`: {why}")]
+    Invalid {
+        op: String,
+        field: &'static str,
+        why: String,
+    },
+    /// A stored row could not be read back into its type.
+    #[error("table `{table}`, row {key}: column `{column}`: {why}")]
+    Corrupt {
+        table: &'static str,
+        key: String,
+        column: &'static str,
+        why: String,
+    },
+    /// The row asked for does not exist.
+    #[error("{what} not found")]
+    NotFound { what: String },
+    /// A locked study cannot change; an edit makes a new version.
+    #[error(
+        "study `{name}` v{version} is locked (sha256 {sha256}, locked at {locked_at}): it cannot be changed or removed; edit a new version instead"
+    )]
+    StudyLocked {
+        name: String,
+        version: u32,
+        sha256: String,
+        locked_at: String,
+    },
+    /// A study failed its own checks (including the lock-hash check on load).
+    #[error(transparent)]
+    Study(#[from] StudyError),
+    /// A job was finished by a worker that no longer holds it (its lease went stale).
+    #[error("job {id}: not held by worker `{worker}` (state {state}, held by {holder})")]
+    JobNotHeld {
+        id: i64,
+        worker: String,
+        state: String,
+        holder: String,
+    },
+}
+
+/// A `map_err` adaptor that names the operation.
+pub(crate) fn sql(op: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreError {
+    let op = op.into();
+    move |source| StoreError::Sql { op, source }
+}
+
+/// The URL with any password replaced, for messages.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    match authority.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            let slash = if rest.contains('/') { "/" } else { "" };
+            format!("{scheme}://{user}:***@{host}{slash}{tail}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn passwords_do_not_reach_messages() {
+        assert_eq!(
+            redact("postgres://u:secret@127.0.0.1/db"),
+            "postgres://u:***@127.0.0.1/db"
+        );
+        assert_eq!(redact("sqlite://x.db?mode=rwc"), "sqlite://x.db?mode=rwc");
+    }
+}

@@ -1,0 +1,288 @@
+//! The job queue: rows that workers claim one at a time. A claim is one atomic statement under a
+//! lock — `FOR UPDATE SKIP LOCKED` on PostgreSQL, so workers on many hosts skip each other's
+//! rows instead of waiting; `BEGIN IMMEDIATE` on SQLite, whose single writer serializes claims —
+//! so no job is ever held by two workers. A worker that dies leaves its job `running` with an
+//! old heartbeat; [`Store::requeue_stale_jobs`] hands it back to the queue.
+
+use std::time::Duration;
+
+use crate::error::sql;
+use crate::{Backend, Store, StoreError, check_name, col, col_json, now_ms};
+
+/// Attempts a job gets before a stale claim fails it for good.
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 3;
+
+/// Where a job stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JobState {
+    Queued,
+    Running,
+    Done,
+    Failed,
+}
+
+impl JobState {
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Queued => "queued",
+            JobState::Running => "running",
+            JobState::Done => "done",
+            JobState::Failed => "failed",
+        }
+    }
+    fn parse(s: &str) -> Option<JobState> {
+        Some(match s {
+            "queued" => JobState::Queued,
+            "running" => JobState::Running,
+            "done" => JobState::Done,
+            "failed" => JobState::Failed,
+            _ => return None,
+        })
+    }
+}
+
+/// A job row.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: i64,
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub state: JobState,
+    /// Claims so far, this one included.
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub claimed_by: Option<String>,
+    pub last_error: Option<String>,
+}
+
+const JOB_COLUMNS: &str =
+    "id, kind, payload_json, state, attempts, max_attempts, claimed_by, last_error";
+
+fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
+    let id: i64 = col(row, "jobs", &"?", "id")?;
+    let state: String = col(row, "jobs", &id, "state")?;
+    Ok(Job {
+        id,
+        kind: col(row, "jobs", &id, "kind")?,
+        payload: col_json(row, "jobs", &id, "payload_json")?,
+        state: JobState::parse(&state).ok_or_else(|| StoreError::Corrupt {
+            table: "jobs",
+            key: id.to_string(),
+            column: "state",
+            why: format!("unknown state `{state}`"),
+        })?,
+        attempts: crate::col_u(row, "jobs", &id, "attempts")?,
+        max_attempts: crate::col_u(row, "jobs", &id, "max_attempts")?,
+        claimed_by: col(row, "jobs", &id, "claimed_by")?,
+        last_error: col(row, "jobs", &id, "last_error")?,
+    })
+}
+
+impl Store {
+    /// Queue a job; returns its id.
+    pub async fn enqueue_job(
+        &self,
+        kind: &str,
+        payload: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        self.enqueue_job_with(kind, payload, DEFAULT_MAX_ATTEMPTS)
+            .await
+    }
+
+    /// [`Store::enqueue_job`] with its own attempt limit (at least 1).
+    pub async fn enqueue_job_with(
+        &self,
+        kind: &str,
+        payload: &serde_json::Value,
+        max_attempts: u32,
+    ) -> Result<i64, StoreError> {
+        let op = format!("queueing a `{kind}` job");
+        check_name(&op, "kind", kind)?;
+        let row = sqlx::query(
+            "INSERT INTO jobs (kind, payload_json, state, attempts, max_attempts, created_at_ms) \
+             VALUES ($1, $2, 'queued', 0, $3, $4) RETURNING id",
+        )
+        .bind(kind)
+        .bind(payload.to_string())
+        .bind(i64::from(max_attempts.max(1)))
+        .bind(now_ms())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(sql(&op))?;
+        col(&row, "jobs", &op, "id")
+    }
+
+    /// Claim the oldest queued job for `worker`, or `None` when the queue is empty. Never
+    /// returns a job another worker holds.
+    pub async fn claim_next_job(&self, worker: &str) -> Result<Option<Job>, StoreError> {
+        let op = format!("claiming a job for worker `{worker}`");
+        check_name(&op, "worker", worker)?;
+        let sql_text = match self.backend {
+            Backend::Postgres => {
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, claimed_by = $1, \
+                 claimed_at_ms = $2, heartbeat_ms = $2 \
+                 WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1 \
+                             FOR UPDATE SKIP LOCKED) \
+                 RETURNING id, kind, payload_json, state, attempts, max_attempts, claimed_by, \
+                 last_error"
+            }
+            Backend::Sqlite => {
+                "UPDATE jobs SET state = 'running', attempts = attempts + 1, claimed_by = $1, \
+                 claimed_at_ms = $2, heartbeat_ms = $2 \
+                 WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) \
+                 RETURNING id, kind, payload_json, state, attempts, max_attempts, claimed_by, \
+                 last_error"
+            }
+        };
+        let mut tx = self.write_tx(&op).await?;
+        let row = sqlx::query(sql_text)
+            .bind(worker)
+            .bind(now_ms())
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(sql(&op))?;
+        tx.commit().await.map_err(sql(&op))?;
+        let job = row.as_ref().map(job_row).transpose()?;
+        if let Some(job) = &job {
+            tracing::debug!(job = job.id, kind = %job.kind, worker, attempt = job.attempts, "job claimed");
+        }
+        Ok(job)
+    }
+
+    /// A job by id.
+    pub async fn job(&self, id: i64) -> Result<Job, StoreError> {
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE id = $1"
+        )))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(format!("loading job {id}")))?
+        .ok_or_else(|| StoreError::NotFound {
+            what: format!("job {id}"),
+        })?;
+        job_row(&row)
+    }
+
+    /// Jobs in a state, oldest first.
+    pub async fn jobs_in_state(&self, state: JobState) -> Result<Vec<Job>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE state = $1 ORDER BY id"
+        )))
+        .bind(state.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(format!("listing {} jobs", state.as_str())))?;
+        rows.iter().map(job_row).collect()
+    }
+
+    /// Say that `worker` is still working on job `id`.
+    pub async fn heartbeat_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET heartbeat_ms = $1 \
+             WHERE id = $2 AND state = 'running' AND claimed_by = $3",
+        )
+        .bind(now_ms())
+        .bind(id)
+        .bind(worker)
+        .execute(&self.pool)
+        .await
+        .map_err(sql(format!("heartbeat of job {id}")))?;
+        self.held_or_error(id, worker, done.rows_affected()).await
+    }
+
+    /// Mark a job done. Refused if `worker` no longer holds it (its claim went stale and the job
+    /// was handed to someone else).
+    pub async fn complete_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET state = 'done', finished_at_ms = $1 \
+             WHERE id = $2 AND state = 'running' AND claimed_by = $3",
+        )
+        .bind(now_ms())
+        .bind(id)
+        .bind(worker)
+        .execute(&self.pool)
+        .await
+        .map_err(sql(format!("completing job {id}")))?;
+        self.held_or_error(id, worker, done.rows_affected()).await
+    }
+
+    /// Record a failure. With `retry` and attempts left, the job goes back to the queue;
+    /// otherwise it fails for good.
+    pub async fn fail_job(
+        &self,
+        id: i64,
+        worker: &str,
+        error: &str,
+        retry: bool,
+    ) -> Result<JobState, StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET last_error = $1, claimed_by = NULL, claimed_at_ms = NULL, \
+             heartbeat_ms = NULL, \
+             state = CASE WHEN $2 = 1 AND attempts < max_attempts THEN 'queued' ELSE 'failed' END, \
+             finished_at_ms = CASE WHEN $2 = 1 AND attempts < max_attempts THEN NULL ELSE $3 END \
+             WHERE id = $4 AND state = 'running' AND claimed_by = $5",
+        )
+        .bind(error)
+        .bind(i64::from(retry))
+        .bind(now_ms())
+        .bind(id)
+        .bind(worker)
+        .execute(&self.pool)
+        .await
+        .map_err(sql(format!("failing job {id}")))?;
+        self.held_or_error(id, worker, done.rows_affected()).await?;
+        Ok(self.job(id).await?.state)
+    }
+
+    /// Hand back to the queue every running job whose heartbeat is older than `stale_after`
+    /// (its worker died); a job out of attempts fails instead. Returns how many were requeued
+    /// and how many failed.
+    pub async fn requeue_stale_jobs(
+        &self,
+        stale_after: Duration,
+    ) -> Result<(u64, u64), StoreError> {
+        let cutoff = now_ms() - i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
+        let op = "requeueing stale jobs";
+        let mut tx = self.write_tx(op).await?;
+        let failed = sqlx::query(
+            "UPDATE jobs SET state = 'failed', finished_at_ms = $1, claimed_by = NULL, \
+             last_error = COALESCE(last_error, 'worker stopped answering (stale heartbeat)') \
+             WHERE state = 'running' AND heartbeat_ms < $2 AND attempts >= max_attempts",
+        )
+        .bind(now_ms())
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql(op))?
+        .rows_affected();
+        let requeued = sqlx::query(
+            "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_at_ms = NULL, \
+             heartbeat_ms = NULL WHERE state = 'running' AND heartbeat_ms < $1",
+        )
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await
+        .map_err(sql(op))?
+        .rows_affected();
+        tx.commit().await.map_err(sql(op))?;
+        if requeued + failed > 0 {
+            tracing::info!(requeued, failed, "stale jobs handed back");
+        }
+        Ok((requeued, failed))
+    }
+
+    async fn held_or_error(&self, id: i64, worker: &str, affected: u64) -> Result<(), StoreError> {
+        if affected == 1 {
+            return Ok(());
+        }
+        let job = self.job(id).await?;
+        Err(StoreError::JobNotHeld {
+            id,
+            worker: worker.to_owned(),
+            state: job.state.as_str().to_owned(),
+            holder: job.claimed_by.unwrap_or_else(|| "nobody".to_owned()),
+        })
+    }
+}

@@ -1,0 +1,285 @@
+//! Storage for Shortlist over sqlx: SQLite by default, PostgreSQL by URL. The only crate that
+//! knows SQL; everything else calls its typed methods.
+//!
+//! Principal types and how they relate:
+//! - [`Store`] is a connection pool opened by [`Store::connect`] with a `sqlite://…` or
+//!   `postgres://…` URL. It runs the embedded migrations of its dialect (`migrations/sqlite`,
+//!   `migrations/postgres`, same numbering) before it returns.
+//! - Content versioned by hash — eval sets, candidates, workloads, SLOs — is put with
+//!   [`Store::put_eval_set`] and friends and comes back as a [`content::Versioned`] (name, version,
+//!   SHA-256).
+//! - Studies are drafts until [`Store::lock_study`] stores a [`shortlist_study::study::LockedStudy`];
+//!   from then on the store and the database (a trigger) refuse to change the row, and
+//!   [`Store::verify_study`] recomputes its hash.
+//! - A [`runs::Run`] of a locked study holds per-case [`runs::CaseResult`]s (idempotent per case)
+//!   and [`runs::LoadResult`]s; selection records are stored sealed ([`Store::put_record`]).
+//! - [`jobs::Job`] rows are the work queue: [`Store::claim_next_job`] never hands one job to two
+//!   workers (`FOR UPDATE SKIP LOCKED` on PostgreSQL, `BEGIN IMMEDIATE` on SQLite).
+//!
+//! ```
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! use shortlist_store::Store;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let url = format!("sqlite://{}?mode=rwc", dir.path().join("shortlist.db").display());
+//! let store = Store::connect(&url).await.unwrap();
+//! let job = store.enqueue_job("quality", &serde_json::json!({"candidate": "small"})).await.unwrap();
+//! let claimed = store.claim_next_job("worker-1").await.unwrap().unwrap();
+//! assert_eq!(claimed.id, job);
+//! store.complete_job(job, "worker-1").await.unwrap();
+//! # });
+//! ```
+
+pub mod content;
+pub mod error;
+pub mod jobs;
+pub mod records;
+pub mod runs;
+pub mod studies;
+
+use std::borrow::Cow;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use sqlx::any::{AnyPoolOptions, install_default_drivers};
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::{Any, AnyPool, Executor, SqlStr, Transaction};
+
+pub use error::StoreError;
+
+/// The default database: a SQLite file in the working directory, created when missing.
+pub const DEFAULT_URL: &str = "sqlite://shortlist.db?mode=rwc";
+
+/// The database behind a store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+impl Backend {
+    /// Its name in messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Sqlite => "SQLite",
+            Backend::Postgres => "PostgreSQL",
+        }
+    }
+
+    fn of_url(url: &str) -> Result<Backend, StoreError> {
+        if url.starts_with("sqlite:") {
+            Ok(Backend::Sqlite)
+        } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+            Ok(Backend::Postgres)
+        } else {
+            Err(StoreError::BadUrl {
+                url: error::redact(url),
+                why: "expected sqlite://PATH?mode=rwc or postgres://USER:PASSWORD@HOST/DATABASE"
+                    .to_owned(),
+            })
+        }
+    }
+}
+
+/// The schema, one list per dialect with the same versions. The SQL is compiled in, so a
+/// released binary migrates any database it opens.
+const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "init",
+    include_str!("../../../migrations/sqlite/0001_init.sql"),
+)];
+const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[(
+    1,
+    "init",
+    include_str!("../../../migrations/postgres/0001_init.sql"),
+)];
+
+fn migrator(backend: Backend) -> Migrator {
+    let list = match backend {
+        Backend::Sqlite => SQLITE_MIGRATIONS,
+        Backend::Postgres => POSTGRES_MIGRATIONS,
+    };
+    Migrator::with_migrations(
+        list.iter()
+            .map(|&(version, description, sql)| {
+                Migration::new(
+                    version,
+                    Cow::Borrowed(description),
+                    MigrationType::Simple,
+                    SqlStr::from_static(sql),
+                    false,
+                )
+            })
+            .collect(),
+    )
+}
+
+/// A pool of connections to the Shortlist database.
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: AnyPool,
+    backend: Backend,
+}
+
+/// PRAGMAs every SQLite connection gets. WAL lets readers run beside the writer; the busy timeout
+/// makes a writer wait for the lock instead of failing with "database is locked"; NORMAL
+/// synchronous is durable in WAL mode except for the last commits before a power loss.
+const SQLITE_PRAGMAS: &str = "PRAGMA busy_timeout = 5000; PRAGMA journal_mode = WAL; \
+     PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON;";
+
+impl Store {
+    /// Open the database at `url` (`sqlite://PATH?mode=rwc` or `postgres://…`) and bring its
+    /// schema up to date.
+    pub async fn connect(url: &str) -> Result<Store, StoreError> {
+        Store::connect_with(url, 8).await
+    }
+
+    /// [`Store::connect`] with a pool of at most `max_connections`.
+    pub async fn connect_with(url: &str, max_connections: u32) -> Result<Store, StoreError> {
+        let backend = Backend::of_url(url)?;
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(max_connections.max(1))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    if conn.backend_name() == Backend::Sqlite.name() {
+                        conn.execute(SQLITE_PRAGMAS).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(url)
+            .await
+            .map_err(|source| StoreError::Connect {
+                url: error::redact(url),
+                source,
+            })?;
+        migrator(backend)
+            .run(&pool)
+            .await
+            .map_err(|source| StoreError::Migrate {
+                backend: backend.name(),
+                url: error::redact(url),
+                source,
+            })?;
+        tracing::debug!(backend = backend.name(), "store opened and migrated");
+        Ok(Store { pool, backend })
+    }
+
+    /// Which database this is.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+
+    /// Close the pool, waiting for connections to be returned.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A transaction that will write after reading. On SQLite it takes the write lock at once
+    /// (`BEGIN IMMEDIATE`): a deferred transaction that upgrades to a writer fails with
+    /// `SQLITE_BUSY` whatever the busy timeout. PostgreSQL locks rows as it goes.
+    pub(crate) async fn write_tx(&self, op: &str) -> Result<Transaction<'static, Any>, StoreError> {
+        match self.backend {
+            Backend::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Backend::Postgres => self.pool.begin().await,
+        }
+        .map_err(error::sql(format!("{op}: begin")))
+    }
+
+    /// ` FOR UPDATE` on PostgreSQL (row lock for read-then-write), nothing on SQLite (the
+    /// transaction already holds the write lock).
+    pub(crate) fn for_update(&self) -> &'static str {
+        match self.backend {
+            Backend::Sqlite => "",
+            Backend::Postgres => " FOR UPDATE",
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A name the store files something under: non-empty, no surrounding space.
+pub(crate) fn check_name(op: &str, field: &'static str, name: &str) -> Result<(), StoreError> {
+    if name.trim().is_empty() || name.trim() != name {
+        return Err(StoreError::Invalid {
+            op: op.to_owned(),
+            field,
+            why: format!("{name:?} is empty or has surrounding spaces"),
+        });
+    }
+    Ok(())
+}
+
+/// A `u64` the database holds as a signed 64-bit integer.
+pub(crate) fn to_i64(op: &str, field: &'static str, v: u64) -> Result<i64, StoreError> {
+    i64::try_from(v).map_err(|_| StoreError::Invalid {
+        op: op.to_owned(),
+        field,
+        why: format!("{v} exceeds the largest storable integer"),
+    })
+}
+
+/// Read one column of a row, naming the table, row and column if it does not decode.
+pub(crate) fn col<'r, T>(
+    row: &'r sqlx::any::AnyRow,
+    table: &'static str,
+    key: &dyn std::fmt::Display,
+    column: &'static str,
+) -> Result<T, StoreError>
+where
+    T: sqlx::Decode<'r, Any> + sqlx::Type<Any>,
+{
+    use sqlx::Row;
+    row.try_get::<T, _>(column)
+        .map_err(|e| StoreError::Corrupt {
+            table,
+            key: key.to_string(),
+            column,
+            why: e.to_string(),
+        })
+}
+
+/// A non-negative integer column as `u64`/`u32`.
+pub(crate) fn col_u<T: TryFrom<i64>>(
+    row: &sqlx::any::AnyRow,
+    table: &'static str,
+    key: &dyn std::fmt::Display,
+    column: &'static str,
+) -> Result<T, StoreError> {
+    let v: i64 = col(row, table, key, column)?;
+    T::try_from(v).map_err(|_| StoreError::Corrupt {
+        table,
+        key: key.to_string(),
+        column,
+        why: format!("{v} is out of range"),
+    })
+}
+
+/// A JSON text column parsed.
+pub(crate) fn col_json<T: serde::de::DeserializeOwned>(
+    row: &sqlx::any::AnyRow,
+    table: &'static str,
+    key: &dyn std::fmt::Display,
+    column: &'static str,
+) -> Result<T, StoreError> {
+    let text: String = col(row, table, key, column)?;
+    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+        table,
+        key: key.to_string(),
+        column,
+        why: format!("not the expected JSON: {e}"),
+    })
+}
+
+#[cfg(test)]
+mod tests;

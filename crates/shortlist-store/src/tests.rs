@@ -1,0 +1,688 @@
+//! The contract suite: every test here runs once on SQLite (a temporary file) and once on
+//! PostgreSQL (a fresh database on the server that `SHORTLIST_TEST_POSTGRES_URL` names).
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use shortlist_study::StudyError;
+use shortlist_study::record::SelectionRecord;
+use shortlist_study::study::{LockedStudy, Study};
+use sqlx::{AnyPool, AssertSqlSafe, Executor};
+
+use crate::content::{ContentHash, WorkloadKind};
+use crate::jobs::JobState;
+use crate::runs::{CaseResult, LoadResult, RecordsRef, RunKind, RunSpec, RunState};
+use crate::studies::StoredStudy;
+use crate::{Backend, Store, StoreError};
+
+const POSTGRES_ENV: &str = "SHORTLIST_TEST_POSTGRES_URL";
+
+async fn on_sqlite<F, Fut>(body: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+    let store = Store::connect_with(&url, 8).await.unwrap();
+    assert_eq!(store.backend(), Backend::Sqlite);
+    tokio::spawn(body(store)).await.unwrap();
+}
+
+async fn on_postgres<F, Fut>(body: F)
+where
+    F: FnOnce(Store) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let Ok(admin_url) = std::env::var(POSTGRES_ENV) else {
+        eprintln!(
+            "\n*** SKIPPED: the PostgreSQL half of the shortlist-store contract suite: \
+             {POSTGRES_ENV} is not set. scripts/test installs and starts PostgreSQL and sets it. ***\n"
+        );
+        return;
+    };
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let db = format!(
+        "shortlist_t_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::any::install_default_drivers();
+    let admin = AnyPool::connect(&admin_url).await.unwrap();
+    admin
+        .execute(AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .await
+        .unwrap();
+    let (base, rest) = admin_url.rsplit_once('/').unwrap();
+    let query = rest
+        .split_once('?')
+        .map_or(String::new(), |(_, q)| format!("?{q}"));
+    let store = Store::connect_with(&format!("{base}/{db}{query}"), 8)
+        .await
+        .unwrap();
+    assert_eq!(store.backend(), Backend::Postgres);
+    let outcome = tokio::spawn(body(store.clone())).await;
+    store.close().await;
+    admin
+        .execute(AssertSqlSafe(format!("DROP DATABASE {db} WITH (FORCE)")))
+        .await
+        .unwrap();
+    outcome.unwrap();
+}
+
+/// One contract test, run on both databases.
+macro_rules! contract {
+    ($name:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn sqlite() {
+                super::on_sqlite(super::$name).await
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn postgres() {
+                super::on_postgres(super::$name).await
+            }
+        }
+    };
+}
+
+const STUDY: &str = r#"
+format = "shortlist.study.v1"
+name = "support"
+question = "Which model answers support chats?"
+evalset = { path = "evalsets/support-assistant.yaml", sha256 = "0000000000000000000000000000000000000000000000000000000000000000" }
+workload = { kind = "uniform", requests = 100, input_tokens = 100000, output_tokens = 20000, rate_rps = 8.0, seed = 7 }
+slo = { name = "chat", ttft_ms = 600, max_itl_ms = 150 }
+traffic = { ordinary_rps = 2.0, peak_rps = 8.0 }
+memory = { context_tokens = 4096, concurrency = 8, device = "cpu", device_memory_gib = 24.0 }
+
+[[candidate]]
+name = "small"
+source = "gguf:small.gguf"
+price_per_device_hour = 0.1
+
+[[disqualifier]]
+metric = "high_value_failures"
+op = ">"
+value = 0
+"#;
+
+fn study() -> Study {
+    Study::from_toml("support.study.toml", STUDY).unwrap()
+}
+
+async fn locked_study(store: &Store) -> LockedStudy {
+    let locked = study().lock("2026-11-29T10:00:00Z");
+    store.lock_study(&locked).await.unwrap();
+    locked
+}
+
+fn record(locked: &LockedStudy) -> SelectionRecord {
+    let v = serde_json::json!({
+        "format": "shortlist.record.v1",
+        "study": {
+            "name": locked.study.name(), "version": locked.study.version(),
+            "question": locked.study.file().question, "lock_sha256": locked.sha256,
+            "locked_at": locked.locked_at
+        },
+        "identity": {
+            "candidate": "small", "source": "gguf:small.gguf", "architecture": "llama",
+            "parameters": 1000, "quantization": "Q8_0", "precision": "int8", "context_limit": 4096,
+            "license": "apache-2.0", "weights_sha256": null, "tokenizer_sha256": null,
+            "chat_template_sha256": null, "runtime": "shortlist-engine", "runtime_version": "0.1.0"
+        },
+        "quality": {
+            "evalset": "support", "evalset_sha256": "00",
+            "overall": {"label": "all", "passed": 9, "n": 10, "rate": 0.9, "lo": 0.6, "hi": 0.98},
+            "categories": [], "paired": null, "decoding": "greedy"
+        },
+        "disqualifiers": [],
+        "memory": {
+            "weights_bytes": 1, "kv_bytes": 2, "kv_bytes_per_token": 3, "overhead_bytes": 4,
+            "total_bytes": 10, "device": "cpu", "device_memory_bytes": 100,
+            "usable_bytes_per_device": 90, "devices_needed": 1, "fits": true,
+            "summary": "fits", "assumptions": []
+        },
+        "performance": {
+            "loop_label": "open", "workload": "uniform", "slo": "chat", "target_rps": 8.0,
+            "throughput_rps": 7.5, "goodput_rps": 7.0, "attainment": 0.93, "latencies": [],
+            "ttft_samples_s": [0.1, 0.2], "sweep": [], "knee_rps": null, "capacity_rps": null,
+            "capacity_rule": "attainment ≥ 0.9", "client_bound": false, "hardware": "cpu"
+        },
+        "operations": {
+            "backend": "engine", "versions": [], "overload_behaviour": "queues",
+            "error_behaviour": "none", "fallback": "none"
+        },
+        "cost": {"why": "no capacity"},
+        "verdict": "incomplete",
+        "generated_at": "2026-11-29T11:00:00Z",
+        "code_version": "test",
+        "machine": "test",
+        "record_sha256": ""
+    });
+    serde_json::from_value::<SelectionRecord>(v).unwrap().seal()
+}
+
+async fn exec(pool: &AnyPool, sql: &str) -> Result<(), sqlx::Error> {
+    pool.execute(AssertSqlSafe(sql.to_owned()))
+        .await
+        .map(|_| ())
+}
+
+// ---------------------------------------------------------------------------------------------
+
+async fn versioned_content_round_trips(store: Store) {
+    let yaml = "name: support\ncases: []\n";
+    let h1 = ContentHash::of(yaml.as_bytes());
+    let a = store.put_eval_set("support", &h1, yaml).await.unwrap();
+    assert!(a.inserted);
+    assert_eq!(a.version, 1);
+    let again = store.put_eval_set("support", &h1, yaml).await.unwrap();
+    assert!(!again.inserted);
+    assert_eq!((again.id, again.version), (a.id, 1));
+    let yaml2 = "name: support\ncases: [x]\n";
+    let h2 = ContentHash::of(yaml2.as_bytes());
+    let b = store.put_eval_set("support", &h2, yaml2).await.unwrap();
+    assert_eq!(b.version, 2);
+    assert_eq!(store.eval_set("support", None).await.unwrap().yaml, yaml2);
+    assert_eq!(store.eval_set("support", Some(1)).await.unwrap().yaml, yaml);
+    assert_eq!(store.eval_set_by_hash(&h1).await.unwrap().meta.version, 1);
+    assert!(matches!(
+        store.eval_set("support", Some(3)).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.put_eval_set(" ", &h1, yaml).await,
+        Err(StoreError::Invalid { field: "name", .. })
+    ));
+
+    // Candidates hash their canonical JSON: key order does not make a new version.
+    let c1 =
+        serde_json::json!({"source": "gguf:a.gguf", "gen": {"temperature": 0.0, "max_tokens": 64}});
+    let c1_reordered: serde_json::Value = serde_json::from_str(
+        r#"{"gen": {"max_tokens": 64, "temperature": 0.0}, "source": "gguf:a.gguf"}"#,
+    )
+    .unwrap();
+    let v1 = store.put_candidate("small", &c1).await.unwrap();
+    let v1b = store.put_candidate("small", &c1_reordered).await.unwrap();
+    assert_eq!((v1b.version, v1b.inserted), (1, false));
+    assert_eq!(v1.sha256, v1b.sha256);
+    let got = store.candidate("small", None).await.unwrap();
+    assert_eq!(got.config, c1);
+
+    let trace = "{\"t\":0.0}\n{\"t\":0.5}\n";
+    let w = store
+        .put_workload("practice", WorkloadKind::Trace, trace)
+        .await
+        .unwrap();
+    let spec = "kind = \"uniform\"\nseed = 7\n";
+    store
+        .put_workload("practice", WorkloadKind::Spec, spec)
+        .await
+        .unwrap();
+    let w1 = store.workload("practice", Some(1)).await.unwrap();
+    assert_eq!((w1.kind, w1.body.as_str()), (WorkloadKind::Trace, trace));
+    assert_eq!(w1.meta.sha256, w.sha256);
+    assert_eq!(
+        store.workload("practice", None).await.unwrap().kind,
+        WorkloadKind::Spec
+    );
+
+    let slo = "name = \"chat\"\nttft_ms = 600\n";
+    store.put_slo("chat", slo).await.unwrap();
+    assert_eq!(store.slo("chat", None).await.unwrap().toml, slo);
+
+    assert_eq!(store.list_eval_sets().await.unwrap().len(), 2);
+    assert_eq!(store.list_candidates().await.unwrap().len(), 1);
+    assert_eq!(store.list_workloads().await.unwrap().len(), 2);
+    assert_eq!(store.list_slos().await.unwrap().len(), 1);
+}
+contract!(versioned_content_round_trips);
+
+async fn studies_lock_and_version(store: Store) {
+    // A draft can be saved and edited in place.
+    let draft = study();
+    store.save_study(&draft).await.unwrap();
+    store.save_study(&draft).await.unwrap();
+    assert!(matches!(
+        store.study("support", 1).await.unwrap(),
+        StoredStudy::Draft(s) if s == draft
+    ));
+    assert!(matches!(
+        store.verify_study("support", 1).await,
+        Err(StoreError::Study(StudyError::NotLocked { .. }))
+    ));
+
+    // Locking stores canonical, hash and time; locking the same content again is a no-op.
+    let locked = locked_study(&store).await;
+    store.lock_study(&locked).await.unwrap();
+    let back = store.verify_study("support", 1).await.unwrap();
+    assert_eq!(back.canonical, locked.canonical);
+    assert_eq!(back.sha256, locked.sha256);
+    assert_eq!(back.locked_at, "2026-11-29T10:00:00Z");
+
+    // The store refuses to change or remove it, naming the study and version.
+    let err = store.save_study(&draft).await.unwrap_err();
+    assert!(matches!(&err, StoreError::StudyLocked { name, version: 1, .. } if name == "support"));
+    assert!(err.to_string().contains("`support` v1"), "{err}");
+    assert!(matches!(
+        store.delete_study_draft("support", 1).await,
+        Err(StoreError::StudyLocked { .. })
+    ));
+    let other = Study::from_toml(
+        "support.study.toml",
+        &STUDY.replace("support chats", "sales chats"),
+    )
+    .unwrap()
+    .lock("2026-11-30T10:00:00Z");
+    assert!(matches!(
+        store.lock_study(&other).await,
+        Err(StoreError::StudyLocked { .. })
+    ));
+
+    // An edit is a new version that names the hash it replaces.
+    let next = store.new_study_version("support", 1).await.unwrap();
+    assert_eq!(next.version(), 2);
+    assert_eq!(
+        next.file().previous.as_deref(),
+        Some(locked.sha256.as_str())
+    );
+    assert_eq!(store.latest_study_version("support").await.unwrap(), 2);
+    let list = store.list_studies().await.unwrap();
+    assert_eq!(list.len(), 2);
+    assert_eq!(list[0].sha256.as_deref(), Some(locked.sha256.as_str()));
+    assert_eq!(list[1].sha256, None);
+    store.delete_study_draft("support", 2).await.unwrap();
+    assert_eq!(store.latest_study_version("support").await.unwrap(), 1);
+}
+contract!(studies_lock_and_version);
+
+/// Behind the store's back: the trigger refuses; with the trigger gone, verify catches it.
+async fn tampering_is_refused_then_detected(store: Store) {
+    locked_study(&store).await;
+    let pool = store.pool();
+    let tamper = "UPDATE studies SET canonical = REPLACE(canonical, 'support chats', 'sales chats') \
+                  WHERE name = 'support' AND version = 1";
+    let err = exec(pool, tamper).await.unwrap_err();
+    assert!(err.to_string().contains("locked"), "{err}");
+    let err = exec(pool, "DELETE FROM studies WHERE name = 'support'")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("locked"), "{err}");
+    store.verify_study("support", 1).await.unwrap();
+
+    let drop = match store.backend() {
+        Backend::Sqlite => "DROP TRIGGER studies_locked_no_update",
+        Backend::Postgres => "DROP TRIGGER studies_locked_frozen ON studies",
+    };
+    exec(pool, drop).await.unwrap();
+    exec(pool, tamper).await.unwrap();
+    let err = store.verify_study("support", 1).await.unwrap_err();
+    assert!(
+        matches!(&err, StoreError::Study(StudyError::Tampered { name, version: 1, .. }) if name == "support"),
+        "{err}"
+    );
+}
+contract!(tampering_is_refused_then_detected);
+
+async fn runs_and_results(store: Store) {
+    let spec = RunSpec {
+        study: "support".to_owned(),
+        study_version: 1,
+        candidate: "small".to_owned(),
+        kind: RunKind::Quality,
+        label: String::new(),
+    };
+    // Runs start only on locked studies.
+    store.save_study(&study()).await.unwrap();
+    assert!(matches!(
+        store.open_run(&spec).await,
+        Err(StoreError::Study(StudyError::NotLocked { .. }))
+    ));
+    locked_study(&store).await;
+    let run = store.open_run(&spec).await.unwrap();
+    assert_eq!(run.state, RunState::Pending);
+    assert_eq!(store.open_run(&spec).await.unwrap().id, run.id);
+    store.start_run(run.id).await.unwrap();
+    let started = store.run(run.id).await.unwrap();
+    assert_eq!(started.state, RunState::Running);
+    assert!(started.started_at_ms.is_some());
+
+    // Case results: a resumed run that stores a case again changes nothing.
+    let case = |i: u32, output: &str| CaseResult {
+        case_id: format!("case-{i:03}"),
+        passed: !i.is_multiple_of(3),
+        output: output.to_owned(),
+        scores: serde_json::json!({"exact": !i.is_multiple_of(3), "n": i}),
+        input_tokens: 100 + u64::from(i),
+        output_tokens: 20,
+        latency_s: 0.25 * f64::from(i),
+    };
+    for i in 0..10 {
+        assert!(
+            store
+                .put_case_result(run.id, &case(i, "first"))
+                .await
+                .unwrap()
+        );
+    }
+    for i in 5..12 {
+        let inserted = store
+            .put_case_result(run.id, &case(i, "second"))
+            .await
+            .unwrap();
+        assert_eq!(inserted, i >= 10);
+    }
+    let results = store.case_results(run.id).await.unwrap();
+    assert_eq!(results.len(), 12);
+    assert_eq!(results[7], case(7, "first"));
+    assert_eq!(results[11], case(11, "second"));
+    assert_eq!(store.finished_cases(run.id).await.unwrap().len(), 12);
+    store.finish_run(run.id, Ok(())).await.unwrap();
+    let done = store.run(run.id).await.unwrap();
+    assert_eq!(done.state, RunState::Done);
+    assert!(done.finished_at_ms >= done.started_at_ms);
+
+    // Load results: histograms and the raw records, inline or by path.
+    let load = store
+        .open_run(&RunSpec {
+            kind: RunKind::Sweep,
+            ..spec.clone()
+        })
+        .await
+        .unwrap();
+    let step = |label: &str, records: RecordsRef| LoadResult {
+        label: label.to_owned(),
+        offered_rps: Some(4.0),
+        histograms: serde_json::json!({"ttft_s": "HISTFAAAA...", "scale": 1e6}),
+        records,
+    };
+    let a = step("4rps", RecordsRef::Inline("{\"id\":1}\n".to_owned()));
+    let b = step(
+        "8rps",
+        RecordsRef::Path("runs/7/8rps.records.jsonl".to_owned()),
+    );
+    assert!(store.put_load_result(load.id, &a).await.unwrap());
+    assert!(store.put_load_result(load.id, &b).await.unwrap());
+    assert!(!store.put_load_result(load.id, &a).await.unwrap());
+    assert_eq!(store.load_results(load.id).await.unwrap(), vec![a, b]);
+    store
+        .finish_run(load.id, Err("client-bound"))
+        .await
+        .unwrap();
+    let failed = store.run(load.id).await.unwrap();
+    assert_eq!(
+        (failed.state, failed.error.as_deref()),
+        (RunState::Failed, Some("client-bound"))
+    );
+    let all = store.runs_of_study("support", 1).await.unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.kind).collect::<Vec<_>>(),
+        [RunKind::Quality, RunKind::Sweep]
+    );
+}
+contract!(runs_and_results);
+
+async fn selection_records(store: Store) {
+    let locked = study().lock("2026-11-29T10:00:00Z");
+    let rec = record(&locked);
+    // The study must be stored and locked first.
+    assert!(store.put_record(&rec).await.is_err());
+    store.lock_study(&locked).await.unwrap();
+    let id = store.put_record(&rec).await.unwrap();
+    assert_eq!(store.put_record(&rec).await.unwrap(), id);
+    let back = store.latest_record("support", 1, "small").await.unwrap();
+    assert_eq!(back.record, rec);
+    assert_eq!(store.records_of_study("support", 1).await.unwrap().len(), 1);
+    let mut unsealed = rec.clone();
+    unsealed.machine = "elsewhere".to_owned();
+    assert!(matches!(
+        store.put_record(&unsealed).await,
+        Err(StoreError::Invalid {
+            field: "record_sha256",
+            ..
+        })
+    ));
+}
+contract!(selection_records);
+
+/// Four workers drain 200 jobs at once: every job is claimed exactly once.
+async fn concurrent_claims_never_double_claim(store: Store) {
+    const JOBS: usize = 200;
+    let mut ids = BTreeSet::new();
+    for i in 0..JOBS {
+        ids.insert(
+            store
+                .enqueue_job("quality", &serde_json::json!({ "i": i }))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut workers = Vec::new();
+    for w in 0..4 {
+        let store = store.clone();
+        workers.push(tokio::spawn(async move {
+            let worker = format!("worker-{w}");
+            let mut got = Vec::new();
+            while let Some(job) = store.claim_next_job(&worker).await.unwrap() {
+                assert_eq!(job.claimed_by.as_deref(), Some(worker.as_str()));
+                assert_eq!(job.attempts, 1);
+                store.complete_job(job.id, &worker).await.unwrap();
+                got.push(job.id);
+            }
+            got
+        }));
+    }
+    let mut claimed = Vec::new();
+    let mut per_worker = Vec::new();
+    for w in workers {
+        let got = w.await.unwrap();
+        per_worker.push(got.len());
+        claimed.extend(got);
+    }
+    let unique: BTreeSet<i64> = claimed.iter().copied().collect();
+    assert_eq!(claimed.len(), JOBS, "a job was claimed twice or lost");
+    assert_eq!(unique, ids);
+    assert_eq!(
+        store.jobs_in_state(JobState::Done).await.unwrap().len(),
+        JOBS
+    );
+    eprintln!(
+        "{}: {JOBS} jobs claimed by 4 workers: {per_worker:?}",
+        store.backend().name()
+    );
+}
+contract!(concurrent_claims_never_double_claim);
+
+async fn job_failures_and_stale_claims(store: Store) {
+    let payload = serde_json::json!({"candidate": "small"});
+    let id = store.enqueue_job_with("load", &payload, 2).await.unwrap();
+    let job = store.claim_next_job("a").await.unwrap().unwrap();
+    assert_eq!(
+        (job.id, job.payload.clone(), job.state),
+        (id, payload, JobState::Running)
+    );
+    assert!(store.claim_next_job("b").await.unwrap().is_none());
+    // Only the holder may finish it.
+    assert!(matches!(
+        store.complete_job(id, "b").await,
+        Err(StoreError::JobNotHeld { .. })
+    ));
+    store.heartbeat_job(id, "a").await.unwrap();
+    // A retryable failure with attempts left goes back to the queue.
+    assert_eq!(
+        store.fail_job(id, "a", "timeout", true).await.unwrap(),
+        JobState::Queued
+    );
+    let again = store.claim_next_job("b").await.unwrap().unwrap();
+    assert_eq!((again.id, again.attempts), (id, 2));
+    assert_eq!(again.last_error.as_deref(), Some("timeout"));
+
+    // Worker b dies: its claim goes stale; out of attempts, the job fails for good.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        store
+            .requeue_stale_jobs(Duration::from_secs(3600))
+            .await
+            .unwrap(),
+        (0, 0)
+    );
+    assert_eq!(
+        store
+            .requeue_stale_jobs(Duration::from_millis(5))
+            .await
+            .unwrap(),
+        (0, 1)
+    );
+    assert_eq!(store.job(id).await.unwrap().state, JobState::Failed);
+
+    // With attempts left, a stale claim is requeued and another worker takes it.
+    let id2 = store
+        .enqueue_job("load", &serde_json::json!({}))
+        .await
+        .unwrap();
+    store.claim_next_job("c").await.unwrap().unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(
+        store
+            .requeue_stale_jobs(Duration::from_millis(5))
+            .await
+            .unwrap(),
+        (1, 0)
+    );
+    let taken = store.claim_next_job("d").await.unwrap().unwrap();
+    assert_eq!((taken.id, taken.attempts), (id2, 2));
+    // The dead worker's late completion is refused.
+    assert!(matches!(
+        store.complete_job(id2, "c").await,
+        Err(StoreError::JobNotHeld { .. })
+    ));
+    store.complete_job(id2, "d").await.unwrap();
+    // A permanent failure stays failed.
+    let id3 = store
+        .enqueue_job("fit", &serde_json::json!({}))
+        .await
+        .unwrap();
+    store.claim_next_job("e").await.unwrap().unwrap();
+    assert_eq!(
+        store.fail_job(id3, "e", "no GGUF", false).await.unwrap(),
+        JobState::Failed
+    );
+}
+contract!(job_failures_and_stale_claims);
+
+/// Many writers at once, autocommit inserts and read-then-write transactions mixed: on SQLite
+/// this is where "database is locked" used to appear.
+async fn many_concurrent_writers(store: Store) {
+    locked_study(&store).await;
+    let run = store
+        .open_run(&RunSpec {
+            study: "support".to_owned(),
+            study_version: 1,
+            candidate: "small".to_owned(),
+            kind: RunKind::Quality,
+            label: String::new(),
+        })
+        .await
+        .unwrap();
+    const TASKS: usize = 16;
+    const EACH: usize = 40;
+    let started = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            for i in 0..EACH {
+                let case = CaseResult {
+                    case_id: format!("t{t:02}-{i:03}"),
+                    passed: true,
+                    output: "ok".to_owned(),
+                    scores: serde_json::json!({}),
+                    input_tokens: 1,
+                    output_tokens: 1,
+                    latency_s: 0.01,
+                };
+                store.put_case_result(run.id, &case).await.unwrap();
+                if i % 4 == 0 {
+                    // Read-then-write: the next version of a shared name.
+                    let text = format!("t{t}-{i}");
+                    store
+                        .put_eval_set("shared", &ContentHash::of(text.as_bytes()), &text)
+                        .await
+                        .unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(
+        store.case_results(run.id).await.unwrap().len(),
+        TASKS * EACH
+    );
+    let versions = store.list_eval_sets().await.unwrap();
+    assert_eq!(versions.len(), TASKS * EACH / 4);
+    let numbers: BTreeSet<u32> = versions.iter().map(|v| v.version).collect();
+    assert_eq!(numbers, (1..=(TASKS * EACH / 4) as u32).collect());
+    eprintln!(
+        "{}: {} writes by {TASKS} tasks in {:.2} s, no errors",
+        store.backend().name(),
+        TASKS * EACH + TASKS * EACH / 4,
+        elapsed.as_secs_f64()
+    );
+}
+contract!(many_concurrent_writers);
+
+#[tokio::test]
+async fn sqlite_connections_get_wal_and_busy_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("p.db").display());
+    let store = Store::connect(&url).await.unwrap();
+    let pool = store.pool();
+    let one = |sql: &'static str| async move {
+        let row = sqlx::query(sql).fetch_one(pool).await.unwrap();
+        sqlx::Row::try_get::<String, _>(&row, 0)
+            .or_else(|_| sqlx::Row::try_get::<i64, _>(&row, 0).map(|v| v.to_string()))
+            .unwrap()
+    };
+    assert_eq!(one("PRAGMA journal_mode").await, "wal");
+    assert_eq!(one("PRAGMA busy_timeout").await, "5000");
+    assert_eq!(one("PRAGMA synchronous").await, "1");
+    assert_eq!(one("PRAGMA foreign_keys").await, "1");
+    // Opening again finds the schema migrated and does nothing.
+    store.close().await;
+    Store::connect(&url).await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_urls_are_refused() {
+    let err = Store::connect("mysql://u:pw@h/db").await.unwrap_err();
+    assert!(matches!(err, StoreError::BadUrl { .. }));
+}
+
+#[test]
+fn both_dialects_have_the_same_migrations() {
+    let sqlite: Vec<_> = crate::SQLITE_MIGRATIONS
+        .iter()
+        .map(|m| (m.0, m.1))
+        .collect();
+    let postgres: Vec<_> = crate::POSTGRES_MIGRATIONS
+        .iter()
+        .map(|m| (m.0, m.1))
+        .collect();
+    assert_eq!(sqlite, postgres);
+    // Every file in the folders is compiled in.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+    for dialect in ["sqlite", "postgres"] {
+        let files = std::fs::read_dir(root.join(dialect)).unwrap().count();
+        assert_eq!(files, sqlite.len(), "migrations/{dialect}");
+    }
+}
