@@ -133,12 +133,33 @@ impl Store {
         Store::connect_with(url, 8).await
     }
 
+    /// The database the environment names: `DATABASE_URL`, else [`DEFAULT_URL`].
+    pub fn url_from_env() -> String {
+        std::env::var("DATABASE_URL")
+            .ok()
+            .filter(|u| !u.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_URL.to_owned())
+    }
+
     /// [`Store::connect`] with a pool of at most `max_connections`.
     pub async fn connect_with(url: &str, max_connections: u32) -> Result<Store, StoreError> {
         let backend = Backend::of_url(url)?;
+        let url = &normalize_url(backend, url);
         install_default_drivers();
-        let pool = AnyPoolOptions::new()
-            .max_connections(max_connections.max(1))
+        // Each connection to an in-memory SQLite database is a database of its own: one
+        // connection, kept for the life of the pool, is the only way to see one database.
+        let memory =
+            backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
+        let options = if memory {
+            AnyPoolOptions::new()
+                .max_connections(1)
+                .min_connections(1)
+                .idle_timeout(None)
+                .max_lifetime(None)
+        } else {
+            AnyPoolOptions::new().max_connections(max_connections.max(1))
+        };
+        let pool = options
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     if conn.backend_name() == Backend::Sqlite.name() {
@@ -199,6 +220,15 @@ impl Store {
     pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
     }
+}
+
+/// A SQLite file URL without a `mode` creates the file when it is missing, as the default does.
+fn normalize_url(backend: Backend, url: &str) -> String {
+    if backend != Backend::Sqlite || url.contains("mode=") || url.contains(":memory:") {
+        return url.to_owned();
+    }
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}mode=rwc")
 }
 
 /// Milliseconds since the Unix epoch.

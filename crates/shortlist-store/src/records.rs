@@ -59,6 +59,18 @@ impl Store {
                 why: "the record is not sealed (its hash does not match its content)".to_owned(),
             });
         }
+        let locked = self.verify_study(study, version).await?;
+        // A record judged by other criteria than the stored lock is not a record of this study.
+        if record.study.lock_sha256 != locked.sha256 {
+            return Err(StoreError::Invalid {
+                op,
+                field: "study.lock_sha256",
+                why: format!(
+                    "the record names lock {} but study `{study}` v{version} is locked as {}",
+                    record.study.lock_sha256, locked.sha256
+                ),
+            });
+        }
         let study_id = self.locked_study_id(study, version).await?;
         let json = serde_json::to_string(record).map_err(|e| StoreError::Invalid {
             op: op.clone(),

@@ -174,6 +174,25 @@ impl Store {
             spec.kind, spec.label, spec.candidate, spec.study, spec.study_version
         );
         check_name(&op, "candidate", &spec.candidate)?;
+        // Runs start only on a locked study whose content still matches its hash, and only for
+        // a candidate it names.
+        let locked = self.verify_study(&spec.study, spec.study_version).await?;
+        if !locked
+            .study
+            .file()
+            .candidates
+            .iter()
+            .any(|c| c.name == spec.candidate)
+        {
+            return Err(StoreError::Invalid {
+                op,
+                field: "candidate",
+                why: format!(
+                    "study `{}` v{} has no candidate `{}`",
+                    spec.study, spec.study_version, spec.candidate
+                ),
+            });
+        }
         let study_id = self
             .locked_study_id(&spec.study, spec.study_version)
             .await?;

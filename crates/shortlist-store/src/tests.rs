@@ -37,7 +37,11 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let Ok(admin_url) = std::env::var(POSTGRES_ENV) else {
-        eprintln!(
+        // Written to the process's stderr directly, past the test harness's capture, so that
+        // the skip is seen even when the test passes.
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
             "\n*** SKIPPED: the PostgreSQL half of the shortlist-store contract suite: \
              {POSTGRES_ENV} is not set. scripts/test installs and starts PostgreSQL and sets it. ***\n"
         );
@@ -328,6 +332,18 @@ async fn tampering_is_refused_then_detected(store: Store) {
         matches!(&err, StoreError::Study(StudyError::Tampered { name, version: 1, .. }) if name == "support"),
         "{err}"
     );
+    // And nothing runs on a tampered study.
+    let spec = RunSpec {
+        study: "support".to_owned(),
+        study_version: 1,
+        candidate: "small".to_owned(),
+        kind: RunKind::Quality,
+        label: String::new(),
+    };
+    assert!(matches!(
+        store.open_run(&spec).await,
+        Err(StoreError::Study(StudyError::Tampered { .. }))
+    ));
 }
 contract!(tampering_is_refused_then_detected);
 
@@ -348,6 +364,17 @@ async fn runs_and_results(store: Store) {
     locked_study(&store).await;
     let run = store.open_run(&spec).await.unwrap();
     assert_eq!(run.state, RunState::Pending);
+    let stranger = RunSpec {
+        candidate: "large".to_owned(),
+        ..spec.clone()
+    };
+    assert!(matches!(
+        store.open_run(&stranger).await,
+        Err(StoreError::Invalid {
+            field: "candidate",
+            ..
+        })
+    ));
     assert_eq!(store.open_run(&spec).await.unwrap().id, run.id);
     store.start_run(run.id).await.unwrap();
     let started = store.run(run.id).await.unwrap();
@@ -440,6 +467,16 @@ async fn selection_records(store: Store) {
     let back = store.latest_record("support", 1, "small").await.unwrap();
     assert_eq!(back.record, rec);
     assert_eq!(store.records_of_study("support", 1).await.unwrap().len(), 1);
+    // A record sealed under another lock hash is refused.
+    let mut foreign = rec.clone();
+    foreign.study.lock_sha256 = "f".repeat(64);
+    assert!(matches!(
+        store.put_record(&foreign.seal()).await,
+        Err(StoreError::Invalid {
+            field: "study.lock_sha256",
+            ..
+        })
+    ));
     let mut unsealed = rec.clone();
     unsealed.machine = "elsewhere".to_owned();
     assert!(matches!(
@@ -660,6 +697,26 @@ async fn sqlite_connections_get_wal_and_busy_timeout() {
     // Opening again finds the schema migrated and does nothing.
     store.close().await;
     Store::connect(&url).await.unwrap();
+}
+
+#[tokio::test]
+async fn in_memory_sqlite_is_one_database() {
+    let store = Store::connect("sqlite::memory:").await.unwrap();
+    let id = store
+        .enqueue_job("fit", &serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(store.job(id).await.unwrap().state, JobState::Queued);
+}
+
+#[tokio::test]
+async fn sqlite_urls_without_a_mode_create_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    Store::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    assert!(path.exists());
 }
 
 #[tokio::test]
