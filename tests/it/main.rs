@@ -3,6 +3,7 @@
 
 mod architecture;
 mod eval;
+mod loadgen;
 mod measure;
 mod support;
 mod trace;

@@ -9,8 +9,11 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod analyze;
+mod bench;
+mod capacity;
 mod eval;
 mod hist;
+mod mock;
 mod output;
 mod trace;
 
@@ -32,6 +35,13 @@ enum Command {
     /// Workload traces: synthesize, import, describe, fit (FORMATS.md).
     #[command(subcommand)]
     Trace(trace::Command),
+    /// Replay a workload against a target, open or closed loop, recording every attempt.
+    Bench(bench::Args),
+    /// Sweep the offered rate: goodput curve, knee, highest rate meeting the attainment target.
+    Capacity(capacity::Args),
+    /// An OpenAI-compatible mock server for calibration and tests.
+    #[command(subcommand)]
+    Mock(mock::Command),
     /// Eval sets: import, show, score outputs, compare results (Wilson, exact McNemar).
     #[command(subcommand)]
     Eval(eval::Command),
@@ -61,6 +71,9 @@ pub(crate) fn main() -> ExitCode {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
         Command::Trace(cmd) => trace::run(cmd),
+        Command::Bench(args) => bench::run(args),
+        Command::Capacity(args) => capacity::run(args),
+        Command::Mock(cmd) => mock::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
     };
     match result {

@@ -1,0 +1,366 @@
+//! `shortlist bench`, `capacity` and `mock serve`, driven through the real binary: the simulated
+//! target on virtual time (practice traces, thermostat, sweeps), the HTTP target against the mock
+//! on loopback (bounded and self-stopping), bad targets and bad input.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+
+use serde_json::Value;
+use shortlist_workload::synth::{Shape, SynthSpec, synthesize};
+
+use crate::support::{data, run, shortlist, stderr, stdout};
+
+const SIM: &str = "sim:max_batch=32,prefill_tps=50000,prefill_overhead_ms=5,decode_ms=5,decode_per_seq_ms=0.2,cache_tokens=50000";
+
+fn practice_trace(dir: &Path, shape: Shape) -> PathBuf {
+    let (header, requests) = synthesize(&SynthSpec::practice(shape), 1).unwrap();
+    let path = dir.join(format!("{}.trace.jsonl", shape.name()));
+    let file = std::fs::File::create(&path).unwrap();
+    shortlist_workload::trace::write_all(file, &header, &requests, "practice").unwrap();
+    path
+}
+
+fn json(out: &std::process::Output) -> Value {
+    serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}: stdout {} stderr {}", stdout(out), stderr(out)))
+}
+
+fn bench(args: &[&str]) -> std::process::Output {
+    let mut all = vec!["bench", "--quiet"];
+    all.extend_from_slice(args);
+    run(&all)
+}
+
+/// The mock as a child process on a free port; killed (by its own id) when dropped, and it stops
+/// by itself after 60 s in any case.
+struct Mock {
+    child: Child,
+    url: String,
+}
+
+impl Mock {
+    fn start(extra: &[&str]) -> Mock {
+        let mut child = shortlist()
+            .args([
+                "mock",
+                "serve",
+                "--addr",
+                "127.0.0.1:0",
+                "--max-seconds",
+                "60",
+                "--threads",
+                "1",
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Mock {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn bench_against_the_mock_records_every_request() {
+    let mock = Mock::start(&["--tokens", "8", "--ttft-ms", "5", "--itl-ms", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("run.records.jsonl");
+    let trace = data("loadgen/small.trace.jsonl");
+    let slo = data("loadgen/chat.slo.toml");
+    let out = bench(&[
+        "--target",
+        &mock.url,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "-o",
+        records.to_str().unwrap(),
+        "--model",
+        "mock",
+        "--json",
+        "--allow-client-bound",
+    ]);
+    let report = json(&out);
+    // A busy test host may fail the self-calibration; the run then goes ahead flagged (exit 1).
+    let text = std::fs::read_to_string(&records).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let flagged = header["client_bound_by_calibration"].as_bool().unwrap();
+    let expected_exit = if flagged || report["checks"]["client_bound"] == true {
+        1
+    } else {
+        0
+    };
+    assert_eq!(out.status.code(), Some(expected_exit), "{}", stderr(&out));
+    assert_eq!(report["loop"], "open");
+    assert_eq!(report["requests"]["scheduled"], 20);
+    assert_eq!(report["requests"]["qualified"], 20);
+    assert!(report["latency"]["ttft"]["p50"].as_f64().unwrap() >= 0.005);
+    // The self-calibration ran first and is in the header.
+    assert!(
+        !header["calibration"]["steps"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{header}"
+    );
+    assert_eq!(text.lines().count(), 21);
+    // `shortlist analyze` reads the file the same way.
+    let again = json(&run(&["analyze", records.to_str().unwrap(), "--json"]));
+    assert_eq!(again["requests"]["completed"], 20);
+}
+
+#[test]
+fn a_refused_connection_ends_as_error_records() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("refused.records.jsonl");
+    let trace = data("loadgen/small.trace.jsonl");
+    let out = bench(&[
+        "--target",
+        &format!("http://127.0.0.1:{port}"),
+        "--trace",
+        trace.to_str().unwrap(),
+        "-o",
+        records.to_str().unwrap(),
+        "--no-calibrate",
+        "--timeout-s",
+        "2",
+        "--json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["requests"]["failed"], 20, "{}", stderr(&out));
+    let text = std::fs::read_to_string(&records).unwrap();
+    for line in text.lines().skip(1) {
+        let record: Value = serde_json::from_str(line).unwrap();
+        assert_eq!(record["status"], "error");
+        assert!(
+            record["error"].as_str().unwrap().starts_with("connect:"),
+            "{record}"
+        );
+    }
+}
+
+#[test]
+fn equal_token_totals_give_different_goodput_on_the_simulated_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let slo = data("loadgen/chat.slo.toml");
+    let mut goodput = Vec::new();
+    for shape in [Shape::Uniform, Shape::Bursts] {
+        let trace = practice_trace(dir.path(), shape);
+        let records = dir.path().join(format!("{}.records.jsonl", shape.name()));
+        let out = bench(&[
+            "--target",
+            SIM,
+            "--trace",
+            trace.to_str().unwrap(),
+            "--slo",
+            slo.to_str().unwrap(),
+            "-o",
+            records.to_str().unwrap(),
+            "--json",
+        ]);
+        let report = json(&out);
+        assert_eq!(
+            report["throughput"]["requests_per_s"], 8.0,
+            "every request completes"
+        );
+        goodput.push((
+            report["goodput"]["requests_per_s"].as_f64().unwrap(),
+            report["latency"]["queue"]["mean"].as_f64().unwrap(),
+        ));
+    }
+    let (uniform, bursts) = (goodput[0], goodput[1]);
+    assert_eq!(uniform.0, 8.0);
+    assert!(bursts.0 < uniform.0, "{goodput:?}");
+    // Why: requests of a burst queue behind its prefills.
+    assert!(bursts.1 > uniform.1, "{goodput:?}");
+}
+
+#[test]
+fn closed_loop_is_labelled_and_throttles_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = practice_trace(dir.path(), Shape::Uniform);
+    let records = dir.path().join("closed.records.jsonl");
+    let out = bench(&[
+        "--target",
+        &format!("{SIM},slow_at_s=5,slow_factor=4"),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--loop",
+        "closed",
+        "--clients",
+        "4",
+        "-o",
+        records.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["loop"], "closed");
+    assert_eq!(report["loop_label"], "closed loop");
+    assert_eq!(report["clients"], 4);
+    assert_eq!(report["requests"]["completed"], 100);
+}
+
+#[test]
+fn capacity_sweeps_and_searches_the_simulated_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = practice_trace(dir.path(), Shape::Uniform);
+    let slo = data("loadgen/chat.slo.toml");
+    let out = run(&[
+        "capacity",
+        "--target",
+        SIM,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "--rates",
+        "4,8,16,32,64",
+        "--json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["format"], "shortlist.capacity.v1");
+    assert_eq!(report["loop"], "open loop");
+    assert_eq!(report["steps"].as_array().unwrap().len(), 5);
+    let knee = report["finding"]["knee_rps"].as_f64().unwrap();
+    let capacity = report["finding"]["max_rate_meeting_target_rps"]
+        .as_f64()
+        .unwrap();
+    assert!(capacity >= 8.0 && capacity <= knee, "{report}");
+    // --search finds a rate between the swept ones without a list.
+    let out = run(&[
+        "capacity",
+        "--target",
+        SIM,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "--search",
+        "--json",
+    ]);
+    let searched = json(&out);
+    let found = searched["finding"]["max_rate_meeting_target_rps"]
+        .as_f64()
+        .unwrap();
+    assert!(found >= capacity, "{found} vs swept {capacity}");
+}
+
+#[test]
+fn bad_input_is_a_clear_message_and_exit_2() {
+    let trace = data("loadgen/small.trace.jsonl");
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &[
+                "--target",
+                "engine:tiny",
+                "--trace",
+                trace.to_str().unwrap(),
+                "-o",
+                "/dev/null",
+            ],
+            "engine",
+        ),
+        (
+            &[
+                "--target",
+                "sim:max_batch=0",
+                "--trace",
+                trace.to_str().unwrap(),
+                "-o",
+                "/dev/null",
+            ],
+            "max_batch",
+        ),
+        (
+            &[
+                "--target",
+                "ftp://x",
+                "--trace",
+                trace.to_str().unwrap(),
+                "-o",
+                "/dev/null",
+            ],
+            "http://",
+        ),
+        (
+            &[
+                "--target",
+                "sim:",
+                "--trace",
+                "/nonexistent.trace.jsonl",
+                "-o",
+                "/dev/null",
+            ],
+            "nonexistent",
+        ),
+        (
+            &[
+                "--target",
+                "sim:",
+                "--trace",
+                trace.to_str().unwrap(),
+                "--clients",
+                "3",
+                "-o",
+                "/dev/null",
+            ],
+            "--loop closed",
+        ),
+    ];
+    for (args, expect) in cases {
+        let out = bench(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expect), "{args:?}: {}", stderr(&out));
+    }
+    let out = run(&["mock", "serve", "--itl-ms", "-1"]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn a_trace_beyond_the_client_ceiling_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("flood.trace.jsonl");
+    let mut text = String::from(
+        "{\"format\":\"shortlist.trace.v1\",\"name\":\"flood\",\"mode\":\"online\"}\n",
+    );
+    // 200,000 requests in one second: far beyond what one client process sends.
+    for i in 0..200_000 {
+        text.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":4,\"output_tokens\":4}}\n",
+            i as f64 / 200_000.0
+        ));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let mock = Mock::start(&[]);
+    let out = bench(&[
+        "--target",
+        &mock.url,
+        "--trace",
+        trace.to_str().unwrap(),
+        "-o",
+        dir.path().join("r").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("refusing to run"), "{}", stderr(&out));
+}
