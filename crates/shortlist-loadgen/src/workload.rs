@@ -334,17 +334,14 @@ mod tests {
             "\n",
             r#"{"id":"a","t":0.0,"input_tokens":100,"output_tokens":5,"prefix":{"group":"g","tokens":80}}"#,
             "\n",
-            r#"{"id":"b","t":0.5,"input_tokens":50,"output_tokens":2,"prefix":{"group":"g","tokens":80}}"#,
+            r#"{"id":"b","t":0.5,"input_tokens":90,"output_tokens":2,"prefix":{"group":"g","tokens":80}}"#,
             "\n"
         ))
         .unwrap();
         assert_eq!(w.arrivals().len(), 2);
         assert_eq!(w.duration_s(), 1.0);
-        assert_eq!(
-            w.arrivals()[1].request.prefix().unwrap().tokens(),
-            50,
-            "prefix cut to the prompt"
-        );
+        assert_eq!(w.arrivals()[1].request.prefix().unwrap().group(), "g");
+        assert_eq!(w.arrivals()[1].request.prefix().unwrap().tokens(), 80);
     }
 
     #[test]
