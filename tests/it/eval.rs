@@ -453,3 +453,37 @@ fn show_requests_for_external_harnesses() {
     assert_eq!(invoice["tools"][0]["type"], "function");
     assert_eq!(invoice["tools"][0]["function"]["name"], "lookup_invoice");
 }
+
+/// Outputs of a model without native tool calling: `--text-tool-calls` reads `<tool_call>` blocks.
+#[test]
+fn tool_calls_written_in_text() {
+    let args = |extra: &[&'static str]| {
+        let mut v = vec![
+            "eval".to_owned(),
+            "score".into(),
+            "--evalset".into(),
+            data("mini.yaml"),
+            "--outputs".into(),
+            data("outputs-text-tools.jsonl"),
+            "--json".into(),
+        ];
+        v.extend(extra.iter().map(|s| (*s).to_owned()));
+        v
+    };
+    let run = |a: Vec<String>| {
+        json_stdout(&support::run(
+            &a.iter().map(String::as_str).collect::<Vec<_>>(),
+        ))
+    };
+    let case = |v: &Value| {
+        v["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["id"] == "invoice-lookup")
+            .unwrap()["outcome"]
+            .clone()
+    };
+    assert_eq!(case(&run(args(&[]))), "fail");
+    assert_eq!(case(&run(args(&["--text-tool-calls"]))), "pass");
+}

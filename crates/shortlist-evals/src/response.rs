@@ -133,6 +133,21 @@ impl Response {
         self
     }
 
+    /// Moves `<tool_call>` blocks written in the text into tool calls (see
+    /// [`tool_calls_from_text`]), for outputs of models without native tool calling. A response
+    /// that already carries tool calls is returned unchanged.
+    #[must_use]
+    pub fn with_text_tool_calls(mut self) -> Self {
+        if self.tool_calls.is_empty() {
+            let (prose, calls) = tool_calls_from_text(&self.text);
+            if !calls.is_empty() {
+                self.text = prose;
+                self.tool_calls = calls;
+            }
+        }
+        self
+    }
+
     /// The text.
     pub fn text(&self) -> &str {
         &self.text
@@ -346,6 +361,9 @@ mod tests {
         let (_, cut) = tool_calls_from_text("<tool_call>{\"name\": \"x\"");
         assert_eq!(cut.len(), 1);
         assert!(cut[0].arguments().is_err());
+        let r = Response::text_only("<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>")
+            .with_text_tool_calls();
+        assert_eq!((r.text(), r.tool_calls().len()), ("", 1));
         let (prose, none) = tool_calls_from_text("No tools needed.");
         assert!(none.is_empty());
         assert_eq!(prose, "No tools needed.");

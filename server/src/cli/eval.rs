@@ -30,6 +30,9 @@ pub enum Command {
     Score(ScoreArgs),
     /// Compare two result sets on their shared cases (exact McNemar, per category).
     Compare(CompareArgs),
+    /// Run one candidate (a GGUF model on the local engine, or an OpenAI-compatible endpoint) over
+    /// an eval set; resumable case by case.
+    Run(super::quality::RunArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -99,6 +102,10 @@ pub struct ScoreArgs {
     /// Name the candidate in the results.
     #[arg(long)]
     candidate: Option<String>,
+    /// Read `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` blocks in the output text as
+    /// tool calls (for models without native tool calling); lines with `tool_calls` are unchanged.
+    #[arg(long)]
+    text_tool_calls: bool,
     /// Also write the results document (shortlist.eval-results.v1) here.
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
@@ -123,6 +130,7 @@ pub fn run(cmd: Command) -> anyhow::Result<Outcome> {
         Command::Show(a) => run_show(a),
         Command::Score(a) => run_score(a),
         Command::Compare(a) => run_compare(a),
+        Command::Run(a) => super::quality::run(a),
     }
 }
 
@@ -262,7 +270,13 @@ fn run_show(a: ShowArgs) -> anyhow::Result<Outcome> {
 fn run_score(a: ScoreArgs) -> anyhow::Result<Outcome> {
     let set = load_set(&a.evalset)?;
     let file = name_of(&a.outputs);
-    let outputs = parse_outputs(&file, &read_text(&a.outputs)?)?;
+    let mut outputs = parse_outputs(&file, &read_text(&a.outputs)?)?;
+    if a.text_tool_calls {
+        outputs = outputs
+            .into_iter()
+            .map(|(id, line, r)| (id, line, r.with_text_tool_calls()))
+            .collect();
+    }
     let mut results = score_outputs(&set, &file, &outputs)?;
     results.candidate = a.candidate;
     if let Some(path) = &a.output {
