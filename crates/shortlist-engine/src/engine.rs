@@ -341,3 +341,27 @@ impl Detokenizer {
         Ok(delta)
     }
 }
+
+/// Refuse to start on a CPU without the features the build was compiled for (AVX2 and FMA:
+/// `.cargo/config.toml` builds for x86-64-v3), with a message instead of an illegal instruction.
+pub fn check_cpu_features() -> Result<()> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let missing: Vec<&str> = [
+            ("avx2", std::arch::is_x86_feature_detected!("avx2")),
+            ("fma", std::arch::is_x86_feature_detected!("fma")),
+            ("f16c", std::arch::is_x86_feature_detected!("f16c")),
+        ]
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+        if !missing.is_empty() {
+            return Err(EngineError::Unavailable(format!(
+                "this CPU lacks {}; the engine is built for x86-64-v3 (see .cargo/config.toml)",
+                missing.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}

@@ -357,3 +357,72 @@ impl ModelConfig {
         2 * self.n_layer * self.n_kv_head * self.head_dim * std::mem::size_of::<f32>()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Cursor;
+
+    use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
+    use candle_core::{Device, Tensor};
+
+    use super::*;
+
+    fn tiny_gguf(arch: &str) -> Vec<u8> {
+        let t = QTensor::quantize(
+            &Tensor::zeros((4, 32), candle_core::DType::F32, &Device::Cpu).unwrap(),
+            GgmlDType::F32,
+        )
+        .unwrap();
+        let arch = Value::String(arch.into());
+        let mut buf = Cursor::new(Vec::new());
+        gguf_file::write(
+            &mut buf,
+            &[("general.architecture", &arch)],
+            &[("token_embd.weight", &t)],
+        )
+        .unwrap();
+        buf.into_inner()
+    }
+
+    #[test]
+    fn unknown_architecture_is_named() {
+        let bytes = tiny_gguf("mamba");
+        let content = read_content(&mut Cursor::new(&bytes), "tiny").unwrap();
+        let err = ModelConfig::from_metadata(&Metadata::new(&content.metadata)).unwrap_err();
+        assert!(
+            matches!(err, EngineError::UnknownArchitecture(ref a) if a == "mamba"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn truncated_file_is_refused_before_loading() {
+        let bytes = tiny_gguf("llama");
+        let cut = &bytes[..bytes.len() - 8];
+        let err = read_content(&mut Cursor::new(cut), "cut.gguf").unwrap_err();
+        assert!(
+            err.to_string().contains("truncated") && err.to_string().contains("cut.gguf"),
+            "{err}"
+        );
+        let err = read_content(&mut Cursor::new(&bytes[..20]), "short.gguf").unwrap_err();
+        assert!(matches!(err, EngineError::Gguf { .. }), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_not_a_gguf() {
+        let err = read_content(
+            &mut Cursor::new(b"PK\x03\x04 definitely a zip file".to_vec()),
+            "x.gguf",
+        )
+        .unwrap_err();
+        assert!(matches!(err, EngineError::Gguf { .. }), "{err}");
+    }
+
+    #[test]
+    fn missing_keys_name_the_key() {
+        let bytes = tiny_gguf("llama");
+        let content = read_content(&mut Cursor::new(&bytes), "tiny").unwrap();
+        let err = ModelConfig::from_metadata(&Metadata::new(&content.metadata)).unwrap_err();
+        assert!(err.to_string().contains("llama.embedding_length"), "{err}");
+    }
+}

@@ -28,8 +28,12 @@ pub mod engine;
 pub mod error;
 pub mod fetch;
 pub mod gguf;
+pub mod http;
+pub mod metrics;
 pub mod model;
+pub mod prefix;
 pub mod sampling;
+pub mod scheduler;
 pub mod tokenizer;
 
 pub use error::{EngineError, Result};

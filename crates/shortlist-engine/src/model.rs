@@ -63,6 +63,20 @@ impl KvCache {
         self.len == 0
     }
 
+    /// Layers it holds keys and values for.
+    pub fn n_layer(&self) -> usize {
+        self.k.len()
+    }
+
+    /// Bytes of keys and values it holds, allocated at full capacity.
+    pub fn bytes(&self) -> usize {
+        self.k
+            .iter()
+            .chain(&self.v)
+            .map(|t| t.elem_count() * t.dtype().size_in_bytes())
+            .sum()
+    }
+
     /// Tokens it can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
@@ -354,7 +368,7 @@ impl Model {
             x = (x * f64::from(cfg.embedding_scale))?;
         }
         // Rotary tables for exactly the positions this step touches, per sequence and base.
-        let ropes: Vec<(Tensor, Tensor, Option<(Tensor, Tensor)>)> = seqs
+        let ropes: Vec<SeqRope> = seqs
             .iter()
             .map(|s| {
                 let (c, si) = rope_table(
@@ -554,6 +568,9 @@ impl Model {
         Ok(out)
     }
 }
+
+/// Per sequence: cos and sin for the global RoPE base, and for the local base when it differs.
+type SeqRope = (Tensor, Tensor, Option<(Tensor, Tensor)>);
 
 /// Cos and sin tables `(len, head_dim / 2)` for positions `start..start+len`.
 fn rope_table(
