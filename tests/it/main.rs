@@ -5,5 +5,6 @@ mod architecture;
 mod eval;
 mod loadgen;
 mod measure;
+mod store;
 mod support;
 mod trace;

@@ -254,8 +254,7 @@ impl Store {
         Ok(SloVersion { meta, toml })
     }
 
-    /// Every version of every eval set, candidate, workload or SLO (`table` one of those four
-    /// kinds), by name then version.
+    /// Every version of every eval set, by name then version.
     pub async fn list_eval_sets(&self) -> Result<Vec<Versioned>, StoreError> {
         self.list_versioned(Table::EvalSets).await
     }

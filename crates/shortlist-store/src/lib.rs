@@ -3,8 +3,10 @@
 //!
 //! Principal types and how they relate:
 //! - [`Store`] is a connection pool opened by [`Store::connect`] with a `sqlite://…` or
-//!   `postgres://…` URL. It runs the embedded migrations of its dialect (`migrations/sqlite`,
-//!   `migrations/postgres`, same numbering) before it returns.
+//!   `postgres://…` URL ([`Store::url_from_env`] reads `DATABASE_URL`). It runs the embedded
+//!   migrations of its dialect (`migrations/sqlite`, `migrations/postgres`, same numbering)
+//!   before it returns. PostgreSQL is reached without TLS: a server on this host or a private
+//!   network.
 //! - Content versioned by hash — eval sets, candidates, workloads, SLOs — is put with
 //!   [`Store::put_eval_set`] and friends and comes back as a [`content::Versioned`] (name, version,
 //!   SHA-256).
