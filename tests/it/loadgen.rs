@@ -364,3 +364,66 @@ fn a_trace_beyond_the_client_ceiling_is_refused() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("refusing to run"), "{}", stderr(&out));
 }
+
+#[test]
+fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
+    let mock = Mock::start(&["--tokens", "4", "--ttft-ms", "50", "--itl-ms", "50"]);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("long.trace.jsonl");
+    let mut text = String::from(
+        "{\"format\":\"shortlist.trace.v1\",\"name\":\"long\",\"mode\":\"online\",\"duration_s\":30}\n",
+    );
+    for i in 0..300 {
+        text.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":4,\"output_tokens\":4}}\n",
+            i as f64 / 10.0
+        ));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let records = dir.path().join("stopped.records.jsonl");
+    let child = shortlist()
+        .args([
+            "bench",
+            "--quiet",
+            "--no-calibrate",
+            "--json",
+            "--target",
+            &mock.url,
+            "--trace",
+        ])
+        .arg(&trace)
+        .arg("-o")
+        .arg(&records)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    // SIGINT to our own child, by its id: what Ctrl-C sends.
+    let status = std::process::Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let started = std::time::Instant::now();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        started.elapsed().as_secs() < 10,
+        "the run did not stop promptly"
+    );
+    let report = json(&out);
+    let window_end = report["window_s"][1].as_f64().unwrap();
+    assert!(
+        window_end > 1.0 && window_end < 10.0,
+        "{window_end}: {}",
+        stderr(&out)
+    );
+    let scheduled = report["requests"]["scheduled"].as_u64().unwrap();
+    assert!(scheduled > 10 && scheduled < 100, "{scheduled}");
+    // Every line of the file is a valid record; the header was rewritten with the stop time.
+    let again = json(&run(&["analyze", records.to_str().unwrap(), "--json"]));
+    assert_eq!(again["requests"]["scheduled"], scheduled);
+    let text = std::fs::read_to_string(&records).unwrap();
+    let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert!(header["stopped_at_s"].as_f64().is_some(), "{header}");
+}
