@@ -1,0 +1,565 @@
+//! The record as the template reads it: every figure formatted, every list bounded, every long
+//! unbroken run given break opportunities. Formatting lives here (testable, the same rules as the
+//! CLI) so the typst template only lays out; the page stays one page because nothing in this
+//! view grows without bound.
+
+use serde::Serialize;
+use shortlist_study::cost::CostAt;
+use shortlist_study::record::{Cost, SelectionRecord, Verdict};
+use shortlist_study::rule::Outcome;
+
+use crate::charts::{PDF_MAX_CATEGORIES, num, pass_rate_rows};
+use crate::text::{breakable, clip, list};
+
+/// Disqualifier rows shown before "+N more rules".
+pub const MAX_RULE_ROWS: usize = 12;
+/// Evidence items shown per rule before "+N more".
+pub const MAX_EVIDENCE: usize = 3;
+/// Latency lines shown.
+pub const MAX_LATENCY_ROWS: usize = 6;
+/// Memory-fit assumptions shown.
+pub const MAX_ASSUMPTIONS: usize = 4;
+
+/// A label and its value.
+#[derive(Debug, Clone, Serialize)]
+pub struct Row {
+    pub key: String,
+    pub value: String,
+    /// Set in the monospace font (hashes).
+    pub mono: bool,
+}
+
+fn row(key: &str, value: impl Into<String>) -> Row {
+    Row {
+        key: key.to_owned(),
+        value: value.into(),
+        mono: false,
+    }
+}
+
+fn hash_row(key: &str, value: &Option<String>) -> Row {
+    match value {
+        Some(h) if !h.is_empty() => Row {
+            key: key.to_owned(),
+            value: breakable(&clip(h, 80), 16),
+            mono: true,
+        },
+        _ => row(key, "not recorded"),
+    }
+}
+
+/// Text for a field that may be empty: says so rather than leaving a blank.
+fn or_unknown(text: &str, max: usize) -> String {
+    if text.trim().is_empty() {
+        "not recorded".to_owned()
+    } else {
+        breakable(&clip(text, max), 24)
+    }
+}
+
+fn pct(v: f64) -> String {
+    if v.is_finite() {
+        format!("{}%", num(v * 100.0, 1))
+    } else {
+        "n/a".to_owned()
+    }
+}
+
+fn rps(v: f64) -> String {
+    if v.is_finite() {
+        format!("{} req/s", num(v, 2))
+    } else {
+        "n/a".to_owned()
+    }
+}
+
+fn seconds(v: Option<f64>) -> String {
+    match v {
+        Some(s) if s.is_finite() && s < 1.0 => format!("{} ms", num(s * 1000.0, 0)),
+        Some(s) if s.is_finite() => format!("{} s", num(s, 2)),
+        _ => "–".to_owned(),
+    }
+}
+
+fn gib(bytes: u64) -> String {
+    format!("{} GiB", num(bytes as f64 / f64::from(1u32 << 30), 2))
+}
+
+fn money(v: f64, currency: &str) -> String {
+    if !v.is_finite() {
+        return "n/a".to_owned();
+    }
+    let digits = if v.abs() >= 100.0 {
+        0
+    } else if v.abs() >= 1.0 {
+        2
+    } else {
+        4
+    };
+    if currency.is_empty() {
+        num(v, digits)
+    } else {
+        format!("{} {}", num(v, digits), clip(currency, 12))
+    }
+}
+
+/// The verdict as the page's headline.
+#[derive(Debug, Clone, Serialize)]
+pub struct VerdictView {
+    pub word: String,
+    /// `good`, `bad` or `warn`: the template's colour.
+    pub tone: String,
+    pub reason: String,
+}
+
+/// One disqualifier rule.
+#[derive(Debug, Clone, Serialize)]
+pub struct RuleRow {
+    pub rule: String,
+    pub condition: String,
+    pub outcome: String,
+    pub tone: String,
+    pub observed: String,
+    pub evidence: String,
+}
+
+/// One latency line with its population.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencyRow {
+    pub metric: String,
+    pub population: String,
+    pub count: String,
+    pub p50: String,
+    pub p90: String,
+    pub p99: String,
+}
+
+/// Cost at one traffic level.
+#[derive(Debug, Clone, Serialize)]
+pub struct CostRow {
+    pub level: String,
+    pub rate: String,
+    pub devices: String,
+    pub per_hour: String,
+    pub per_million_requests: String,
+    pub per_million_output_tokens: String,
+}
+
+/// Everything the template shows.
+#[derive(Debug, Clone, Serialize)]
+pub struct View {
+    pub paper: String,
+    pub title: String,
+    pub study: String,
+    pub question: String,
+    pub verdict: VerdictView,
+    pub identity: Vec<Row>,
+    pub quality_summary: Vec<Row>,
+    pub categories_note: String,
+    pub paired: Option<String>,
+    pub rules_summary: String,
+    pub rules: Vec<RuleRow>,
+    pub rules_more: String,
+    pub memory_fits: bool,
+    pub memory: Vec<Row>,
+    pub memory_summary: String,
+    pub memory_assumptions: String,
+    pub performance: Vec<Row>,
+    pub latencies: Vec<LatencyRow>,
+    pub latencies_more: String,
+    pub client_bound: bool,
+    pub operations: Vec<Row>,
+    pub cost: Vec<CostRow>,
+    pub cost_currency: String,
+    pub cost_basis: Vec<Row>,
+    pub cost_missing: Option<String>,
+    pub footer_lock: String,
+    pub footer_record: String,
+    pub footer_meta: String,
+}
+
+fn outcome_word(o: Outcome) -> (&'static str, &'static str, u8) {
+    // The third value orders the table: trips first, then what was not measured, then passes.
+    match o {
+        Outcome::Trip => ("TRIP", "bad", 0),
+        Outcome::NotMeasured => ("not measured", "warn", 1),
+        Outcome::Pass => ("pass", "good", 2),
+    }
+}
+
+fn verdict_view(r: &SelectionRecord) -> VerdictView {
+    let names = |o: Outcome| -> Vec<String> {
+        r.disqualifiers
+            .iter()
+            .filter(|d| d.outcome == o)
+            .map(|d| d.rule.clone())
+            .collect()
+    };
+    match r.verdict {
+        Verdict::Qualifies => VerdictView {
+            word: "QUALIFIES".into(),
+            tone: "good".into(),
+            reason: format!(
+                "all {} disqualifiers were measured and none tripped",
+                r.disqualifiers.len()
+            ),
+        },
+        Verdict::Disqualified => VerdictView {
+            word: "DISQUALIFIED".into(),
+            tone: "bad".into(),
+            reason: format!("tripped: {}", list(&names(Outcome::Trip), 4, 40)),
+        },
+        Verdict::Incomplete => {
+            let missing = names(Outcome::NotMeasured);
+            let mut why = Vec::new();
+            if !missing.is_empty() {
+                why.push(format!("not measured: {}", list(&missing, 4, 40)));
+            }
+            if r.performance.client_bound {
+                why.push(
+                    "the load run was client-bound, so its latencies describe the client".into(),
+                );
+            }
+            VerdictView {
+                word: "INCOMPLETE".into(),
+                tone: "warn".into(),
+                reason: why.join("; "),
+            }
+        }
+    }
+}
+
+fn cost_row(level: &str, c: &CostAt) -> CostRow {
+    // The currency is stated once, in the table's caption, so the cells stay narrow.
+    CostRow {
+        level: level.to_owned(),
+        rate: rps(c.rate_rps),
+        devices: c.devices.to_string(),
+        per_hour: money(c.cost_per_hour, ""),
+        per_million_requests: money(c.cost_per_million_requests, ""),
+        per_million_output_tokens: c
+            .cost_per_million_output_tokens
+            .map_or_else(|| "n/a".to_owned(), |v| money(v, "")),
+    }
+}
+
+/// The view of a record for a page size (`a4` or `us-letter`).
+pub fn view(r: &SelectionRecord, paper: &str) -> View {
+    let id = &r.identity;
+    let q = &r.quality;
+    let p = &r.performance;
+    let m = &r.memory;
+
+    let identity = vec![
+        row("source", or_unknown(&id.source, 140)),
+        row(
+            "model",
+            format!(
+                "{} · {} parameters · {} · {}",
+                or_unknown(&id.architecture, 40),
+                id.parameters.map_or_else(
+                    || "? ".to_owned(),
+                    |n| format!("{}M", num(n as f64 / 1e6, 1))
+                ),
+                or_unknown(&id.quantization, 24),
+                or_unknown(&id.precision, 24)
+            ),
+        ),
+        row(
+            "context limit",
+            id.context_limit
+                .map_or_else(|| "not recorded".to_owned(), |c| format!("{c} tokens")),
+        ),
+        row("license", or_unknown(&id.license, 60)),
+        row(
+            "runtime",
+            format!(
+                "{} {}",
+                or_unknown(&id.runtime, 40),
+                clip(&id.runtime_version, 40)
+            ),
+        ),
+        hash_row("weights sha256", &id.weights_sha256),
+        hash_row("tokenizer sha256", &id.tokenizer_sha256),
+        hash_row("chat template sha256", &id.chat_template_sha256),
+    ];
+
+    let (rows, left_out) = pass_rate_rows(q, PDF_MAX_CATEGORIES);
+    let categories_note = if left_out > 0 {
+        format!(
+            "The chart shows the weakest {} of {} categories; +{left_out} more in the JSON export.",
+            rows.len() - 1,
+            q.categories.len()
+        )
+    } else {
+        String::new()
+    };
+    let quality_summary = vec![
+        row(
+            "eval set",
+            format!(
+                "{} (sha256 {})",
+                or_unknown(&q.evalset, 80),
+                clip(&q.evalset_sha256, 13)
+            ),
+        ),
+        row(
+            "overall",
+            format!(
+                "{} passed of {} = {} (95% CI {} to {})",
+                q.overall.passed,
+                q.overall.n,
+                pct(q.overall.rate),
+                pct(q.overall.lo),
+                pct(q.overall.hi)
+            ),
+        ),
+        row("decoding", or_unknown(&q.decoding, 80)),
+    ];
+    let paired = q.paired.as_ref().map(|c| {
+        format!(
+            "vs {}: both pass {}, only this {}, only the other {}, both fail {}; exact McNemar p = {}",
+            clip(&c.other, 60),
+            c.both_pass,
+            c.only_this,
+            c.only_other,
+            c.both_fail,
+            if c.p_value.is_finite() {
+                format!("{:.3}", c.p_value)
+            } else {
+                "n/a".into()
+            }
+        )
+    });
+
+    let mut order: Vec<usize> = (0..r.disqualifiers.len()).collect();
+    order.sort_by_key(|&i| (outcome_word(r.disqualifiers[i].outcome).2, i));
+    let count = |o: Outcome| r.disqualifiers.iter().filter(|d| d.outcome == o).count();
+    let rules_summary = format!(
+        "{} rules: {} tripped, {} not measured, {} passed",
+        r.disqualifiers.len(),
+        count(Outcome::Trip),
+        count(Outcome::NotMeasured),
+        count(Outcome::Pass)
+    );
+    // Many rules share the column: each gets fewer characters so the table stays legible
+    // instead of forcing the whole page down to its smallest text.
+    let dense = r.disqualifiers.len() > 8;
+    let (rule_w, cond_w, obs_w, ev_n, ev_w) = if dense {
+        (36, 44, 24, 2, 20)
+    } else {
+        (48, 60, 40, MAX_EVIDENCE, 28)
+    };
+    let rules: Vec<RuleRow> = order
+        .iter()
+        .take(MAX_RULE_ROWS)
+        .map(|&i| {
+            let d = &r.disqualifiers[i];
+            let (word, tone, _) = outcome_word(d.outcome);
+            RuleRow {
+                rule: breakable(&clip(&d.rule, rule_w), 16),
+                condition: breakable(&clip(&d.condition, cond_w), 16),
+                outcome: word.into(),
+                tone: tone.into(),
+                observed: d
+                    .observed
+                    .as_deref()
+                    .map_or_else(|| "–".to_owned(), |o| breakable(&clip(o, obs_w), 16)),
+                evidence: breakable(&list(&d.evidence, ev_n, ev_w), 16),
+            }
+        })
+        .collect();
+    let rules_more = if order.len() > MAX_RULE_ROWS {
+        let rest = &order[MAX_RULE_ROWS..];
+        let of = |o: Outcome| {
+            rest.iter()
+                .filter(|&&i| r.disqualifiers[i].outcome == o)
+                .count()
+        };
+        format!(
+            "+{} more rules ({} tripped, {} not measured, {} passed) in the JSON export",
+            rest.len(),
+            of(Outcome::Trip),
+            of(Outcome::NotMeasured),
+            of(Outcome::Pass)
+        )
+    } else {
+        String::new()
+    };
+
+    let memory = vec![
+        row(
+            "needed",
+            format!(
+                "{} = weights {} + KV cache {} + overhead {}",
+                gib(m.total_bytes),
+                gib(m.weights_bytes),
+                gib(m.kv_bytes),
+                gib(m.overhead_bytes)
+            ),
+        ),
+        row(
+            "KV cache",
+            format!("{} bytes per token", m.kv_bytes_per_token),
+        ),
+        row(
+            "device",
+            format!(
+                "{}: {} each, {} usable",
+                or_unknown(&m.device, 60),
+                gib(m.device_memory_bytes),
+                gib(m.usable_bytes_per_device)
+            ),
+        ),
+        row(
+            "topology",
+            format!(
+                "{} × {} per replica",
+                m.devices_needed,
+                or_unknown(&m.device, 60)
+            ),
+        ),
+    ];
+
+    let attainment = p.attainment.map_or_else(|| "not measured".to_owned(), pct);
+    let performance = vec![
+        row(
+            "workload",
+            format!(
+                "{}; {}",
+                or_unknown(&p.workload, 90),
+                or_unknown(&p.loop_label, 30)
+            ),
+        ),
+        row("SLO", or_unknown(&p.slo, 90)),
+        row(
+            "at target",
+            format!(
+                "offered {}: throughput {}, goodput {}, attainment {}",
+                rps(p.target_rps),
+                rps(p.throughput_rps),
+                rps(p.goodput_rps),
+                attainment
+            ),
+        ),
+        row(
+            "capacity",
+            format!(
+                "{} (knee {}); {}",
+                p.capacity_rps
+                    .map_or_else(|| "no rate met the target".to_owned(), rps),
+                p.knee_rps.map_or_else(|| "none".to_owned(), rps),
+                clip(&p.capacity_rule, 140)
+            ),
+        ),
+        row("hardware", or_unknown(&p.hardware, 90)),
+    ];
+    let latencies = p
+        .latencies
+        .iter()
+        .take(MAX_LATENCY_ROWS)
+        .map(|l| LatencyRow {
+            metric: clip(&l.metric, 16),
+            population: breakable(&clip(&l.population, 70), 20),
+            count: l.count.to_string(),
+            p50: seconds(l.p50_s),
+            p90: seconds(l.p90_s),
+            p99: seconds(l.p99_s),
+        })
+        .collect();
+    let latencies_more = if p.latencies.len() > MAX_LATENCY_ROWS {
+        format!(
+            "+{} more latency lines in the JSON export",
+            p.latencies.len() - MAX_LATENCY_ROWS
+        )
+    } else {
+        String::new()
+    };
+
+    let o = &r.operations;
+    let operations = vec![
+        row("backend", or_unknown(&o.backend, 80)),
+        row(
+            "versions",
+            if o.versions.is_empty() {
+                "not recorded".to_owned()
+            } else {
+                breakable(&list(&o.versions, 4, 40), 20)
+            },
+        ),
+        row("on overload", or_unknown(&o.overload_behaviour, 160)),
+        row("on error", or_unknown(&o.error_behaviour, 160)),
+        row("fallback", or_unknown(&o.fallback, 120)),
+    ];
+
+    let cost_currency = match &r.cost {
+        Cost::Estimate(c) => format!("Costs in {}.", clip(&c.currency, 24)),
+        Cost::Unavailable(_) => String::new(),
+    };
+    let (cost, cost_basis, cost_missing) = match &r.cost {
+        Cost::Estimate(c) => (
+            vec![cost_row("ordinary", &c.ordinary), cost_row("peak", &c.peak)],
+            vec![
+                row(
+                    "from capacity",
+                    format!(
+                        "{} per replica × {} device(s) per replica, at {} per device-hour",
+                        rps(c.capacity_rps_per_replica),
+                        c.devices_per_replica,
+                        money(c.price_per_device_hour, &c.currency)
+                    ),
+                ),
+                row("measured on", or_unknown(&c.hardware, 90)),
+                row("under", or_unknown(&c.capacity_context, 90)),
+            ],
+            None,
+        ),
+        Cost::Unavailable(n) => (vec![], vec![], Some(clip(&n.why, 200))),
+    };
+
+    View {
+        paper: paper.to_owned(),
+        title: breakable(&clip(&id.candidate, 120), 24),
+        study: breakable(
+            &format!("{} v{}", clip(&r.study.name, 80), r.study.version),
+            24,
+        ),
+        question: breakable(&clip(&r.study.question, 220), 24),
+        verdict: verdict_view(r),
+        identity,
+        quality_summary,
+        categories_note,
+        paired,
+        rules_summary,
+        rules,
+        rules_more,
+        memory_fits: m.fits,
+        memory,
+        memory_summary: clip(&m.summary, 200),
+        memory_assumptions: breakable(&list(&m.assumptions, MAX_ASSUMPTIONS, 90), 24),
+        performance,
+        latencies,
+        latencies_more,
+        client_bound: p.client_bound,
+        operations,
+        cost,
+        cost_currency,
+        cost_basis,
+        cost_missing,
+        footer_lock: format!(
+            "study {} v{} locked {} · lock sha256 {}",
+            clip(&r.study.name, 40),
+            r.study.version,
+            clip(&r.study.locked_at, 40),
+            clip(&r.study.lock_sha256, 64)
+        ),
+        footer_record: format!("record sha256 {}", clip(&r.record_sha256, 64)),
+        footer_meta: format!(
+            "{} · generated {} · code {} · machine {}",
+            clip(&r.format, 30),
+            clip(&r.generated_at, 40),
+            clip(&r.code_version, 40),
+            clip(&r.machine, 60)
+        ),
+    }
+}
