@@ -2,6 +2,7 @@
 //! together. One module per capability.
 
 mod architecture;
+mod engine;
 mod eval;
 mod loadgen;
 mod measure;

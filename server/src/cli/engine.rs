@@ -1,0 +1,156 @@
+//! `shortlist engine tokenize|serve`: the local inference engine (shortlist-engine) from the CLI.
+
+use std::io::Read as _;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+use serde_json::json;
+use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_file};
+use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
+use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
+
+use super::Outcome;
+use super::output::print_json;
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum Command {
+    /// Token ids of the text on stdin, as the engine's tokenizer sees a prompt.
+    Tokenize(TokenizeArgs),
+    /// Serve a GGUF model over an OpenAI-compatible HTTP API with continuous batching.
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// A GGUF file, or the name of a fetched model (`shortlist models list`).
+    #[arg(long)]
+    model: String,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8000")]
+    addr: String,
+    /// Context window to enforce (default: the model's, capped at 8192).
+    #[arg(long)]
+    context: Option<usize>,
+    /// Compute threads (default: cores - 1, at least 1, so that one core is left to the server).
+    #[arg(long)]
+    threads: Option<usize>,
+    /// Sequences decoded together.
+    #[arg(long, default_value_t = 8)]
+    max_running: usize,
+    /// New tokens per forward step (prefill chunks plus decode tokens).
+    #[arg(long, default_value_t = 256)]
+    step_tokens: usize,
+    /// KV cache tokens the running requests may reserve together.
+    #[arg(long, default_value_t = 32768)]
+    kv_budget_tokens: usize,
+    /// Prefix cache size in MiB (0 disables it).
+    #[arg(long, default_value_t = 256)]
+    prefix_cache_mib: usize,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct TokenizeArgs {
+    /// A GGUF file, or the name of a fetched model (`shortlist models list`).
+    #[arg(long)]
+    model: String,
+    /// Parse control tokens written in the text (such as `<|im_start|>`) as their ids.
+    #[arg(long)]
+    special: bool,
+    /// Do not prepend BOS even when the model asks for it.
+    #[arg(long)]
+    no_bos: bool,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(cmd: Command) -> anyhow::Result<Outcome> {
+    match cmd {
+        Command::Tokenize(args) => tokenize(args),
+        Command::Serve(args) => serve(args),
+    }
+}
+
+/// A model argument: an existing path, else a known model name in the models folder.
+pub(crate) fn resolve_model(arg: &str) -> anyhow::Result<PathBuf> {
+    let path = Path::new(arg);
+    if path.exists() {
+        return Ok(path.to_path_buf());
+    }
+    if let Some(spec) = MODELS.iter().find(|m| m.name == arg) {
+        let p = model_path(&default_models_dir(), spec);
+        anyhow::ensure!(
+            p.exists(),
+            "model {arg} is not fetched yet ({} is absent); run `shortlist models fetch`",
+            p.display()
+        );
+        return Ok(p);
+    }
+    anyhow::bail!(
+        "{arg}: no such file, and not a known model name ({})",
+        MODELS.iter().map(|m| m.name).collect::<Vec<_>>().join(", ")
+    )
+}
+
+fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
+    let path = resolve_model(&args.model)?;
+    let tok = load_tokenizer_file(&path)
+        .with_context(|| format!("loading the tokenizer of {}", path.display()))?;
+    let mut text = String::new();
+    std::io::stdin()
+        .read_to_string(&mut text)
+        .context("reading the text from stdin")?;
+    let ids = tok.encode(&text, args.special, !args.no_bos)?;
+    if args.json {
+        print_json(&json!({"ids": ids, "count": ids.len()}))?;
+    } else {
+        println!(
+            "{}",
+            ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ")
+        );
+        eprintln!("{} tokens", ids.len());
+    }
+    Ok(Outcome::Success)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
+    check_cpu_features()?;
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads = args.threads.unwrap_or(cores.saturating_sub(1)).max(1);
+    // candle reads its pool sizes from the environment on first use; set them before loading.
+    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: no other thread exists yet that could read the environment concurrently.
+            unsafe { std::env::set_var(var, threads.to_string()) };
+        }
+    }
+    let path = resolve_model(&args.model)?;
+    let opts = LoadOptions {
+        context: Some(args.context.unwrap_or(8192)),
+        ..LoadOptions::default()
+    };
+    let model =
+        LoadedModel::open(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+    eprintln!(
+        "loaded {} in {:.2} s: {} MiB of weights, context {}, {} compute threads",
+        model.name(),
+        model.load_time().as_secs_f64(),
+        model.model().weight_bytes() >> 20,
+        model.context(),
+        threads
+    );
+    let cfg = SchedulerConfig {
+        step_tokens: args.step_tokens.max(1),
+        prefill_chunk: args.step_tokens.max(1),
+        max_running: args.max_running.max(1),
+        kv_budget_tokens: args.kv_budget_tokens,
+        prefix_cache_bytes: args.prefix_cache_mib << 20,
+        ..SchedulerConfig::default()
+    };
+    let engine = EngineHandle::spawn(std::sync::Arc::new(model), cfg, 1024)?;
+    shortlist_engine::http::serve_blocking(engine, &args.addr, 1, |addr| {
+        eprintln!("listening on http://{addr}")
+    })
+    .with_context(|| format!("serving on {}", args.addr))?;
+    Ok(Outcome::Success)
+}

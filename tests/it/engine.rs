@@ -1,0 +1,286 @@
+//! `shortlist engine` and `shortlist models` through the real binary: tokenize against pinned
+//! llama.cpp ids, clear errors on bad model files, and the OpenAI-compatible server end to end
+//! (tests that need the real models print why they skip when the models are absent).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support::{data, shortlist, stderr, stdout};
+
+fn models_dir() -> PathBuf {
+    std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/shortlist/models")
+        },
+        PathBuf::from,
+    )
+}
+
+fn smollm2() -> Option<PathBuf> {
+    let p = models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if p.exists() {
+        Some(p)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent; run `shortlist models fetch` first",
+            p.display()
+        );
+        None
+    }
+}
+
+fn tokenize(model: &str, text: &str, extra: &[&str]) -> std::process::Output {
+    let mut child = shortlist()
+        .args(["engine", "tokenize", "--model", model, "--json"])
+        .args(extra)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("shortlist runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write stdin");
+    child.wait_with_output().expect("shortlist finishes")
+}
+
+#[test]
+fn tokenize_prints_llama_cpp_ids() {
+    let Some(model) = smollm2() else { return };
+    let model = model.to_string_lossy().into_owned();
+    let refs =
+        std::fs::read_to_string(data("engine/tok_ref_smollm2.jsonl")).expect("reference ids");
+    for line in refs.lines().take(6) {
+        let r: Value = serde_json::from_str(line).expect("json");
+        let out = tokenize(&model, r["text"].as_str().expect("text"), &["--special"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let got: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+        assert_eq!(got["ids"], r["ids"], "text {:?}", r["text"]);
+    }
+}
+
+#[test]
+fn corrupt_or_truncated_models_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let garbage = dir.path().join("garbage.gguf");
+    std::fs::write(&garbage, b"this is not a model").expect("write");
+    let out = tokenize(&garbage.to_string_lossy(), "hi", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a readable GGUF file"),
+        "{}",
+        stderr(&out)
+    );
+    let out = tokenize("no-such-model", "hi", &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("not a known model name"),
+        "{}",
+        stderr(&out)
+    );
+    if let Some(model) = smollm2() {
+        // Cut a real file in the middle of its tensor data.
+        let bytes = std::fs::read(&model).expect("read model");
+        let cut = dir.path().join("cut.gguf");
+        std::fs::write(&cut, &bytes[..bytes.len() / 2]).expect("write");
+        let out = tokenize(&cut.to_string_lossy(), "hi", &[]);
+        assert_eq!(out.status.code(), Some(2));
+        assert!(stderr(&out).contains("truncated"), "{}", stderr(&out));
+    }
+}
+
+#[test]
+fn models_list_names_both_models() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let out = shortlist()
+        .args(["models", "list", "--json", "--dir"])
+        .arg(dir.path())
+        .output()
+        .expect("runs");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    let names: Vec<&str> = v["models"]
+        .as_array()
+        .expect("models")
+        .iter()
+        .filter_map(|m| m["name"].as_str())
+        .collect();
+    assert_eq!(names, ["smollm2-135m-instruct", "gemma3-270m"]);
+    assert!(
+        v["models"]
+            .as_array()
+            .expect("models")
+            .iter()
+            .all(|m| m["present"] == false)
+    );
+}
+
+struct Server {
+    child: Child,
+    addr: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_server(model: &str) -> Server {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shortlist"))
+        .args([
+            "engine",
+            "serve",
+            "--model",
+            model,
+            "--addr",
+            "127.0.0.1:0",
+            "--context",
+            "1024",
+            "--threads",
+            "1",
+        ])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("server starts");
+    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("server prints its address")
+            .expect("utf-8");
+        if let Some(a) = line.strip_prefix("listening on http://") {
+            break a.to_owned();
+        }
+    };
+    // Keep draining stderr so the server never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Server { child, addr }
+}
+
+/// One HTTP/1.1 request; returns status, headers and body (the server closes after replying).
+fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String, String) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(120)))
+        .expect("timeout");
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req.push_str(body);
+    s.write_all(req.as_bytes()).expect("send");
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).expect("read");
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, head.to_owned(), body.to_owned())
+}
+
+#[test]
+fn serve_answers_openai_requests() {
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+    let a = &server.addr;
+
+    let (st, _, body) = http(a, "GET", "/v1/models", "", &[]);
+    assert_eq!(st, 200, "{body}");
+    assert!(body.contains("SmolLM2-135M-Instruct.Q4_1"), "{body}");
+
+    let req = r#"{"model":"m","messages":[{"role":"user","content":"Name a colour."}],"max_tokens":8,"temperature":0}"#;
+    let (st, head, body) = http(
+        a,
+        "POST",
+        "/v1/chat/completions",
+        req,
+        &[("x-request-id", "abc-123")],
+    );
+    assert_eq!(st, 200, "{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("x-request-id: abc-123"),
+        "{head}"
+    );
+    let v: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(v["object"], "chat.completion");
+    assert!(v["usage"]["completion_tokens"].as_u64().expect("usage") >= 1);
+    assert!(
+        v["shortlist_timings"]["first_token_s"].as_f64().is_some(),
+        "{body}"
+    );
+
+    // Streaming with usage: token chunks, a final chunk with timings, a usage chunk, [DONE].
+    let req = r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":8,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
+    let (st, _, body) = http(a, "POST", "/v1/chat/completions", req, &[]);
+    assert_eq!(st, 200, "{body}");
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let usage: Value = serde_json::from_str(data[data.len() - 2]).expect("usage chunk");
+    assert!(usage["usage"]["total_tokens"].as_u64().is_some(), "{body}");
+    let last: Value = serde_json::from_str(data[data.len() - 3]).expect("final chunk");
+    assert!(
+        last["choices"][0]["finish_reason"].is_string() && last["shortlist_timings"].is_object(),
+        "{body}"
+    );
+
+    // Errors are OpenAI-shaped and the server keeps serving.
+    let long = "word ".repeat(2000);
+    let req = serde_json::json!({"prompt": long, "max_tokens": 4}).to_string();
+    let (st, _, body) = http(a, "POST", "/v1/completions", &req, &[]);
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("context_length_exceeded"), "{body}");
+    let (st, _, body) = http(a, "POST", "/v1/completions", "{not json", &[]);
+    assert_eq!(st, 400, "{body}");
+    assert!(body.contains("invalid_request_error"), "{body}");
+
+    // A client that disconnects mid-stream does not stop the server.
+    {
+        let mut s = TcpStream::connect(a).expect("connect");
+        let req = r#"{"prompt":"Once upon a time","max_tokens":200,"stream":true}"#;
+        let msg = format!(
+            "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{req}",
+            req.len()
+        );
+        s.write_all(msg.as_bytes()).expect("send");
+        let mut buf = [0u8; 256];
+        let _ = s.read(&mut buf);
+    }
+    let req = r#"{"prompt":"The sky is","max_tokens":4,"temperature":0}"#;
+    let (st, _, body) = http(a, "POST", "/v1/completions", req, &[]);
+    assert_eq!(st, 200, "{body}");
+
+    let (st, _, body) = http(a, "GET", "/metrics", "", &[]);
+    assert_eq!(st, 200);
+    assert!(
+        body.contains("vllm:time_to_first_token_seconds_bucket"),
+        "{body}"
+    );
+    assert!(body.contains("vllm:prefix_cache_hits_total"), "{body}");
+}
