@@ -26,7 +26,9 @@ where
 {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
-    let store = Store::connect_with(&url, 8).await.unwrap();
+    // As many connections as the concurrency test has writers: the set-up in which SQLite
+    // without WAL, busy timeout and BEGIN IMMEDIATE failed with "database is locked".
+    let store = Store::connect_with(&url, 16).await.unwrap();
     assert_eq!(store.backend(), Backend::Sqlite);
     tokio::spawn(body(store)).await.unwrap();
 }
