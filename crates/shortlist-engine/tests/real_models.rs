@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use shortlist_engine::engine::{FinishReason, LoadOptions, LoadedModel, load_tokenizer_file};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
-use shortlist_engine::sampling::SamplingParams;
+use shortlist_engine::model::{KvCache, SeqStep};
+use shortlist_engine::sampling::{SamplingParams, argmax};
 
 /// Logit gap under which two candidates count as tied: the two engines' logits differ by up
 /// to about 0.5 on these quantized models, so a smaller gap can flip the argmax legitimately.
@@ -132,6 +133,7 @@ fn check_greedy(model_name: &str, reference: &str) {
                 want.get(produced.len() - 1) == Some(&t)
             })
             .expect("generation runs");
+        teacher_forced(&m, model_name, name, &prompt, &want, &mut failures);
         let mut got = out.tokens.clone();
         if out.finish == FinishReason::Stop && got.len() < want.len() {
             // The end-of-generation token is not part of the text but ends llama.cpp's list.
@@ -167,6 +169,73 @@ fn check_greedy(model_name: &str, reference: &str) {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Feed llama.cpp's own tokens and compare the argmax at every position: a divergence in free
+/// running hides everything after it, this checks all 48 positions. A different argmax is
+/// accepted only when llama.cpp's choice is within `NEAR_TIE` of our best logit.
+fn teacher_forced(
+    m: &LoadedModel,
+    model_name: &str,
+    name: &str,
+    prompt: &[u32],
+    want: &[u32],
+    failures: &mut Vec<String>,
+) {
+    let cfg = m.model().config();
+    let mut cache =
+        KvCache::new(cfg, prompt.len() + want.len(), m.model().device()).expect("cache");
+    let chunks: Vec<&[u32]> = prompt.chunks(256).collect();
+    let mut logits = None;
+    for (i, c) in chunks.iter().enumerate() {
+        let mut step = [SeqStep {
+            tokens: c,
+            cache: &mut cache,
+            want_logits: i + 1 == chunks.len(),
+        }];
+        logits = m
+            .model()
+            .forward(&mut step)
+            .expect("forward")
+            .pop()
+            .flatten();
+    }
+    let (mut same, mut ties, mut worst) = (0, 0, 0f32);
+    for (i, &t) in want.iter().enumerate() {
+        let l = logits.take().expect("logits");
+        let top = argmax(&l);
+        if top == t {
+            same += 1;
+        } else {
+            let gap = l[top as usize] - l[t as usize];
+            worst = worst.max(gap);
+            if gap < NEAR_TIE {
+                ties += 1;
+            } else {
+                failures.push(format!(
+                    "{name}: position {i}: our argmax {top} beats llama.cpp's {t} by {gap:.3}"
+                ));
+            }
+        }
+        if i + 1 < want.len() {
+            let one = [t];
+            let mut step = [SeqStep {
+                tokens: &one,
+                cache: &mut cache,
+                want_logits: true,
+            }];
+            logits = m
+                .model()
+                .forward(&mut step)
+                .expect("forward")
+                .pop()
+                .flatten();
+        }
+    }
+    eprintln!(
+        "{model_name}/{name}: teacher-forced on llama.cpp's {} tokens: {same} same argmax, {ties} near-ties (largest gap {worst:.3})",
+        want.len()
+    );
 }
 
 #[test]

@@ -1,0 +1,104 @@
+//! Speed and memory of the engine at batch 1, for the side-by-side with llama.cpp: load time,
+//! prefill of N-token prompts, decode of 128 tokens, peak RSS. One JSON line per measurement.
+//!
+//! `cargo run --release -p shortlist-engine --example bench -- MODEL [512,2048] [128]`
+
+use std::time::Instant;
+
+use shortlist_engine::engine::{LoadOptions, LoadedModel};
+use shortlist_engine::http::proc_status_bytes;
+use shortlist_engine::model::{KvCache, SeqStep};
+use shortlist_engine::sampling::argmax;
+
+const FILLER: &str = "The history of the city is long and varied. Merchants came from the coast to trade salt, \
+cloth and iron, and the markets grew around the river crossing. Over the centuries the town walls were rebuilt \
+three times, each time wider, as new quarters filled with workshops, schools and gardens. ";
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let path = args
+        .get(1)
+        .ok_or("usage: bench MODEL [PREFILL_SIZES] [DECODE_TOKENS]")?;
+    let sizes: Vec<usize> = args
+        .get(2)
+        .map_or("512,2048", String::as_str)
+        .split(',')
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let n_decode: usize = args.get(3).map_or(Ok(128), |s| s.parse())?;
+    let t0 = Instant::now();
+    let m = LoadedModel::open(
+        path.as_ref(),
+        &LoadOptions {
+            context: Some(4096),
+            ..LoadOptions::default()
+        },
+    )?;
+    println!(
+        "{}",
+        serde_json::json!({"metric": "load_s", "value": t0.elapsed().as_secs_f64()})
+    );
+    let text = FILLER.repeat(200);
+    let all = m.encode_prompt(&text)?;
+    let (cfg, dev) = (m.model().config(), m.model().device());
+    for &n in &sizes {
+        let prompt = &all[..n.min(all.len())];
+        let mut cache = KvCache::new(cfg, prompt.len() + 1, dev)?;
+        let t = Instant::now();
+        let chunks: Vec<&[u32]> = prompt.chunks(512).collect();
+        for (i, c) in chunks.iter().enumerate() {
+            let mut step = [SeqStep {
+                tokens: c,
+                cache: &mut cache,
+                want_logits: i + 1 == chunks.len(),
+            }];
+            let l = m.model().forward(&mut step)?;
+            if let Some(Some(l)) = l.first() {
+                argmax(l);
+            }
+        }
+        let s = t.elapsed().as_secs_f64();
+        println!(
+            "{}",
+            serde_json::json!({"metric": format!("prefill_{n}_tok_s"), "value": n as f64 / s})
+        );
+    }
+    let prompt = &all[..8];
+    let mut cache = KvCache::new(cfg, prompt.len() + n_decode, dev)?;
+    let mut step = [SeqStep {
+        tokens: prompt,
+        cache: &mut cache,
+        want_logits: true,
+    }];
+    let mut next = m
+        .model()
+        .forward(&mut step)?
+        .pop()
+        .flatten()
+        .map_or(0, |l| argmax(&l));
+    let t = Instant::now();
+    for _ in 0..n_decode {
+        let one = [next];
+        let mut step = [SeqStep {
+            tokens: &one,
+            cache: &mut cache,
+            want_logits: true,
+        }];
+        next = m
+            .model()
+            .forward(&mut step)?
+            .pop()
+            .flatten()
+            .map_or(0, |l| argmax(&l));
+    }
+    let s = t.elapsed().as_secs_f64();
+    println!(
+        "{}",
+        serde_json::json!({"metric": format!("decode_{n_decode}_tok_s"), "value": n_decode as f64 / s})
+    );
+    println!(
+        "{}",
+        serde_json::json!({"metric": "peak_rss_mb", "value": proc_status_bytes("VmHWM:").unwrap_or(0) as f64 / 1e6})
+    );
+    Ok(())
+}
