@@ -25,8 +25,12 @@ pub struct CalibrationStep {
     pub offered_rps: f64,
     /// Requests sent per second, first send to last.
     pub achieved_rps: f64,
+    /// Schedule-lag p50 (nearest rank), seconds.
+    pub lag_p50_s: f64,
     /// Schedule-lag p99 (nearest rank), seconds.
     pub lag_p99_s: f64,
+    /// Largest schedule lag, seconds.
+    pub lag_max_s: f64,
     /// Attempts that did not end `ok`.
     pub failed: u64,
     /// Attempts.
@@ -103,7 +107,9 @@ async fn one_step(
         } else {
             0.0
         },
+        lag_p50_s: nearest_rank(&mut lags, 0.5).unwrap_or(f64::INFINITY),
         lag_p99_s: nearest_rank(&mut lags, 0.99).unwrap_or(f64::INFINITY),
+        lag_max_s: nearest_rank(&mut lags, 1.0).unwrap_or(f64::INFINITY),
         failed,
         requests: result.records.len() as u64,
     })

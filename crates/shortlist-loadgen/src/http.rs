@@ -236,6 +236,9 @@ impl Target for OpenAiTarget {
                 if let Some(stages) = chunk.stages {
                     observation.stages(stages);
                 }
+                if let Some(timings) = &chunk.shortlist_timings {
+                    observation.stages(timings.stages());
+                }
                 Ok(())
             })?;
             if done {

@@ -88,9 +88,66 @@ pub struct StreamChunk<'a> {
     pub usage: Option<Usage>,
     #[serde(default)]
     pub error: Option<serde_json::Value>,
-    /// Server stage times in seconds (our engine's extension; others do not send it).
+    /// Server stage times in seconds (an extension; others do not send it).
     #[serde(default)]
     pub stages: Option<shortlist_measure::record::Stages>,
+    /// Shortlist's engine reports each request's stage boundaries on its last chunk.
+    #[serde(default)]
+    pub shortlist_timings: Option<EngineTimings>,
+}
+
+/// Stage boundaries as `shortlist engine serve` reports them: seconds after the request's arrival.
+#[derive(Debug, Default, Deserialize)]
+pub struct EngineTimings {
+    #[serde(default)]
+    pub preprocess_start_s: f64,
+    #[serde(default)]
+    pub preprocess_end_s: f64,
+    #[serde(default)]
+    pub queued_s: f64,
+    #[serde(default)]
+    pub admitted_s: f64,
+    #[serde(default)]
+    pub prefill_chunks: Vec<EngineChunkTiming>,
+    #[serde(default)]
+    pub first_token_s: Option<f64>,
+    #[serde(default)]
+    pub token_s: Vec<f64>,
+    #[serde(default)]
+    pub postprocess_total_s: f64,
+}
+
+/// One prefill step of a request.
+#[derive(Debug, Default, Deserialize)]
+pub struct EngineChunkTiming {
+    #[serde(default)]
+    pub start_s: f64,
+    #[serde(default)]
+    pub end_s: f64,
+}
+
+impl EngineTimings {
+    /// The stage durations of METRICS.md: preprocess, queue (queued → admitted), prefill (first
+    /// chunk start → last chunk end), decode (first → last token), postprocess.
+    pub fn stages(&self) -> shortlist_measure::record::Stages {
+        let span = |a: f64, b: f64| (b >= a && a.is_finite() && b.is_finite()).then_some(b - a);
+        let prefill = match (self.prefill_chunks.first(), self.prefill_chunks.last()) {
+            (Some(first), Some(last)) => span(first.start_s, last.end_s),
+            _ => None,
+        };
+        let decode = match (self.first_token_s, self.token_s.last()) {
+            (Some(first), Some(&last)) => span(first, last),
+            _ => None,
+        };
+        shortlist_measure::record::Stages {
+            preprocess: span(self.preprocess_start_s, self.preprocess_end_s),
+            queue: span(self.queued_s, self.admitted_s),
+            prefill,
+            decode,
+            postprocess: (self.postprocess_total_s >= 0.0).then_some(self.postprocess_total_s),
+            ..Default::default()
+        }
+    }
 }
 
 /// One choice of a chunk.
@@ -241,6 +298,24 @@ mod tests {
             2
         );
         assert!(parse(r#"{"choices":[{"delta":{},"finish_reason":"stop"}]}"#).finished);
+    }
+
+    #[test]
+    fn engine_timings_become_stages() {
+        let chunk: StreamChunk<'_> = serde_json::from_str(
+            r#"{"choices":[{"delta":{},"finish_reason":"length"}],"shortlist_timings":{
+                "preprocess_start_s":0.0,"preprocess_end_s":0.002,"queued_s":0.002,"admitted_s":0.1,
+                "prefill_chunks":[{"start_s":0.1,"end_s":0.2,"tokens":64},{"start_s":0.2,"end_s":0.25,"tokens":10}],
+                "first_token_s":0.25,"token_s":[0.25,0.3,0.35],"postprocess_total_s":0.001,"done_s":0.36}}"#,
+        )
+        .unwrap();
+        let stages = chunk.shortlist_timings.unwrap().stages();
+        let close = |a: Option<f64>, b: f64| (a.unwrap() - b).abs() < 1e-12;
+        assert!(close(stages.preprocess, 0.002));
+        assert!(close(stages.queue, 0.098));
+        assert!(close(stages.prefill, 0.15));
+        assert!(close(stages.decode, 0.1));
+        assert!(close(stages.postprocess, 0.001));
     }
 
     proptest! {
