@@ -6,6 +6,7 @@ mod engine;
 mod eval;
 mod loadgen;
 mod measure;
+mod quality;
 mod store;
 mod support;
 mod trace;

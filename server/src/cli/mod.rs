@@ -17,6 +17,7 @@ mod mock;
 mod engine;
 mod models;
 mod output;
+mod quality;
 mod trace;
 
 /// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
