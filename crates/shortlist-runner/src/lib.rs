@@ -8,6 +8,10 @@
 //!   tools in the system prompt ([`prompt::TOOL_INSTRUCTIONS`]) and their calls parsed back.
 //! - [`quality::run_quality`] answers every case not yet in a [`quality::Progress`] file and
 //!   scores the set into `shortlist_evals::results::RunResults`.
+//! - [`identity::read_gguf`] reads what a GGUF file says about itself (identity, weights bytes,
+//!   KV layout) without loading weights.
+//! - [`study::StudyRunner`] drives a study over the store: create, lock, verify, show, queue its
+//!   jobs, execute them one at a time (resumable case by case), and assemble sealed records.
 //!
 //! ```
 //! use shortlist_runner::candidate::CandidateSpec;
@@ -18,7 +22,9 @@
 
 pub mod candidate;
 pub mod error;
+pub mod identity;
 pub mod prompt;
 pub mod quality;
+pub mod study;
 
 pub use error::RunError;
