@@ -253,7 +253,15 @@ fn hdr_histograms_from_analyze_merge_across_runs() {
     let records = path(data("chapter-100.records.jsonl"));
     for host in ["a", "b"] {
         let out_dir = path(dir.path().join(host));
-        let out = run(&["analyze", &records, "--hdr-dir", &out_dir, "--host", host, "--json"]);
+        let out = run(&[
+            "analyze",
+            &records,
+            "--hdr-dir",
+            &out_dir,
+            "--host",
+            host,
+            "--json",
+        ]);
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     }
     let (code, m) = json_of(&[
@@ -269,8 +277,16 @@ fn hdr_histograms_from_analyze_merge_across_runs() {
     assert_eq!(m["host"], "a+b");
     // p90 of TTFT is 700 ms: the HDR bucket holding it is reported as a range around it.
     let p90 = &m["quantiles"][1];
-    assert!(p90["lo"].as_f64().unwrap() <= 0.7 && 0.7 < p90["hi"].as_f64().unwrap(), "{p90}");
+    assert!(
+        p90["lo"].as_f64().unwrap() <= 0.7 && 0.7 < p90["hi"].as_f64().unwrap(),
+        "{p90}"
+    );
     // HDR and explicit buckets never mix.
-    let out = run(&["hist", "merge", &path(dir.path().join("a/ttft.hdr.json")), &path(data("hist/host-a.hist.json"))]);
+    let out = run(&[
+        "hist",
+        "merge",
+        &path(dir.path().join("a/ttft.hdr.json")),
+        &path(data("hist/host-a.hist.json")),
+    ]);
     assert_eq!(out.status.code(), Some(2));
 }

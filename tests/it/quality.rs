@@ -9,14 +9,20 @@ use crate::support::{data, run, stderr, stdout};
 
 fn smollm2() -> Option<PathBuf> {
     let dir = std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
-        || PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/shortlist/models"),
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/shortlist/models")
+        },
         PathBuf::from,
     );
     let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
     if path.exists() {
         Some(path)
     } else {
-        eprintln!("SKIPPED: {} is absent; run `shortlist models fetch` first", path.display());
+        eprintln!(
+            "SKIPPED: {} is absent; run `shortlist models fetch` first",
+            path.display()
+        );
         None
     }
 }
@@ -50,7 +56,11 @@ fn eval_run_scores_a_real_model_and_resumes() {
     let first_args = args(&[]);
     let out = run(&first_args.iter().map(String::as_str).collect::<Vec<_>>());
     let code = out.status.code();
-    assert!(matches!(code, Some(0) | Some(1)), "exit {code:?}: {}", stderr(&out));
+    assert!(
+        matches!(code, Some(0) | Some(1)),
+        "exit {code:?}: {}",
+        stderr(&out)
+    );
     let table = stdout(&out);
     assert!(table.contains("tool-call"), "{table}");
     let value: Value = serde_json::from_str(&std::fs::read_to_string(&results).unwrap()).unwrap();
@@ -67,10 +77,21 @@ fn eval_run_scores_a_real_model_and_resumes() {
 
     // Keep only the header and the first two finished cases, as if the run had been killed.
     let text = std::fs::read_to_string(&progress).unwrap();
-    let kept: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).take(3).collect();
+    let kept: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .take(3)
+        .collect();
     std::fs::write(&progress, kept.join("\n") + "\n").unwrap();
-    let out = run(&args(&["--json"]).iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(stderr(&out).contains("resuming: 2 of 4 cases already done"), "{}", stderr(&out));
+    let out = run(&args(&["--json"])
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>());
+    assert!(
+        stderr(&out).contains("resuming: 2 of 4 cases already done"),
+        "{}",
+        stderr(&out)
+    );
     let again: Value = serde_json::from_str(&stdout(&out)).unwrap();
     // Resumed and re-run cases give the same results (greedy decoding); only latency differs.
     let strip = |v: &Value| -> Vec<Value> {
@@ -90,7 +111,18 @@ fn eval_run_scores_a_real_model_and_resumes() {
 
 #[test]
 fn eval_run_rejects_unknown_candidates() {
-    let out = run(&["eval", "run", "--evalset", &data("quality/mini.yaml").display().to_string(), "--candidate", "model.bin"]);
+    let out = run(&[
+        "eval",
+        "run",
+        "--evalset",
+        &data("quality/mini.yaml").display().to_string(),
+        "--candidate",
+        "model.bin",
+    ]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(stderr(&out).contains("candidate `model.bin`"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("candidate `model.bin`"),
+        "{}",
+        stderr(&out)
+    );
 }

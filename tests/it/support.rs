@@ -7,7 +7,10 @@ use std::process::{Command, Output};
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("server/ has a parent").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("server/ has a parent")
+        .to_path_buf()
 }
 
 /// A file under `tests/data`.
@@ -22,7 +25,10 @@ pub fn shortlist() -> Command {
 
 /// Run `shortlist` with `args`, returning its output.
 pub fn run(args: &[&str]) -> Output {
-    shortlist().args(args).output().expect("the shortlist binary runs")
+    shortlist()
+        .args(args)
+        .output()
+        .expect("the shortlist binary runs")
 }
 
 /// Stdout as text.

@@ -82,7 +82,8 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
     let (report, hdrs) = analyze_with_hdr(&source, open(&args.records)?, opts)
         .with_context(|| format!("analyzing {source}"))?;
     if let Some(dir) = &args.hdr_dir {
-        std::fs::create_dir_all(dir).with_context(|| format!("{}: cannot create", dir.display()))?;
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("{}: cannot create", dir.display()))?;
         for hdr in &hdrs {
             let path = dir.join(format!("{}.hdr.json", hdr.metric()));
             let text = serde_json::to_string_pretty(&hdr.to_file()?)?;

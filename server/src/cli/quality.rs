@@ -57,16 +57,28 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         None => PathBuf::from("eval-run.progress.jsonl"),
     });
     let loading = Instant::now();
-    let mut generator = open(&spec).with_context(|| format!("opening candidate {}", a.candidate))?;
-    eprintln!("candidate {} ready in {:.1} s", generator.name(), loading.elapsed().as_secs_f64());
+    let mut generator =
+        open(&spec).with_context(|| format!("opening candidate {}", a.candidate))?;
+    eprintln!(
+        "candidate {} ready in {:.1} s",
+        generator.name(),
+        loading.elapsed().as_secs_f64()
+    );
     let mut progress = Progress::open(&progress_path, &set, &generator.name(), &decoding)?;
     if progress.done() > 0 {
-        eprintln!("resuming: {} of {} cases already done in {}", progress.done(), set.cases().len(), progress_path.display());
+        eprintln!(
+            "resuming: {} of {} cases already done in {}",
+            progress.done(),
+            set.cases().len(),
+            progress_path.display()
+        );
     }
     let bar = indicatif::ProgressBar::new(set.cases().len() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} cases  {msg}")
-            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        indicatif::ProgressStyle::with_template(
+            "{elapsed_precise} [{bar:30}] {pos}/{len} cases  {msg}",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
     );
     let started = Instant::now();
     let mut passed = 0usize;
@@ -77,7 +89,11 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
             passed += usize::from(ok);
         }
         bar.set_position(tick.finished as u64);
-        bar.set_message(format!("{passed}/{decided} passed, last {} ({})", tick.result.id, if tick.resumed { "resumed" } else { "ran" }));
+        bar.set_message(format!(
+            "{passed}/{decided} passed, last {} ({})",
+            tick.result.id,
+            if tick.resumed { "resumed" } else { "ran" }
+        ));
     })?;
     bar.finish_and_clear();
     eprintln!(
@@ -88,12 +104,17 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     );
     if let Some(path) = &a.output {
         let text = serde_json::to_string_pretty(&results)?;
-        std::fs::write(path, text + "\n").with_context(|| format!("{}: cannot write", path.display()))?;
+        std::fs::write(path, text + "\n")
+            .with_context(|| format!("{}: cannot write", path.display()))?;
     }
     if a.json {
         print_json(&results)?;
     } else {
         print!("{}", results.table());
     }
-    Ok(if results.failed() == 0 { Outcome::Success } else { Outcome::CheckFailed })
+    Ok(if results.failed() == 0 {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
 }
