@@ -279,7 +279,7 @@ fn bad_input_is_a_clear_message_and_exit_2() {
                 "-o",
                 "/dev/null",
             ],
-            "engine",
+            "model",
         ),
         (
             &[

@@ -106,16 +106,57 @@ pub(crate) enum TargetKind {
     Sim(SimConfig),
 }
 
+/// Load `model` (a GGUF path or a MODELS.md name) into this process's engine and serve it on a
+/// free loopback port from its own threads; returns the URL. The engine keeps its compute threads
+/// off the load generator's runtime, and its per-request stage timings join the records.
+fn start_engine(model: &str) -> anyhow::Result<String> {
+    use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features};
+    use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
+    check_cpu_features()?;
+    let path = super::engine::resolve_model(model)?;
+    let loaded = LoadedModel::open(&path, &LoadOptions::default())
+        .with_context(|| format!("loading {}", path.display()))?;
+    eprintln!(
+        "loaded {} in {:.2} s",
+        loaded.name(),
+        loaded.load_time().as_secs_f64()
+    );
+    let engine = EngineHandle::spawn(Arc::new(loaded), SchedulerConfig::default(), 1024)?;
+    let (ready, address) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("shortlist-engine-http".to_owned())
+        .spawn(move || {
+            let served = shortlist_engine::http::serve_blocking(engine, "127.0.0.1:0", 1, |addr| {
+                let _ = ready.send(addr);
+            });
+            if let Err(e) = served {
+                tracing::error!(error = %e, "the in-process engine server stopped");
+            }
+        })
+        .context("starting the engine's HTTP thread")?;
+    let address = address
+        .recv_timeout(Duration::from_secs(30))
+        .context("the in-process engine server did not start listening")?;
+    Ok(format!("http://{address}"))
+}
+
 pub(crate) fn parse_target(args: &TargetArgs) -> anyhow::Result<TargetKind> {
     let spec = args.target.as_str();
     if spec == "sim" || spec.starts_with("sim:") {
         return Ok(TargetKind::Sim(SimConfig::parse(spec)?));
     }
     if let Some(model) = spec.strip_prefix("engine:") {
-        bail!(
-            "target `{spec}`: the in-process engine target is not wired yet; serve the model with \
-             `shortlist engine serve --model {model}` and pass its URL as --target"
-        );
+        if model.is_empty() {
+            bail!(
+                "target `{spec}`: name a model (a GGUF path or a MODELS.md name) after `engine:`"
+            );
+        }
+        let url = start_engine(model)?;
+        return Ok(TargetKind::Http(OpenAiTarget::new(
+            &url,
+            &args.model,
+            args.ignore_eos,
+        )?));
     }
     Ok(TargetKind::Http(OpenAiTarget::new(
         spec,
