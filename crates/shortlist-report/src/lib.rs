@@ -9,6 +9,22 @@
 //!   view as JSON, the charts as SVG images and a bundled sans font: [`render_pdf`] returns the
 //!   bytes of exactly one A4 or Letter page, or an error.
 //!
+//! Principal types: a [`SelectionRecord`](shortlist_study::record::SelectionRecord) (from the pure
+//! crate) goes in; [`Charts`] (three SVG strings), [`view::View`] (what the template prints) and
+//! [`Rendered`] (the PDF bytes, its page count and timings) come out. [`sample`] holds an ordinary
+//! and an extreme record for tests and demos.
+//!
+//! ```
+//! use shortlist_report::{PaperSize, charts, render, sample::sample_record};
+//!
+//! let record = sample_record();
+//! let svg = charts(&record, usize::MAX).unwrap();
+//! assert!(svg.ttft.starts_with("<svg") && svg.goodput.contains("offered load (req/s)"));
+//! let page = render(&record, PaperSize::A4).unwrap();
+//! assert!(page.pdf.starts_with(b"%PDF"));
+//! assert_eq!(page.pages, 1);
+//! ```
+//!
 //! Only this crate knows the PDF library (DESIGN.md); it is heavy to compile, so nothing else in
 //! the workspace should depend on it except the binary.
 

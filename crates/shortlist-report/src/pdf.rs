@@ -211,6 +211,15 @@ pub fn render(record: &SelectionRecord, paper: PaperSize) -> Result<Rendered, Re
     let export_time = t2.elapsed();
     // comemo memoises across renders; keep the cache from growing in a long-running server.
     typst::comemo::evict(10);
+    tracing::debug!(
+        candidate = %record.identity.candidate,
+        pages,
+        bytes = pdf.len(),
+        charts_ms = charts_time.as_secs_f64() * 1e3,
+        layout_ms = layout_time.as_secs_f64() * 1e3,
+        export_ms = export_time.as_secs_f64() * 1e3,
+        "rendered the selection record"
+    );
     Ok(Rendered {
         pdf,
         pages,

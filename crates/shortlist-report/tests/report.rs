@@ -163,6 +163,12 @@ fn typst_syntax_in_names_is_printed_not_run() {
     assert_eq!(out.pages, 1);
 }
 
+/// What the page prints for the sample record: every figure formatted, every list bounded.
+#[test]
+fn the_sample_view_snapshot() {
+    insta::assert_json_snapshot!(view(&sample_record(), "a4"));
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(24))]
 
