@@ -466,6 +466,8 @@ fn build_record(
             valid: None,
             prefix_hit_tokens: observation.prefix_hit_tokens().map(|h| h.min(input_tokens)),
             stages: observation.stage_times(),
+            // Written once, by `RecordLine::cap_queue_s` beside the attempt.
+            cap_queue_s: None,
             warmup: false,
         },
         first_output_s: observation.first_output_s().map(|s| s.max(floor)),

@@ -111,6 +111,7 @@ pub struct Analyzer {
     misses: [u64; 6],
     // Latency samples.
     schedule_lag: RequestSamples,
+    cap_queue: RequestSamples,
     ttft: RequestSamples,
     ttft_from_send: RequestSamples,
     itl: GapSamples,
@@ -169,6 +170,7 @@ impl Analyzer {
             prefix_hits: 0,
             misses: [0; 6],
             schedule_lag: RequestSamples::default(),
+            cap_queue: RequestSamples::default(),
             ttft: RequestSamples::default(),
             ttft_from_send: RequestSamples::default(),
             itl: GapSamples::default(),
@@ -291,7 +293,13 @@ impl Analyzer {
         let s = a.scheduled_s;
         self.last_arrival = self.last_arrival.max(s);
         if let Some(sent) = a.sent_s {
-            self.schedule_lag.push(sent - s);
+            // With a concurrency cap, the wait for a slot is the cap's queue, reported on its own;
+            // the schedule lag is what remains: the client's own delay in sending.
+            let cap_wait = a.cap_queue_s.unwrap_or(0.0);
+            self.schedule_lag.push((sent - s - cap_wait).max(0.0));
+        }
+        if let Some(wait) = a.cap_queue_s {
+            self.cap_queue.push(wait);
         }
         if let Some(h) = &mut self.hdr {
             if let Some(c1) = a.first_token_s() {
@@ -441,11 +449,20 @@ impl Analyzer {
 
         let schedule_lag = Distribution::from_samples(
             population(
-                "request attempt: sent − scheduled (D − S)",
+                "request attempt: sent − scheduled (D − S), less any concurrency-cap wait",
                 "every attempt, whatever its status",
             ),
             self.schedule_lag.into_vec(),
         );
+        let cap_queue = (!self.cap_queue.is_empty()).then(|| {
+            Distribution::from_samples(
+                population(
+                    "request attempt: wait for a free slot under the concurrency cap",
+                    "attempts of an open loop with a concurrency cap",
+                ),
+                self.cap_queue.into_vec(),
+            )
+        });
         let lag_p99 = schedule_lag.p99;
         let client_bound = lag_p99.is_some_and(|p| p > self.opts.client_bound_lag_s);
         if client_bound {
@@ -604,6 +621,7 @@ impl Analyzer {
             ),
             schedule_lag,
             queue,
+            cap_queue,
         };
 
         let stalls = Stalls {
@@ -844,6 +862,9 @@ pub struct Latency {
     pub schedule_lag: Distribution,
     /// The server's queue stage, where the target reports it; no client-side guess is made.
     pub queue: Option<Distribution>,
+    /// Open loop with a concurrency cap: the wait for a slot (D − S includes it; schedule lag
+    /// does not).
+    pub cap_queue: Option<Distribution>,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -173,6 +173,10 @@ pub struct Attempt<'a> {
     pub prefix_hit_tokens: Option<u64>,
     #[serde(default)]
     pub stages: Option<Stages>,
+    /// Open loop with a concurrency cap: how long the attempt waited for a free slot before it
+    /// was sent. That wait is the cap's queue, not the client falling behind its schedule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cap_queue_s: Option<f64>,
     /// Warm-up traffic: read, counted as excluded, and left out of every figure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warmup: bool,
@@ -304,6 +308,14 @@ impl Attempt<'_> {
                     format!("{end} s, before the attempt's last event at {previous} s"),
                 ));
             }
+        }
+        if let Some(wait) = self.cap_queue_s
+            && (!wait.is_finite() || wait < 0.0)
+        {
+            return Err((
+                "cap_queue_s",
+                format!("{wait} is not a duration (finite seconds ≥ 0)"),
+            ));
         }
         if let Some(hit) = self.prefix_hit_tokens
             && let Some(input) = self.input_tokens

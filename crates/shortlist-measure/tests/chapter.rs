@@ -266,3 +266,27 @@ fn small_samples_are_warned_about() {
             .any(|w| w.starts_with("p99.9 from 40 samples"))
     );
 }
+
+/// Open loop with a concurrency cap: the wait for a slot is reported as cap-queue time, not as the
+/// client falling behind, and TTFT (from the schedule) still includes it.
+#[test]
+fn cap_queue_is_not_schedule_lag() {
+    let mut lines = Vec::new();
+    for i in 0..200 {
+        let s = f64::from(i) * 0.01;
+        let mut line = streamed(&format!("r{i}"), s, 0.3, 0.01, 3, true);
+        // Every other request waited 200 ms for a slot, then left within 0.1 ms.
+        if i % 2 == 0 {
+            line["cap_queue_s"] = json!(0.2);
+            line["sent_s"] = json!(s + 0.2001);
+        }
+        lines.push(line);
+    }
+    let r = report([0.0, 2.0], &lines, "");
+    assert!(!r.checks.client_bound, "{:?}", r.checks.client_bound_detail);
+    let cap = r.latency.cap_queue.as_ref().unwrap();
+    assert_eq!(cap.count, 100);
+    assert_eq!(cap.p50, Some(0.2));
+    assert!(r.latency.schedule_lag.p99.unwrap() < 0.001);
+    assert!((r.latency.ttft.p99.unwrap() - 0.3).abs() < 1e-9);
+}

@@ -154,11 +154,31 @@ pub fn run_quality(
     generator: &mut dyn Generator,
     decoding: &Decoding,
     progress: &mut Progress,
+    on_case: impl FnMut(Tick<'_>),
+) -> Result<RunResults, RunError> {
+    run_quality_on(set, &|_| true, generator, decoding, progress, on_case)
+}
+
+/// Like [`run_quality`], over the cases `select` keeps (by position in the set); the results hold
+/// only those cases, and their table says how many.
+pub fn run_quality_on(
+    set: &EvalSet,
+    select: &dyn Fn(usize) -> bool,
+    generator: &mut dyn Generator,
+    decoding: &Decoding,
+    progress: &mut Progress,
     mut on_case: impl FnMut(Tick<'_>),
 ) -> Result<RunResults, RunError> {
-    let total = set.cases().len();
+    let chosen: Vec<&shortlist_evals::Case> = set
+        .cases()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| select(*i))
+        .map(|(_, c)| c)
+        .collect();
+    let total = chosen.len();
     let mut results = Vec::with_capacity(total);
-    for (index, case) in set.cases().iter().enumerate() {
+    for (index, case) in chosen.into_iter().enumerate() {
         if let Some(done) = progress.done.get(case.id()) {
             results.push(done.clone());
             on_case(Tick {

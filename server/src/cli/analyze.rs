@@ -211,6 +211,9 @@ pub(crate) fn render(source: &str, r: &Report) -> String {
     row("e2e", &l.e2e);
     row("e2e_from_send", &l.e2e_from_send);
     row("schedule_lag", &l.schedule_lag);
+    if let Some(cap) = &l.cap_queue {
+        row("cap_queue", cap);
+    }
     for (name, d) in &r.stages {
         row(&format!("stage {name}"), d);
     }

@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::Context as _;
 use shortlist_evals::EvalSet;
 use shortlist_runner::candidate::{CandidateSpec, Decoding, open};
-use shortlist_runner::quality::{Progress, run_quality};
+use shortlist_runner::quality::{Progress, run_quality_on};
 
 use super::Outcome;
 use super::output::{print_json, read_text};
@@ -36,6 +36,9 @@ pub(crate) struct RunArgs {
     /// Seed for sampling.
     #[arg(long)]
     seed: Option<u64>,
+    /// Run only every K-th case (the 1st, (K+1)-th, …): a quick spread over the set's categories.
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
+    every: Option<u64>,
     /// Print the results as one JSON document.
     #[arg(long)]
     json: bool,
@@ -73,7 +76,9 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
             progress_path.display()
         );
     }
-    let bar = indicatif::ProgressBar::new(set.cases().len() as u64);
+    let bar = indicatif::ProgressBar::new(
+        set.cases().len().div_ceil(a.every.unwrap_or(1) as usize) as u64,
+    );
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "{elapsed_precise} [{bar:30}] {pos}/{len} cases  {msg}",
@@ -83,18 +88,26 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let mut passed = 0usize;
     let mut decided = 0usize;
-    let results = run_quality(&set, generator.as_mut(), &decoding, &mut progress, |tick| {
-        if let Some(ok) = tick.result.outcome.decided() {
-            decided += 1;
-            passed += usize::from(ok);
-        }
-        bar.set_position(tick.finished as u64);
-        bar.set_message(format!(
-            "{passed}/{decided} passed, last {} ({})",
-            tick.result.id,
-            if tick.resumed { "resumed" } else { "ran" }
-        ));
-    })?;
+    let every = a.every.unwrap_or(1) as usize;
+    let results = run_quality_on(
+        &set,
+        &|i| i % every == 0,
+        generator.as_mut(),
+        &decoding,
+        &mut progress,
+        |tick| {
+            if let Some(ok) = tick.result.outcome.decided() {
+                decided += 1;
+                passed += usize::from(ok);
+            }
+            bar.set_position(tick.finished as u64);
+            bar.set_message(format!(
+                "{passed}/{decided} passed, last {} ({})",
+                tick.result.id,
+                if tick.resumed { "resumed" } else { "ran" }
+            ));
+        },
+    )?;
     bar.finish_and_clear();
     eprintln!(
         "{} cases in {:.1} s ({})",
