@@ -9,5 +9,6 @@ mod measure;
 mod quality;
 mod report;
 mod store;
+mod study;
 mod support;
 mod trace;

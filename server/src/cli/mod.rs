@@ -18,7 +18,9 @@ mod mock;
 mod models;
 mod output;
 mod quality;
+mod record;
 mod report;
+mod study;
 mod trace;
 
 /// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
@@ -57,6 +59,11 @@ enum Command {
     Models(models::Command),
     /// A selection record (JSON export) as the one-page PDF (A4 or Letter) and its SVG charts.
     Report(report::Args),
+    /// Studies fixed in advance: create, lock, verify, run (queued jobs, resumable), show.
+    #[command(subcommand)]
+    Study(study::Command),
+    /// A candidate's selection record in a study: text, JSON export, or the one-page PDF.
+    Record(record::Args),
 }
 
 /// What a command that ran to the end concluded.
@@ -90,6 +97,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Engine(cmd) => engine::run(cmd),
         Command::Models(cmd) => models::run(cmd),
         Command::Report(args) => report::run(args),
+        Command::Study(cmd) => study::run(cmd),
+        Command::Record(args) => record::run(args),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -1,0 +1,168 @@
+//! `shortlist record CANDIDATE --study S`: a candidate's stored selection record, printed, as
+//! JSON, or as the one-page PDF.
+
+use std::path::PathBuf;
+
+use anyhow::{Context as _, bail};
+use shortlist_report::{PaperSize, render_pdf};
+use shortlist_runner::study::StudyRunner;
+use shortlist_study::cost::CostAt;
+use shortlist_study::record::{Cost, SelectionRecord};
+use shortlist_study::rule::Outcome as RuleOutcome;
+
+use super::Outcome;
+use super::output::print_json;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum Paper {
+    A4,
+    Letter,
+}
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct Args {
+    /// The candidate's name in the study.
+    candidate: String,
+    /// The study's name.
+    #[arg(long)]
+    study: String,
+    /// The study version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// Write the one-page PDF here.
+    #[arg(long)]
+    pdf: Option<PathBuf>,
+    /// Paper size of the PDF.
+    #[arg(long, value_enum, default_value_t = Paper::A4)]
+    paper: Paper,
+    /// Print the record as JSON (the export `shortlist report` reads).
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn run(a: Args) -> anyhow::Result<Outcome> {
+    let url = std::env::var("DATABASE_URL")
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .unwrap_or_else(|| "sqlite://shortlist.db?mode=rwc".to_owned());
+    let runner = StudyRunner::connect(&url).context("opening the database (DATABASE_URL)")?;
+    let record = runner
+        .stored_record(&a.study, a.version, &a.candidate)
+        .with_context(|| format!("no record yet? run `shortlist study run {}` first", a.study))?;
+    if !record.verify() {
+        bail!(
+            "the stored record of {} has hash {} but its content hashes to {}",
+            a.candidate,
+            record.record_sha256,
+            record.compute_hash()
+        );
+    }
+    if let Some(path) = &a.pdf {
+        let paper = match a.paper {
+            Paper::A4 => PaperSize::A4,
+            Paper::Letter => PaperSize::Letter,
+        };
+        let pdf = render_pdf(&record, paper)?;
+        std::fs::write(path, &pdf).with_context(|| format!("{}: cannot write", path.display()))?;
+        eprintln!("{}: {} KB", path.display(), pdf.len().div_ceil(1024));
+    }
+    if a.json {
+        print_json(&record)?;
+    } else if a.pdf.is_none() {
+        print_text(&record);
+    }
+    Ok(Outcome::Success)
+}
+
+fn print_text(r: &SelectionRecord) {
+    println!(
+        "{} in study {} v{} — {:?}",
+        r.identity.candidate, r.study.name, r.study.version, r.verdict
+    );
+    println!("  question: {}", r.study.question);
+    println!(
+        "  study locked at {} under {}",
+        r.study.locked_at, r.study.lock_sha256
+    );
+    let id = &r.identity;
+    println!(
+        "  identity: {}, {} parameters, {} ({}), context {}, license {}",
+        id.architecture,
+        id.parameters.map(|p| p.to_string()).unwrap_or("?".into()),
+        id.quantization,
+        id.precision,
+        id.context_limit
+            .map(|p| p.to_string())
+            .unwrap_or("?".into()),
+        id.license
+    );
+    println!(
+        "  weights sha256 {}",
+        id.weights_sha256.as_deref().unwrap_or("?")
+    );
+    let q = &r.quality;
+    println!(
+        "  quality on {}: {}/{} passed, {:.1} % [95 % CI {:.1}–{:.1} %] ({})",
+        q.evalset,
+        q.overall.passed,
+        q.overall.n,
+        q.overall.rate * 100.0,
+        q.overall.lo * 100.0,
+        q.overall.hi * 100.0,
+        q.decoding
+    );
+    for c in &q.categories {
+        println!(
+            "    {:<20} {:>3}/{:<3} {:5.1} % [{:.1}–{:.1} %]",
+            c.label,
+            c.passed,
+            c.n,
+            c.rate * 100.0,
+            c.lo * 100.0,
+            c.hi * 100.0
+        );
+    }
+    println!("  disqualifiers:");
+    for d in &r.disqualifiers {
+        let outcome = match d.outcome {
+            RuleOutcome::Pass => "pass",
+            RuleOutcome::Trip => "TRIPPED",
+            RuleOutcome::NotMeasured => "not measured",
+        };
+        println!(
+            "    {:<40} {outcome:<12} observed {}{}",
+            d.condition,
+            d.observed.as_deref().unwrap_or("-"),
+            if d.evidence.is_empty() {
+                String::new()
+            } else {
+                format!(" (evidence: {})", d.evidence.join(", "))
+            }
+        );
+    }
+    println!("  memory: {}", r.memory.summary);
+    println!(
+        "  performance: {}; capacity rule: {}",
+        r.performance.loop_label, r.performance.capacity_rule
+    );
+    println!(
+        "  operations: {}; {}",
+        r.operations.overload_behaviour, r.operations.error_behaviour
+    );
+    match &r.cost {
+        Cost::Estimate(e) => {
+            let line = |label: &str, c: &CostAt| {
+                println!(
+                    "  cost at {label} ({} req/s): {} devices, {:.2} {}/h, {:.2} per million requests",
+                    c.rate_rps, c.devices, c.cost_per_hour, e.currency, c.cost_per_million_requests
+                )
+            };
+            line("ordinary", &e.ordinary);
+            line("peak", &e.peak);
+        }
+        Cost::Unavailable(no) => println!("  cost: not available: {}", no.why),
+    }
+    println!("  record sha256 {}", r.record_sha256);
+}

@@ -1,0 +1,264 @@
+//! `shortlist study create|lock|verify|show|run` and `shortlist record`, driven through the real
+//! binary against a SQLite database in a temporary folder: locking and verifying, a locked study
+//! refusing edits (a changed file makes a new version), and a `study run` killed after some
+//! cases that resumes without running a stored case again or losing one. The run tests use the
+//! real SmolLM2 model and are skipped, with the reason printed, when it is absent.
+//!
+//! Tampering (a row edited behind the store's back, then `study verify` exit 1) is not driven
+//! here: only shortlist-store may speak SQL, and it offers no public test-only way to edit a
+//! locked row; its own contract suite covers the database trigger and the hash recheck.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Output, Stdio};
+
+use serde_json::Value;
+
+use crate::support::{data, shortlist, stderr, stdout};
+
+fn smollm2() -> Option<PathBuf> {
+    let dir = std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/shortlist/models")
+        },
+        PathBuf::from,
+    );
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent; run `shortlist models fetch` first",
+            path.display()
+        );
+        None
+    }
+}
+
+/// A study file in `dir` over the mini eval set with candidate `source`, and a database URL.
+fn setup(dir: &Path, source: &str) -> (PathBuf, String) {
+    let set_path = data("study/mini.yaml");
+    let yaml = std::fs::read_to_string(&set_path).unwrap();
+    let set = shortlist_evals::EvalSet::from_yaml("mini.yaml", &yaml).unwrap();
+    let text = std::fs::read_to_string(data("study/mini.study.toml"))
+        .unwrap()
+        .replace("@EVALSET@", &set_path.display().to_string())
+        .replace("@SHA256@", set.sha256())
+        .replace("@SOURCE@", source);
+    let study = dir.join("mini.study.toml");
+    std::fs::write(&study, text).unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.join("shortlist.db").display());
+    (study, url)
+}
+
+fn sl(url: &str, dir: &Path, args: &[&str]) -> Output {
+    shortlist()
+        .env("DATABASE_URL", url)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the shortlist binary runs")
+}
+
+fn json_of(out: &Output) -> Value {
+    serde_json::from_str(&stdout(out))
+        .unwrap_or_else(|e| panic!("{e}: {} / {}", stdout(out), stderr(out)))
+}
+
+#[test]
+fn lock_verify_and_a_locked_study_refuses_edits() {
+    let dir = tempfile::tempdir().unwrap();
+    // An endpoint candidate: no model file is needed to store and lock the study.
+    let (study, url) = setup(dir.path(), "http://127.0.0.1:9#nothing");
+    let d = dir.path();
+    let file = study.display().to_string();
+
+    let out = sl(&url, d, &["study", "create", &file, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["state"], "saved");
+
+    // A draft cannot be verified or run.
+    let out = sl(&url, d, &["study", "verify", "mini"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("not locked"), "{}", stderr(&out));
+    let out = sl(&url, d, &["study", "run", "mini"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    let out = sl(&url, d, &["study", "lock", "mini", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let locked = json_of(&out);
+    let sha = locked["sha256"].as_str().unwrap().to_owned();
+    assert_eq!(sha.len(), 64);
+    assert_eq!(locked["locked_now"], true);
+
+    let out = sl(&url, d, &["study", "verify", "mini", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["sha256"], sha.as_str());
+
+    // Locking again changes nothing; storing the same file again neither.
+    let out = sl(&url, d, &["study", "lock", "mini", "--json"]);
+    assert_eq!(json_of(&out)["locked_now"], false);
+    let out = sl(&url, d, &["study", "create", &file, "--json"]);
+    assert_eq!(json_of(&out)["state"], "unchanged");
+
+    // An edit makes version 2, naming the lock it replaces; version 1 keeps its hash.
+    let edited = std::fs::read_to_string(&study)
+        .unwrap()
+        .replace("six trivial questions", "six easy questions");
+    std::fs::write(&study, edited).unwrap();
+    let out = sl(&url, d, &["study", "create", &file, "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v2 = json_of(&out);
+    assert_eq!(v2["state"], "new-version");
+    assert_eq!(v2["version"], 2);
+    assert_eq!(v2["previous"], sha.as_str());
+    let out = sl(
+        &url,
+        d,
+        &["study", "verify", "mini", "--version", "1", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["sha256"], sha.as_str());
+    let out = sl(
+        &url,
+        d,
+        &["study", "show", "mini", "--version", "1", "--json"],
+    );
+    let shown = json_of(&out);
+    assert_eq!(shown["state"], "locked");
+    assert_eq!(
+        shown["study"]["question"],
+        "Can the smallest model answer six trivial questions?"
+    );
+    let out = sl(&url, d, &["study", "show", "mini", "--json"]);
+    assert_eq!(json_of(&out)["state"], "draft");
+
+    // An unknown metric name is refused before anything is stored.
+    let bad = std::fs::read_to_string(&study)
+        .unwrap()
+        .replace("tool_call_errors", "tool_call_mistakes");
+    std::fs::write(&study, bad).unwrap();
+    let out = sl(&url, d, &["study", "create", &file]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("tool_call_mistakes"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
+    let Some(model) = smollm2() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (study, url) = setup(d, &format!("gguf:{}", model.display()));
+    let file = study.display().to_string();
+    for args in [
+        vec!["study", "create", file.as_str()],
+        vec!["study", "lock", "mini"],
+    ] {
+        let out = sl(&url, d, &args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = sl(&url, d, &["study", "show", "mini", "--json"]);
+    let shown = json_of(&out);
+    let identity = &shown["candidates"][0]["stored"]["gguf"]["identity"];
+    assert_eq!(identity["license"], "apache-2.0");
+    assert_eq!(
+        identity["weights_sha256"],
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    );
+    assert!(
+        identity["architecture"]
+            .as_str()
+            .unwrap()
+            .starts_with("llama (30 layers")
+    );
+
+    // First run: kill it once two cases are stored.
+    let mut child = shortlist()
+        .env("DATABASE_URL", &url)
+        .current_dir(d)
+        .args(["study", "run", "mini", "--max-tokens", "16"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = Vec::new();
+    let mut log = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
+        let line = line.unwrap();
+        log.push_str(&line);
+        log.push('\n');
+        if let Some(case) = case_done(&line) {
+            first.push(case);
+            if first.len() == 2 {
+                child.kill().unwrap();
+                break;
+            }
+        }
+    }
+    let _ = child.wait();
+    assert_eq!(
+        first.len(),
+        2,
+        "the first run stored two cases before the kill:\n{log}"
+    );
+
+    // Second run: takes over the dead worker's job and finishes.
+    let out = sl(
+        &url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--max-tokens",
+            "16",
+            "--stale-after",
+            "0",
+        ],
+    );
+    let log2 = stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{log2}");
+    assert!(
+        log2.contains("resuming, 2/6 cases already stored"),
+        "{log2}"
+    );
+    let second: Vec<String> = log2.lines().filter_map(case_done).collect();
+    let a: BTreeSet<_> = first.iter().cloned().collect();
+    let b: BTreeSet<_> = second.iter().cloned().collect();
+    assert_eq!(b.len(), second.len(), "no case ran twice in the second run");
+    assert!(a.is_disjoint(&b), "no stored case ran again: {a:?} {b:?}");
+    let all: BTreeSet<_> = a.union(&b).cloned().collect();
+    assert_eq!(all.len(), 6, "no case was lost: {all:?}");
+
+    // The record: sealed, stamped with the lock, every case counted, verdicts with evidence.
+    let out = sl(&url, d, &["record", "smol", "--study", "mini", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let record = json_of(&out);
+    let verify = sl(&url, d, &["study", "verify", "mini", "--json"]);
+    assert_eq!(record["study"]["lock_sha256"], json_of(&verify)["sha256"]);
+    assert_eq!(record["record_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(record["quality"]["overall"]["n"], 6);
+    assert_eq!(record["memory"]["fits"], true);
+    let rules = record["disqualifiers"].as_array().unwrap();
+    assert_eq!(rules.len(), 4);
+    let license = rules
+        .iter()
+        .find(|r| r["rule"].as_str().unwrap().contains("license"));
+    assert_eq!(license.unwrap()["outcome"], "pass", "{rules:?}");
+    // The record's text form prints the same hashes.
+    let out = sl(&url, d, &["record", "smol", "--study", "mini"]);
+    assert!(stdout(&out).contains(record["record_sha256"].as_str().unwrap()));
+}
+
+/// `smol: case ID done (...)` → ID.
+fn case_done(line: &str) -> Option<String> {
+    let rest = line.strip_prefix("smol: case ")?;
+    let (id, tail) = rest.split_once(' ')?;
+    tail.starts_with("done").then(|| id.to_owned())
+}
