@@ -1,31 +1,9 @@
 //! `shortlist eval run` with a real model on the local engine: results, the per-category table,
 //! and resuming from the progress file (skipped, with the reason printed, when the model is absent).
 
-use std::path::PathBuf;
-
 use serde_json::Value;
 
-use crate::support::{data, run, stderr, stdout};
-
-fn smollm2() -> Option<PathBuf> {
-    let dir = std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/shortlist/models")
-        },
-        PathBuf::from,
-    );
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            path.display()
-        );
-        None
-    }
-}
+use crate::support::{data, run, smollm2, stderr, stdout};
 
 #[test]
 fn eval_run_scores_a_real_model_and_resumes() {

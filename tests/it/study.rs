@@ -15,27 +15,7 @@ use std::process::{Output, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{data, shortlist, stderr, stdout};
-
-fn smollm2() -> Option<PathBuf> {
-    let dir = std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/shortlist/models")
-        },
-        PathBuf::from,
-    );
-    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            path.display()
-        );
-        None
-    }
-}
+use crate::support::{data, shortlist, smollm2, stderr, stdout};
 
 /// A study file in `dir` over the mini eval set with candidate `source`, and a database URL.
 fn setup(dir: &Path, source: &str) -> (PathBuf, String) {

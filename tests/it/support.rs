@@ -40,3 +40,25 @@ pub fn stdout(out: &Output) -> String {
 pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+/// The real SmolLM2 model of MODELS.md in the models folder (`$SHORTLIST_MODELS_DIR`, else
+/// `~/.cache/shortlist/models`), or `None` with the reason printed, so the test can skip.
+pub fn smollm2() -> Option<PathBuf> {
+    let dir = std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
+        || {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/shortlist/models")
+        },
+        PathBuf::from,
+    );
+    let path = dir.join("SmolLM2-135M-Instruct.Q4_1.gguf");
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent; run `shortlist models fetch` first",
+            path.display()
+        );
+        None
+    }
+}
