@@ -4,36 +4,12 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::{data, shortlist, stderr, stdout};
-
-fn models_dir() -> PathBuf {
-    std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(
-        || {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
-                .join(".cache/shortlist/models")
-        },
-        PathBuf::from,
-    )
-}
-
-fn smollm2() -> Option<PathBuf> {
-    let p = models_dir().join("SmolLM2-135M-Instruct.Q4_1.gguf");
-    if p.exists() {
-        Some(p)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            p.display()
-        );
-        None
-    }
-}
+use crate::support::{data, shortlist, smollm2, stderr, stdout};
 
 fn tokenize(model: &str, text: &str, extra: &[&str]) -> std::process::Output {
     let mut child = shortlist()
