@@ -234,24 +234,81 @@ impl LoadedModel {
         &self,
         prompt: &[u32],
         params: &SamplingParams,
-        mut on_token: impl FnMut(u32) -> bool,
+        on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Generation> {
+        self.generate_reusing(&mut ReuseCache::default(), prompt, params, on_token)
+    }
+
+    /// [`LoadedModel::generate`], keeping the sequence's KV cache in `reuse` between calls: the
+    /// prompt's longest common prefix with what the cache holds (an eval set's shared system
+    /// prompt, say) is not computed again. Keys and values depend only on the tokens up to their
+    /// position, so the result is the one a fresh cache gives.
+    pub fn generate_reusing(
+        &self,
+        reuse: &mut ReuseCache,
+        prompt: &[u32],
+        params: &SamplingParams,
+        on_token: impl FnMut(u32) -> bool,
     ) -> Result<Generation> {
         self.check_context(prompt.len(), params.max_tokens())?;
-        let mut cache = KvCache::new(
-            self.model.config(),
-            prompt.len() + params.max_tokens(),
-            self.model.device(),
-        )?;
+        let result = self.generate_in(reuse, prompt, params, on_token);
+        if result.is_err() {
+            // The cache may hold part of a failed step: start clean next time.
+            *reuse = ReuseCache::default();
+        }
+        result
+    }
+
+    fn generate_in(
+        &self,
+        reuse: &mut ReuseCache,
+        prompt: &[u32],
+        params: &SamplingParams,
+        mut on_token: impl FnMut(u32) -> bool,
+    ) -> Result<Generation> {
+        let need = prompt.len() + params.max_tokens();
+        let keep = match &reuse.cache {
+            Some(c) if c.capacity() >= need => {
+                let common = reuse
+                    .tokens
+                    .iter()
+                    .zip(prompt)
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                // At least the last prompt token is computed: its logits start the answer.
+                common.min(prompt.len() - 1)
+            }
+            _ => {
+                // Room for this request, rounded up so that the next one likely fits too.
+                let capacity = need.next_multiple_of(1024).min(self.context).max(need);
+                reuse.cache = Some(KvCache::new(
+                    self.model.config(),
+                    capacity,
+                    self.model.device(),
+                )?);
+                reuse.tokens.clear();
+                0
+            }
+        };
+        let cache = reuse
+            .cache
+            .as_mut()
+            .ok_or_else(|| EngineError::Compute("the reuse cache was not allocated".into()))?;
+        cache.truncate(keep);
+        reuse.tokens.truncate(keep);
+        reuse.last_reused = keep;
+        reuse.reused_tokens += keep as u64;
         let mut logits = None;
-        let chunks: Vec<&[u32]> = prompt.chunks(DEFAULT_PREFILL_CHUNK).collect();
+        let chunks: Vec<&[u32]> = prompt[keep..].chunks(DEFAULT_PREFILL_CHUNK).collect();
         for (i, chunk) in chunks.iter().enumerate() {
             let want = i + 1 == chunks.len();
             let mut step = [SeqStep {
                 tokens: chunk,
-                cache: &mut cache,
+                cache: &mut *cache,
                 want_logits: want,
             }];
             logits = self.model.forward(&mut step)?.pop().flatten();
+            reuse.tokens.extend_from_slice(chunk);
         }
         let mut sampler = params.sampler();
         let mut detok = Detokenizer::default();
@@ -289,13 +346,26 @@ impl LoadedModel {
             let one = [tok];
             let mut step = [SeqStep {
                 tokens: &one,
-                cache: &mut cache,
+                cache: &mut *cache,
                 want_logits: true,
             }];
             logits = self.model.forward(&mut step)?.pop().flatten();
+            reuse.tokens.push(tok);
         }
         Ok(out)
     }
+}
+
+/// One sequence's KV cache kept between [`LoadedModel::generate_reusing`] calls, with the ids
+/// whose keys and values it holds.
+#[derive(Debug, Default)]
+pub struct ReuseCache {
+    cache: Option<KvCache>,
+    tokens: Vec<u32>,
+    /// Prompt tokens taken from the cache in the last call.
+    pub last_reused: usize,
+    /// Prompt tokens taken from the cache over all calls.
+    pub reused_tokens: u64,
 }
 
 /// Gap between the largest and second-largest logit.
