@@ -605,6 +605,18 @@ pub fn serve_blocking(
     io_threads: usize,
     on_ready: impl FnOnce(std::net::SocketAddr),
 ) -> std::io::Result<()> {
+    serve_until(engine, addr, io_threads, on_ready, std::future::pending())
+}
+
+/// [`serve_blocking`] until `shutdown` resolves: then the listener closes, open responses are
+/// finished, and the engine thread ends once the last handle is dropped.
+pub fn serve_until(
+    engine: EngineHandle,
+    addr: &str,
+    io_threads: usize,
+    on_ready: impl FnOnce(std::net::SocketAddr),
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(io_threads.max(1))
         .max_blocking_threads(4)
@@ -614,7 +626,9 @@ pub fn serve_blocking(
     rt.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         on_ready(listener.local_addr()?);
-        axum::serve(listener, router(engine)).await
+        axum::serve(listener, router(engine))
+            .with_graceful_shutdown(shutdown)
+            .await
     })
 }
 
