@@ -27,6 +27,45 @@ pub struct GgufFacts {
     pub dtypes: BTreeMap<String, u64>,
 }
 
+/// llama.cpp's `llama_ftype` names (`general.file_type`), without the `MOSTLY_` prefix.
+pub fn ftype_name(ftype: usize) -> Option<&'static str> {
+    Some(match ftype {
+        0 => "F32",
+        1 => "F16",
+        2 => "Q4_0",
+        3 => "Q4_1",
+        7 => "Q8_0",
+        8 => "Q5_0",
+        9 => "Q5_1",
+        10 => "Q2_K",
+        11 => "Q3_K_S",
+        12 => "Q3_K_M",
+        13 => "Q3_K_L",
+        14 => "Q4_K_S",
+        15 => "Q4_K_M",
+        16 => "Q5_K_S",
+        17 => "Q5_K_M",
+        18 => "Q6_K",
+        19 => "IQ2_XXS",
+        20 => "IQ2_XS",
+        21 => "Q2_K_S",
+        22 => "IQ3_XS",
+        23 => "IQ3_XXS",
+        24 => "IQ1_S",
+        25 => "IQ4_NL",
+        26 => "IQ3_S",
+        27 => "IQ3_M",
+        28 => "IQ2_S",
+        29 => "IQ2_M",
+        30 => "IQ4_XS",
+        31 => "IQ1_M",
+        32 => "BF16",
+        36 => "TQ1_0",
+        37 => "TQ2_0",
+        _ => return None,
+    })
+}
+
 /// Read the facts of the GGUF file at `path`; `candidate` and `source` name it in the identity.
 pub fn read_gguf(path: &Path, candidate: &str, source: &str) -> Result<GgufFacts, RunError> {
     let err = |why: String| RunError::Candidate {
@@ -57,6 +96,16 @@ pub fn read_gguf(path: &Path, candidate: &str, source: &str) -> Result<GgufFacts
         .or_else(|| dtypes.iter().max_by_key(|(_, n)| **n))
         .map(|(d, _)| d.clone())
         .unwrap_or_default();
+    // The file's own label (`general.file_type`, llama.cpp's ftype) says what the converter was
+    // asked for, e.g. Q4_K_M, which no single tensor type names; the majority type stays beside it.
+    let quantization = match md.usize_opt("general.file_type").ok().flatten() {
+        Some(ftype) => match ftype_name(ftype) {
+            Some(label) if label != main => format!("{label} (file label; most tensors {main})"),
+            Some(label) => format!("{label} (file label)"),
+            None => format!("{main} (most tensors; unknown general.file_type {ftype})"),
+        },
+        None => format!("{main} (most tensors; no general.file_type)"),
+    };
     let mix = dtypes
         .iter()
         .map(|(d, n)| format!("{d}×{n}"))
@@ -118,7 +167,7 @@ pub fn read_gguf(path: &Path, candidate: &str, source: &str) -> Result<GgufFacts
                 config.n_kv_head
             ),
             parameters: Some(parameters),
-            quantization: main,
+            quantization,
             precision: mix,
             context_limit: Some(config.context_length as u64),
             license,
