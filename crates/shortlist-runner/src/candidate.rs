@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use serde_json::{Value, json};
-use shortlist_engine::engine::{LoadOptions, LoadedModel};
+use shortlist_engine::engine::{LoadOptions, LoadedModel, ReuseCache};
 use shortlist_engine::sampling::SamplingParams;
 
 use crate::error::RunError;
@@ -97,6 +97,9 @@ pub trait Generator {
 pub struct EngineGenerator {
     model: LoadedModel,
     name: String,
+    /// The KV cache of the last case: the next case's shared prefix (system prompt, tool
+    /// descriptions) is not computed again.
+    reuse: ReuseCache,
 }
 
 impl EngineGenerator {
@@ -104,7 +107,11 @@ impl EngineGenerator {
     pub fn open(path: &std::path::Path) -> Result<Self, RunError> {
         let model = LoadedModel::open(path, &LoadOptions::default())?;
         let name = model.name().to_owned();
-        Ok(EngineGenerator { model, name })
+        Ok(EngineGenerator {
+            model,
+            name,
+            reuse: ReuseCache::default(),
+        })
     }
 }
 
@@ -141,7 +148,9 @@ impl Generator for EngineGenerator {
                 latency_s: started.elapsed().as_secs_f64(),
             });
         }
-        let out = self.model.generate(&ids, &params, |_| true)?;
+        let out = self
+            .model
+            .generate_reusing(&mut self.reuse, &ids, &params, |_| true)?;
         let (text, tool_calls) = if request.tools.is_empty() {
             (out.text.clone(), Vec::new())
         } else {
