@@ -4,9 +4,9 @@
 //! cases that resumes without running a stored case again or losing one. The run tests use the
 //! real SmolLM2 model and are skipped, with the reason printed, when it is absent.
 //!
-//! Tampering (a row edited behind the store's back, then `study verify` exit 1) is not driven
-//! here: only shortlist-store may speak SQL, and it offers no public test-only way to edit a
-//! locked row; its own contract suite covers the database trigger and the hash recheck.
+//! Tampering is driven from outside, as it would happen: the `sqlite3` shell edits the locked
+//! row behind the store's back (after dropping the trigger that refuses it), and `study verify`
+//! must then fail.
 
 use std::collections::BTreeSet;
 use std::io::{BufRead, BufReader};
@@ -114,6 +114,47 @@ fn lock_verify_and_a_locked_study_refuses_edits() {
     );
     let out = sl(&url, d, &["study", "show", "mini", "--json"]);
     assert_eq!(json_of(&out)["state"], "draft");
+
+    // Behind the store's back: the database itself refuses to change a locked row...
+    let db = d.join("shortlist.db");
+    let sqlite = |sql: &str| {
+        std::process::Command::new("sqlite3")
+            .arg(&db)
+            .arg(sql)
+            .output()
+            .expect("the sqlite3 shell runs (scripts/test installs it)")
+    };
+    let refused = sqlite(
+        "UPDATE studies SET canonical = replace(canonical, 'six trivial', 'six hard') \
+         WHERE name = 'mini' AND version = 1",
+    );
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("study row is locked"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    let out = sl(&url, d, &["study", "verify", "mini", "--version", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // ...and once someone removes that guard and edits the row, verify catches the edit.
+    let edited = sqlite(
+        "DROP TRIGGER studies_locked_no_update; \
+         UPDATE studies SET canonical = replace(canonical, 'six trivial', 'six hard'), \
+         file_json = replace(file_json, 'six trivial', 'six hard') \
+         WHERE name = 'mini' AND version = 1",
+    );
+    assert!(
+        edited.status.success(),
+        "{}",
+        String::from_utf8_lossy(&edited.stderr)
+    );
+    let out = sl(&url, d, &["study", "verify", "mini", "--version", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said = stdout(&out);
+    assert!(
+        said.contains("MISMATCH") && said.contains(&sha),
+        "names the lock hash: {said}"
+    );
 
     // An unknown metric name is refused before anything is stored.
     let bad = std::fs::read_to_string(&study)
@@ -231,6 +272,61 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
         .iter()
         .find(|r| r["rule"].as_str().unwrap().contains("license"));
     assert_eq!(license.unwrap()["outcome"], "pass", "{rules:?}");
+    // Performance: the load run at the target rate (0.5 req/s) and the sweep, measured again
+    // from the stored raw records; open loop named; TTFT with its population.
+    let perf = &record["performance"];
+    assert_eq!(perf["target_rps"], 0.5);
+    assert!(
+        perf["loop_label"].as_str().unwrap().contains("open"),
+        "{perf}"
+    );
+    let rates: Vec<f64> = perf["sweep"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["offered_rps"].as_f64().unwrap())
+        .collect();
+    assert!(rates.len() >= 3, "{rates:?}");
+    assert!(rates.windows(2).all(|w| w[0] < w[1]), "{rates:?}");
+    assert!(
+        rates.contains(&0.5) && rates.contains(&1.0) && rates.contains(&2.0),
+        "{rates:?}"
+    );
+    let ttft = perf["latencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["metric"] == "TTFT")
+        .unwrap();
+    assert!(
+        ttft["population"].as_str().unwrap().contains("schedul"),
+        "{ttft}"
+    );
+    assert!(ttft["count"].as_u64().unwrap() > 0);
+    assert_eq!(
+        perf["ttft_samples_s"].as_array().unwrap().len() as u64,
+        ttft["count"].as_u64().unwrap()
+    );
+    let goodput = perf["goodput_rps"].as_f64().unwrap();
+    assert!(goodput <= perf["throughput_rps"].as_f64().unwrap() + 1e-9);
+    let overload = record["operations"]["overload_behaviour"].as_str().unwrap();
+    assert!(!overload.contains("not measured"), "{overload}");
+    match perf["capacity_rps"].as_f64() {
+        Some(capacity) => assert_eq!(
+            record["cost"]["capacity_rps_per_replica"].as_f64(),
+            Some(capacity),
+            "cost is sized by the measured capacity"
+        ),
+        None => assert!(
+            record["cost"]["why"]
+                .as_str()
+                .unwrap()
+                .contains("no rate met"),
+            "{}",
+            record["cost"]
+        ),
+    }
+
     // The record's text form prints the same hashes.
     let out = sl(&url, d, &["record", "smol", "--study", "mini"]);
     assert!(stdout(&out).contains(record["record_sha256"].as_str().unwrap()));

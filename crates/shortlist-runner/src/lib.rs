@@ -23,6 +23,7 @@
 pub mod candidate;
 pub mod error;
 pub mod identity;
+pub mod load;
 pub mod prompt;
 pub mod quality;
 pub mod study;

@@ -17,17 +17,21 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
+use sha2::Digest as _;
 use shortlist_evals::results::{CaseOutcome, RunResults, score_case};
 use shortlist_evals::score::Outcome as CheckOutcome;
 use shortlist_evals::set::CheckKind;
 use shortlist_evals::{EvalSet, FinishReason, Response};
+use shortlist_measure::analyze::Report;
 use shortlist_store::content::{ContentHash, WorkloadKind};
 use shortlist_store::jobs::{Job, JobState};
-use shortlist_store::runs::{CaseResult as StoredCase, RunKind, RunSpec};
+use shortlist_store::runs::{
+    CaseResult as StoredCase, LoadResult, RecordsRef, RunKind, RunSpec, RunState,
+};
 use shortlist_store::studies::StoredStudy;
 use shortlist_store::{Store, StoreError};
 use shortlist_study::StudyError;
-use shortlist_study::cost::{CostInputs, estimate};
+use shortlist_study::cost::{CostInputs, NoCost, estimate};
 use shortlist_study::memory::{FitInputs, MemoryFit, fit};
 use shortlist_study::record::{
     Cost, Identity, Operations, Performance, Quality, RECORD_FORMAT, RateWithInterval,
@@ -39,6 +43,7 @@ use shortlist_study::study::{LockedStudy, Study, StudyFile};
 use crate::candidate::{CandidateSpec, Decoding, open};
 use crate::error::RunError;
 use crate::identity::{GgufFacts, read_gguf};
+use crate::load;
 use crate::prompt::ChatRequest;
 
 /// Why a study command could not go on.
@@ -76,7 +81,7 @@ impl StudyRunError {
 }
 
 /// The job kinds a study run queues, per candidate, in the order they run.
-pub const JOB_KINDS: [&str; 3] = ["fit", "quality", "record"];
+pub const JOB_KINDS: [&str; 4] = ["fit", "quality", "load", "record"];
 
 /// What every job of one study run carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -422,8 +427,12 @@ impl StudyRunner {
         }))
     }
 
-    /// Queue the jobs of a locked study (per candidate: fit, quality, record). Returns how many
-    /// were queued; 0 when this study version already has jobs (a resumed run).
+    /// Queue the jobs of a locked study (per candidate: fit, quality, load, record). Returns how
+    /// many were queued; 0 when this study version already has all its jobs (a resumed run).
+    ///
+    /// A study version whose queue lacks a kind of step (queued by an older build) gets the
+    /// missing steps for each candidate, followed by a fresh record job: work already done is
+    /// kept, and the newer record (the one `record` shows) includes the new steps.
     pub fn enqueue(
         &self,
         name: &str,
@@ -432,11 +441,17 @@ impl StudyRunner {
     ) -> Result<usize, StudyRunError> {
         // Runs start only on locked studies, whose lock still holds.
         let locked = self.verify(name, Some(version))?;
-        if !self.jobs_of(name, version)?.is_empty() {
-            return Ok(0);
-        }
+        let existing = self.jobs_of(name, version)?;
         let mut queued = 0;
         for c in &locked.study.file().candidates {
+            let mine: Vec<&Job> = existing
+                .iter()
+                .filter(|j| j.payload["candidate"] == c.name.as_str())
+                .collect();
+            let max_tokens = mine
+                .first()
+                .and_then(|j| j.payload["max_tokens"].as_u64())
+                .map_or(max_tokens, |m| m as usize);
             let payload = JobPayload {
                 study: name.to_owned(),
                 version,
@@ -444,7 +459,15 @@ impl StudyRunner {
                 max_tokens,
             };
             let payload = serde_json::to_value(&payload).unwrap_or(Json::Null);
-            for kind in JOB_KINDS {
+            let missing: Vec<&str> = JOB_KINDS
+                .iter()
+                .copied()
+                .filter(|kind| *kind != "record" && !mine.iter().any(|j| j.kind == *kind))
+                .collect();
+            if !mine.is_empty() && missing.is_empty() {
+                continue;
+            }
+            for kind in missing.iter().chain(std::iter::once(&"record")) {
                 self.block(self.store.enqueue_job(kind, &payload))?;
                 queued += 1;
             }
@@ -526,6 +549,7 @@ impl StudyRunner {
         match job.kind.as_str() {
             "fit" => self.run_fit(p, on_event),
             "quality" => self.run_quality_job(job, p, on_event),
+            "load" => self.run_load_job(job, p, on_event),
             "record" => {
                 let record = self.assemble_record(p)?;
                 self.block(self.store.put_record(&record))?;
@@ -676,6 +700,209 @@ impl StudyRunner {
         Ok(())
     }
 
+    /// The performance steps of one candidate: the load run at the target rate (run kind
+    /// `load`, result `target`), then the capacity sweep (run kind `sweep`, one result per offered
+    /// rate). Each finished step is stored before the next starts; a resumed job skips them.
+    fn run_load_job(
+        &self,
+        job: &Job,
+        p: &JobPayload,
+        on_event: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), StudyRunError> {
+        let locked = self.verify(&p.study, Some(p.version))?;
+        let study = &locked.study;
+        let file = study.file();
+        let c = Self::candidate_ref(&locked, &p.candidate)?;
+        if file.workload.load_loop != "open" {
+            return Err(StudyRunError::Invalid {
+                what: format!("study `{}`: workload.load_loop", p.study),
+                why: format!(
+                    "`{}`: a study's load run and capacity sweep are open loop (a closed loop's offered load falls as the server slows, so it cannot measure goodput at a target rate)",
+                    file.workload.load_loop
+                ),
+            });
+        }
+        let trace = if file.workload.kind == "trace" {
+            let stored = self.block(
+                self.store
+                    .workload(&format!("{}-workload", file.name), None),
+            )?;
+            let got = hex::encode(sha2::Sha256::digest(stored.body.as_bytes()));
+            if let Some(pinned) = &file.workload.sha256
+                && !pinned.eq_ignore_ascii_case(&got)
+            {
+                return Err(StudyRunError::Invalid {
+                    what: format!("study `{}`: workload", p.study),
+                    why: format!("the stored trace hashes to {got}, the study pins {pinned}"),
+                });
+            }
+            Some(stored.body)
+        } else {
+            None
+        };
+        let slo = load::study_slo(file)?;
+        let workload = load::study_workload(&file.workload, trace.as_deref())?;
+        let target = study.target_rps();
+        let spec = CandidateSpec::parse(&expand_source(&c.source))?;
+        let mut served: Option<load::Served> = None;
+
+        let load_run = self.block(self.store.open_run(&self.spec(p, RunKind::Load, "target")))?;
+        self.block(self.store.start_run(load_run.id))?;
+        let stored = self.block(self.store.load_results(load_run.id))?;
+        let target_records = match stored.into_iter().find(|r| r.label == "target") {
+            Some(r) => records_text(&r.records)?,
+            None => {
+                let server = match &mut served {
+                    Some(s) => s,
+                    None => served.insert(load::Served::start(&spec, &c.source)?),
+                };
+                on_event(Event::Note(format!(
+                    "{}: load run, {} requests at {target} req/s, open loop",
+                    p.candidate,
+                    workload.arrivals().len()
+                )));
+                let label = format!("{}-{}-target", p.study, p.candidate);
+                let step = self.with_heartbeat(job, || {
+                    load::run_step(server, &workload, target, &slo, &label)
+                })?;
+                on_event(Event::Note(step_note(&p.candidate, &step.report, target)));
+                self.block(self.store.put_load_result(
+                    load_run.id,
+                    &LoadResult {
+                        label: "target".to_owned(),
+                        offered_rps: Some(target),
+                        histograms: step.histograms,
+                        records: RecordsRef::Inline(step.records.clone()),
+                    },
+                ))?;
+                step.records
+            }
+        };
+        self.block(self.store.finish_run(load_run.id, Ok(())))?;
+
+        let rates = match study.sweep_rps() {
+            Some(rates) => rates,
+            None => {
+                let (report, _) = load::analyze_text("target", &target_records, &slo, false)?;
+                let missed = report
+                    .goodput
+                    .attainment
+                    .is_none_or(|a| a < study.attainment_target());
+                let mut rates: Vec<f64> = load::DEFAULT_SWEEP
+                    .iter()
+                    .map(|m| m * target)
+                    .filter(|r| *r != target)
+                    .collect();
+                if missed {
+                    rates.insert(0, target / 2.0);
+                }
+                rates
+            }
+        };
+        let sweep_run = self.block(self.store.open_run(&self.spec(p, RunKind::Sweep, "sweep")))?;
+        self.block(self.store.start_run(sweep_run.id))?;
+        let done: Vec<String> = self
+            .block(self.store.load_results(sweep_run.id))?
+            .into_iter()
+            .map(|r| r.label)
+            .collect();
+        for rate in rates {
+            let label = sweep_label(rate);
+            if done.contains(&label) {
+                continue;
+            }
+            let server = match &mut served {
+                Some(s) => s,
+                None => served.insert(load::Served::start(&spec, &c.source)?),
+            };
+            on_event(Event::Note(format!(
+                "{}: sweep step at {rate} req/s",
+                p.candidate
+            )));
+            let name = format!("{}-{}-{label}", p.study, p.candidate);
+            let step =
+                self.with_heartbeat(job, || load::run_step(server, &workload, rate, &slo, &name))?;
+            on_event(Event::Note(step_note(&p.candidate, &step.report, rate)));
+            self.block(self.store.put_load_result(
+                sweep_run.id,
+                &LoadResult {
+                    label,
+                    offered_rps: Some(rate),
+                    histograms: step.histograms,
+                    records: RecordsRef::Inline(step.records),
+                },
+            ))?;
+        }
+        self.block(self.store.finish_run(sweep_run.id, Ok(())))?;
+        Ok(())
+    }
+
+    /// The candidate's stored load run and sweep, measured again from their raw records; `None`
+    /// before its load run has been stored.
+    fn measured_performance(
+        &self,
+        p: &JobPayload,
+        locked: &LockedStudy,
+        runs: &[shortlist_store::runs::Run],
+    ) -> Result<Option<load::Measured>, StudyRunError> {
+        let mine = |kind: RunKind| {
+            runs.iter()
+                .find(|r| r.candidate == p.candidate && r.kind == kind)
+        };
+        let Some(load_run) = mine(RunKind::Load) else {
+            return Ok(None);
+        };
+        let results = self.block(self.store.load_results(load_run.id))?;
+        let Some(target) = results.iter().find(|r| r.label == "target") else {
+            return Ok(None);
+        };
+        let target_records = records_text(&target.records)?;
+        let mut sweep = Vec::new();
+        let mut swept = false;
+        if let Some(run) = mine(RunKind::Sweep) {
+            swept = run.state == RunState::Done;
+            for r in self.block(self.store.load_results(run.id))? {
+                if let Some(rate) = r.offered_rps {
+                    sweep.push((rate, records_text(&r.records)?));
+                }
+            }
+        }
+        let study = &locked.study;
+        let slo = load::study_slo(study.file())?;
+        Ok(Some(load::Measured::from_records(
+            &slo,
+            study.attainment_target(),
+            target.offered_rps.unwrap_or(study.target_rps()),
+            &target_records,
+            &sweep,
+            swept,
+        )?))
+    }
+
+    /// Run `work` on its own thread while this one keeps the job's heartbeat fresh, so that a
+    /// long load step is not mistaken for a dead worker.
+    fn with_heartbeat<T: Send>(
+        &self,
+        job: &Job,
+        work: impl FnOnce() -> Result<T, StudyRunError> + Send,
+    ) -> Result<T, StudyRunError> {
+        std::thread::scope(|scope| {
+            let handle = scope.spawn(work);
+            let mut last = std::time::Instant::now();
+            while !handle.is_finished() {
+                std::thread::sleep(Duration::from_millis(200));
+                if last.elapsed() >= Duration::from_secs(10) {
+                    self.block(self.store.heartbeat_job(job.id, &self.worker))?;
+                    last = std::time::Instant::now();
+                }
+            }
+            handle.join().map_err(|_| StudyRunError::Invalid {
+                what: format!("job {}", job.id),
+                why: "the load step panicked".to_owned(),
+            })?
+        })
+    }
+
     /// The eval set version the locked study pins, from the store (not from the working tree,
     /// which may have moved on).
     fn stored_set(&self, locked: &LockedStudy) -> Result<EvalSet, StudyRunError> {
@@ -770,8 +997,105 @@ impl StudyRunner {
                 );
             }
         }
+        let hardware = machine();
+        let measured = self.measured_performance(p, &locked, &runs)?;
+        if let Some(m) = &measured {
+            let r = &m.target;
+            if let Some(a) = r.goodput.attainment {
+                values.set(
+                    Metric::AttainmentAtTarget,
+                    Value::Number(a),
+                    vec![format!(
+                        "{} of {} requests met the SLO at {} req/s offered",
+                        r.requests.qualified,
+                        r.requests.scheduled,
+                        study.target_rps()
+                    )],
+                );
+            }
+            values.set(
+                Metric::GoodputAtTargetRps,
+                Value::Number(r.goodput.requests_per_s),
+                vec![],
+            );
+            if let Some(t) = r.latency.ttft.p99 {
+                values.set(
+                    Metric::TtftP99S,
+                    Value::Number(t),
+                    vec![r.latency.ttft.population.clone()],
+                );
+            }
+            if let Some(t) = r.latency.e2e.p99 {
+                values.set(
+                    Metric::E2eP99S,
+                    Value::Number(t),
+                    vec![r.latency.e2e.population.clone()],
+                );
+            }
+            values.set(
+                Metric::ClientBound,
+                Value::Bool(m.client_bound),
+                vec![r.checks.client_bound_detail.rule.clone()],
+            );
+            if m.swept {
+                values.set(
+                    Metric::CapacityRps,
+                    Value::Number(m.finding.max_rate_meeting_target_rps.unwrap_or(0.0)),
+                    vec![m.finding.rule.clone()],
+                );
+            }
+        }
+        let mean_output = if answered == 0 {
+            0.0
+        } else {
+            results.cases.iter().filter_map(|r| r.tokens).sum::<u64>() as f64 / answered as f64
+        };
+        // Cost is per request of the study's workload: its output length, not the eval set's.
+        let workload_output = measured
+            .as_ref()
+            .map(|m| m.mean_output_tokens)
+            .filter(|t| *t > 0.0)
+            .unwrap_or(mean_output);
+        let cost = match &measured {
+            None => Cost::Unavailable(NoCost {
+                why: "no load run or capacity sweep has run for this candidate yet, so there is no measured capacity to size replicas by".to_owned(),
+            }),
+            Some(m) if !m.swept => Cost::Unavailable(NoCost {
+                why: "no capacity sweep has run for this candidate yet".to_owned(),
+            }),
+            Some(m) => match estimate(&CostInputs {
+                capacity_rps_per_replica: m.finding.max_rate_meeting_target_rps.unwrap_or(0.0),
+                devices_per_replica: memory.as_ref().map(|m| m.devices_needed).unwrap_or(1).max(1),
+                price_per_device_hour: c.price_per_device_hour,
+                currency: file
+                    .cost
+                    .currency
+                    .clone()
+                    .unwrap_or_else(|| "USD".to_owned()),
+                mean_output_tokens: workload_output,
+                ordinary_rps: file.traffic.ordinary_rps,
+                peak_rps: file.traffic.peak_rps,
+                hardware: hardware.clone(),
+                capacity_context: format!(
+                    "capacity measured on {hardware} with {}, {} workload, SLO `{}`, open loop",
+                    m.backend,
+                    file.workload.kind,
+                    file.slo.get("name").and_then(|v| v.as_str()).unwrap_or("slo")
+                ),
+            }) {
+                Ok(e) => {
+                    values.set(
+                        Metric::CostPerMillionRequests,
+                        Value::Number(e.ordinary.cost_per_million_requests),
+                        vec![],
+                    );
+                    Cost::Estimate(Box::new(e))
+                }
+                Err(no) => Cost::Unavailable(no),
+            },
+        };
         let verdicts: Vec<_> = study.rules().iter().map(|r| r.judge(&values)).collect();
-        let verdict = verdict_of(&verdicts, false);
+        let verdict = verdict_of(&verdicts, measured.as_ref().is_some_and(|m| m.client_bound));
 
         let rate = |label: &str, pr: &shortlist_evals::stats::PassRate| {
             let (lo, hi) = pr.ci95.unwrap_or((0.0, 0.0));
@@ -801,39 +1125,40 @@ impl StudyRunner {
             decoding: decoding_of(p).describe(),
         };
 
-        let hardware = machine();
         let slo_name = file
             .slo
             .get("name")
             .and_then(|v| v.as_str())
             .unwrap_or("slo")
             .to_owned();
-        let performance = Performance {
-            loop_label: format!("{} loop (not run by this build)", file.workload.load_loop),
-            workload: format!(
-                "{} (seed {})",
-                file.workload.kind,
-                file.workload
-                    .seed
-                    .map(|s| s.to_string())
-                    .unwrap_or_else(|| "-".to_owned())
-            ),
-            slo: slo_name,
-            target_rps: study.target_rps(),
-            throughput_rps: 0.0,
-            goodput_rps: 0.0,
-            attainment: None,
-            latencies: vec![],
-            ttft_samples_s: vec![],
-            sweep: vec![],
-            knee_rps: None,
-            capacity_rps: None,
-            capacity_rule: format!(
-                "highest offered rate with SLO attainment ≥ {:.0} %: not measured (the load run and capacity sweep are not wired into study runs yet)",
-                study.attainment_target() * 100.0
-            ),
-            client_bound: false,
-            hardware: hardware.clone(),
+        let workload_label = format!(
+            "{} (seed {})",
+            file.workload.kind,
+            file.workload
+                .seed
+                .map(|s| s.to_string())
+                .unwrap_or_else(|| "-".to_owned())
+        );
+        let performance = match &measured {
+            Some(m) => m.performance(&workload_label, &slo_name, study.target_rps(), &hardware),
+            None => Performance {
+                loop_label: format!("{} loop (not run yet)", file.workload.load_loop),
+                workload: workload_label,
+                slo: slo_name,
+                target_rps: study.target_rps(),
+                throughput_rps: 0.0,
+                goodput_rps: 0.0,
+                attainment: None,
+                latencies: vec![],
+                ttft_samples_s: vec![],
+                sweep: vec![],
+                knee_rps: None,
+                capacity_rps: None,
+                capacity_rule: "not measured: no load run has been stored for this candidate"
+                    .to_owned(),
+                client_bound: false,
+                hardware: hardware.clone(),
+            },
         };
 
         let errors = results
@@ -847,9 +1172,15 @@ impl StudyRunner {
             .map(|r| r.id.clone())
             .collect::<Vec<_>>();
         let operations = Operations {
-            backend: "shortlist-engine in-process (candle, CPU)".to_owned(),
+            backend: measured.as_ref().map_or_else(
+                || "shortlist-engine in-process (candle, CPU)".to_owned(),
+                |m| m.backend.clone(),
+            ),
             versions: vec![format!("shortlist {}", env!("CARGO_PKG_VERSION"))],
-            overload_behaviour: "not measured: no load run or sweep in this record".to_owned(),
+            overload_behaviour: measured.as_ref().map_or_else(
+                || "not measured: no load run or sweep in this record".to_owned(),
+                |m| m.overload.clone(),
+            ),
             error_behaviour: if errors.is_empty() {
                 format!("no per-case errors in {answered} quality cases")
             } else {
@@ -863,30 +1194,6 @@ impl StudyRunner {
                 .fallback
                 .clone()
                 .unwrap_or_else(|| "none declared".to_owned()),
-        };
-
-        let mean_output = if answered == 0 {
-            0.0
-        } else {
-            results.cases.iter().filter_map(|r| r.tokens).sum::<u64>() as f64 / answered as f64
-        };
-        let cost = match estimate(&CostInputs {
-            capacity_rps_per_replica: 0.0,
-            devices_per_replica: memory.as_ref().map(|m| m.devices_needed).unwrap_or(1),
-            price_per_device_hour: c.price_per_device_hour,
-            currency: file
-                .cost
-                .currency
-                .clone()
-                .unwrap_or_else(|| "USD".to_owned()),
-            mean_output_tokens: mean_output,
-            ordinary_rps: file.traffic.ordinary_rps,
-            peak_rps: file.traffic.peak_rps,
-            hardware,
-            capacity_context: "no capacity sweep in this record".to_owned(),
-        }) {
-            Ok(e) => Cost::Estimate(Box::new(e)),
-            Err(no) => Cost::Unavailable(no),
         };
 
         let identity = facts.map(|f| f.identity).unwrap_or_else(|| Identity {
@@ -927,6 +1234,39 @@ impl StudyRunner {
         }
         .seal())
     }
+}
+
+/// The stored label of a sweep step.
+fn sweep_label(rate: f64) -> String {
+    format!("rate-{rate}")
+}
+
+/// The text of stored records, inline or at the path they were written to.
+fn records_text(records: &RecordsRef) -> Result<String, StudyRunError> {
+    match records {
+        RecordsRef::Inline(text) => Ok(text.clone()),
+        RecordsRef::Path(path) => read(Path::new(path)),
+    }
+}
+
+/// One line on a finished load step.
+fn step_note(candidate: &str, report: &Report, rate: f64) -> String {
+    let attainment = report
+        .goodput
+        .attainment
+        .map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", a * 100.0));
+    let ttft = report
+        .latency
+        .ttft
+        .p99
+        .map_or_else(|| "-".to_owned(), |t| format!("{t:.2} s"));
+    format!(
+        "{candidate}: at {rate} req/s offered: goodput {:.3} req/s of throughput {:.3} req/s, attainment {attainment}, TTFT p99 {ttft} ({} of {} requests completed)",
+        report.goodput.requests_per_s,
+        report.throughput.requests_per_s,
+        report.requests.completed,
+        report.requests.scheduled
+    )
 }
 
 fn decoding_of(p: &JobPayload) -> Decoding {

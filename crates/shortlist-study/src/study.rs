@@ -96,6 +96,10 @@ pub struct Traffic {
     /// Attainment a candidate must hold at the target rate (default 0.9).
     #[serde(default)]
     pub attainment_target: Option<f64>,
+    /// Offered rates of the capacity sweep (req/s). Default: 1×, 2× and 4× the target rate, and
+    /// ½× when the target rate misses the attainment target.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sweep_rps: Option<Vec<f64>>,
 }
 
 /// The memory budget a candidate must fit.
@@ -254,6 +258,21 @@ impl Study {
                 format!("{a} is not a fraction in (0, 1]"),
             ));
         }
+        if let Some(rates) = &t.sweep_rps {
+            if rates.is_empty() {
+                return Err(bad(
+                    "traffic.sweep_rps",
+                    "an empty list: name at least one rate, or leave it out for the default sweep"
+                        .to_owned(),
+                ));
+            }
+            if let Some(r) = rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+                return Err(bad(
+                    "traffic.sweep_rps",
+                    format!("{r} is not a positive rate"),
+                ));
+            }
+        }
         let m = &file.memory;
         if m.context_tokens == 0
             || m.concurrency == 0
@@ -316,6 +335,14 @@ impl Study {
             .traffic
             .target_rps
             .unwrap_or(self.file.traffic.peak_rps)
+    }
+    /// The offered rates of the capacity sweep, ascending; `None` for the default sweep.
+    pub fn sweep_rps(&self) -> Option<Vec<f64>> {
+        self.file.traffic.sweep_rps.clone().map(|mut r| {
+            r.sort_by(f64::total_cmp);
+            r.dedup();
+            r
+        })
     }
     /// The attainment target.
     pub fn attainment_target(&self) -> f64 {

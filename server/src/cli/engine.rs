@@ -113,17 +113,28 @@ fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
-    check_cpu_features()?;
+/// Size candle's compute pools (`threads`, default cores - 1 and at least 1, leaving a core to
+/// the server) unless the environment already does; returns the count. Call before any thread
+/// is started: candle reads the sizes from the environment on first use.
+pub(crate) fn set_compute_threads(threads: Option<usize>) -> usize {
     let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = args.threads.unwrap_or(cores.saturating_sub(1)).max(1);
-    // candle reads its pool sizes from the environment on first use; set them before loading.
+    let threads = threads.unwrap_or(cores.saturating_sub(1)).max(1);
     for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
         if std::env::var_os(var).is_none() {
-            // SAFETY: no other thread exists yet that could read the environment concurrently.
+            // SAFETY: called first thing in the command, before it starts any thread that could
+            // read the environment concurrently.
             unsafe { std::env::set_var(var, threads.to_string()) };
         }
     }
+    std::env::var("CANDLE_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(threads)
+}
+
+fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
+    check_cpu_features()?;
+    let threads = set_compute_threads(args.threads);
     let path = resolve_model(&args.model)?;
     let opts = LoadOptions {
         context: Some(args.context.unwrap_or(8192)),

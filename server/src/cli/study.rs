@@ -69,6 +69,10 @@ pub(crate) struct RunArgs {
     /// Stop after this many jobs (default: until the queue is empty).
     #[arg(long)]
     max_jobs: Option<usize>,
+    /// Compute threads of the candidates' engine (default: cores - 1, at least 1, so that one
+    /// core is left to the load generator and the HTTP server during load runs).
+    #[arg(long)]
+    threads: Option<usize>,
     /// Print one JSON document at the end.
     #[arg(long)]
     json: bool,
@@ -249,6 +253,7 @@ fn show(a: NameArgs) -> anyhow::Result<Outcome> {
 }
 
 fn run_study(a: RunArgs) -> anyhow::Result<Outcome> {
+    super::engine::set_compute_threads(a.threads);
     let runner = connect()?;
     let version = runner.version_of(&a.name, a.version)?;
     let queued = runner.enqueue(&a.name, version, a.max_tokens)?;
