@@ -21,6 +21,7 @@ use sha2::Digest as _;
 use shortlist_evals::results::{CaseOutcome, RunResults, score_case};
 use shortlist_evals::score::Outcome as CheckOutcome;
 use shortlist_evals::set::CheckKind;
+use shortlist_evals::stats::McNemar;
 use shortlist_evals::{EvalSet, FinishReason, Response};
 use shortlist_measure::analyze::Report;
 use shortlist_store::content::{ContentHash, WorkloadKind};
@@ -34,8 +35,8 @@ use shortlist_study::StudyError;
 use shortlist_study::cost::{CostInputs, NoCost, estimate};
 use shortlist_study::memory::{FitInputs, MemoryFit, fit};
 use shortlist_study::record::{
-    Cost, Identity, Operations, Performance, Quality, RECORD_FORMAT, RateWithInterval,
-    SelectionRecord, StudyStamp, verdict_of,
+    Cost, Identity, Operations, PairedComparison, Performance, Quality, RECORD_FORMAT,
+    RateWithInterval, SelectionRecord, StudyStamp, verdict_of,
 };
 use shortlist_study::rule::{Metric, MetricValues, Value};
 use shortlist_study::study::{LockedStudy, Study, StudyFile};
@@ -837,6 +838,49 @@ impl StudyRunner {
         Ok(())
     }
 
+    /// This candidate against the first other candidate whose quality run finished, on the
+    /// cases both decided: the exact McNemar test on the discordant pairs.
+    fn paired_comparison(
+        &self,
+        set: &EvalSet,
+        runs: &[shortlist_store::runs::Run],
+        candidate: &str,
+        mine: &RunResults,
+    ) -> Result<Option<PairedComparison>, StudyRunError> {
+        let Some(other) = runs.iter().find(|r| {
+            r.kind == RunKind::Quality && r.candidate != candidate && r.state == RunState::Done
+        }) else {
+            return Ok(None);
+        };
+        let theirs: BTreeMap<String, Option<bool>> = self
+            .block(self.store.case_results(other.id))?
+            .into_iter()
+            .filter_map(|c| {
+                serde_json::from_value::<shortlist_evals::results::CaseResult>(c.scores)
+                    .ok()
+                    .map(|r| (c.case_id, r.outcome.decided()))
+            })
+            .collect();
+        let pairs: Vec<(bool, bool)> = mine
+            .cases
+            .iter()
+            .filter(|r| set.cases().iter().any(|c| c.id() == r.id))
+            .filter_map(|r| Some((r.outcome.decided()?, (*theirs.get(&r.id)?)?)))
+            .collect();
+        if pairs.is_empty() {
+            return Ok(None);
+        }
+        let t = McNemar::from_pairs(pairs);
+        Ok(Some(PairedComparison {
+            other: other.candidate.clone(),
+            both_pass: t.both_pass,
+            only_this: t.a_only,
+            only_other: t.b_only,
+            both_fail: t.both_fail,
+            p_value: t.p_value,
+        }))
+    }
+
     /// The candidate's stored load run and sweep, measured again from their raw records; `None`
     /// before its load run has been stored.
     fn measured_performance(
@@ -1121,7 +1165,7 @@ impl StudyRunner {
                 .iter()
                 .map(|row| rate(&row.category, &row.pass_rate))
                 .collect(),
-            paired: None,
+            paired: self.paired_comparison(&set, &runs, &p.candidate, &results)?,
             decoding: decoding_of(p).describe(),
         };
 
