@@ -140,6 +140,17 @@ fn bad_records_name_file_line_and_field() {
             ":2: field `status`",
         ),
         ("empty file", String::new(), ":1: field `format`"),
+        (
+            "first output token before the first chunk",
+            format!(
+                "{header}\n{}\n",
+                good.replace(
+                    "\"status\": \"ok\"",
+                    "\"status\": \"ok\", \"first_output_s\": 0.1"
+                )
+            ),
+            ":2: field `first_output_s`",
+        ),
     ];
     let dir = tempfile::tempdir().unwrap();
     for (name, text, expected) in cases {
@@ -158,6 +169,50 @@ fn bad_records_name_file_line_and_field() {
         );
         assert!(!err.contains("panicked"), "{name}: {err}");
     }
+}
+
+/// A reasoning model streams reasoning tokens first: TTFT counts them, time to first output
+/// token does not, and the report shows both with their populations.
+#[test]
+fn time_to_first_output_token_is_reported_beside_ttft() {
+    let header = r#"{"format": "shortlist.records.v1", "loop": "open", "window_s": [0, 10]}"#;
+    let mut text = format!("{header}\n");
+    for i in 0..4 {
+        let s = f64::from(i);
+        text.push_str(&format!(
+            "{{\"id\": \"r{i}\", \"scheduled_s\": {s}, \"sent_s\": {s}, \"chunks\": [[{}, 3], [{}, 1], [{}, 1]], \"last_token_s\": {}, \"first_output_s\": {}, \"output_tokens\": 5, \"status\": \"ok\"}}\n",
+            s + 0.1,
+            s + 0.6,
+            s + 0.7,
+            s + 0.7,
+            s + 0.6
+        ));
+    }
+    // A record without the field (a target that cannot tell the two apart) is no sample.
+    text.push_str(r#"{"id": "plain", "scheduled_s": 5.0, "sent_s": 5.0, "chunks": [[5.2, 1]], "last_token_s": 5.2, "output_tokens": 1, "status": "ok"}"#);
+    text.push('\n');
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("reasoning.records.jsonl");
+    std::fs::write(&file, text).unwrap();
+    let (code, v) = json_of(&["analyze", &path(file.clone()), "--json"]);
+    assert_eq!(code, 0);
+    let ttft = &v["latency"]["ttft"];
+    let ttfot = &v["latency"]["ttfot"];
+    assert_eq!(ttft["count"], 5);
+    assert_eq!(ttfot["count"], 4);
+    assert!((ttft["p50"].as_f64().unwrap() - 0.1).abs() < 1e-9, "{ttft}");
+    assert!(
+        (ttfot["p50"].as_f64().unwrap() - 0.6).abs() < 1e-9,
+        "{ttfot}"
+    );
+    assert!(
+        ttfot["population"]
+            .as_str()
+            .unwrap()
+            .contains("not reasoning")
+    );
+    let out = run(&["analyze", &path(file)]);
+    assert!(stdout(&out).contains("first_output"), "{}", stdout(&out));
 }
 
 #[test]

@@ -468,6 +468,8 @@ fn build_record(
             stages: observation.stage_times(),
             // Written once, by `RecordLine::cap_queue_s` beside the attempt.
             cap_queue_s: None,
+            // Written once, by `RecordLine::first_output_s` beside the attempt.
+            first_output_s: None,
             warmup: false,
         },
         first_output_s: observation.first_output_s().map(|s| s.max(floor)),

@@ -114,6 +114,7 @@ pub struct Analyzer {
     cap_queue: RequestSamples,
     ttft: RequestSamples,
     ttft_from_send: RequestSamples,
+    ttfot: RequestSamples,
     itl: GapSamples,
     worst_itl: RequestSamples,
     tpot: RequestSamples,
@@ -173,6 +174,7 @@ impl Analyzer {
             cap_queue: RequestSamples::default(),
             ttft: RequestSamples::default(),
             ttft_from_send: RequestSamples::default(),
+            ttfot: RequestSamples::default(),
             itl: GapSamples::default(),
             worst_itl: RequestSamples::default(),
             tpot: RequestSamples::default(),
@@ -314,6 +316,9 @@ impl Analyzer {
             if let (Status::Ok, Some(end)) = (a.status, a.last_token_s) {
                 h[4].record_s(end - s);
             }
+        }
+        if let Some(first) = a.first_output_s {
+            self.ttfot.push(first - s);
         }
         if let Some(c1) = a.first_token_s() {
             self.ttft.push(c1 - s);
@@ -584,6 +589,15 @@ impl Analyzer {
                 ),
                 self.ttft_from_send.into_vec(),
             ),
+            ttfot: (!self.ttfot.is_empty()).then(|| {
+                Distribution::from_samples(
+                    population(
+                        "request attempt: first output (answer, not reasoning) token − scheduled",
+                        "attempts whose target told answer from reasoning tokens and that produced ≥ 1 answer token",
+                    ),
+                    self.ttfot.into_vec(),
+                )
+            }),
             itl: Distribution::from_gaps(
                 population(
                     "chunk gap c(j) − c(j−1), pooled over attempts (token-weighted)",
@@ -854,6 +868,10 @@ pub struct Goodput {
 pub struct Latency {
     pub ttft: Distribution,
     pub ttft_from_send: Distribution,
+    /// Time to first output token beside TTFT, where the records carry it (reasoning models
+    /// stream reasoning tokens first; TTFT counts them, this does not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttfot: Option<Distribution>,
     pub itl: Distribution,
     pub worst_itl: Distribution,
     pub tpot: Distribution,

@@ -177,6 +177,11 @@ pub struct Attempt<'a> {
     /// was sent. That wait is the cap's queue, not the client falling behind its schedule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cap_queue_s: Option<f64>,
+    /// Time to first *output* token: the first chunk carrying answer (not reasoning) tokens.
+    /// Equal to the first chunk for models that do not reason; absent when the target does not
+    /// tell the two apart or no answer token came.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_output_s: Option<f64>,
     /// Warm-up traffic: read, counted as excluded, and left out of every figure.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub warmup: bool,
@@ -306,6 +311,23 @@ impl Attempt<'_> {
                 return Err((
                     "end_s",
                     format!("{end} s, before the attempt's last event at {previous} s"),
+                ));
+            }
+        }
+        if let Some(first) = self.first_output_s {
+            time("first_output_s", first)?;
+            let first_chunk = self.chunks.first().map(|c| c.at());
+            let inside = first_chunk.is_some_and(|c1| first + CLOCK_EPSILON_S >= c1)
+                && self
+                    .last_token_s
+                    .is_some_and(|l| first <= l + CLOCK_EPSILON_S);
+            if !inside {
+                return Err((
+                    "first_output_s",
+                    format!(
+                        "{first} s, outside the attempt's token-carrying chunks (first {:?} s, last {:?} s)",
+                        first_chunk, self.last_token_s
+                    ),
                 ));
             }
         }

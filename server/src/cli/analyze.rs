@@ -205,6 +205,9 @@ pub(crate) fn render(source: &str, r: &Report) -> String {
     let l = &r.latency;
     row("ttft", &l.ttft);
     row("ttft_from_send", &l.ttft_from_send);
+    if let Some(ttfot) = &l.ttfot {
+        row("first_output", ttfot);
+    }
     row("itl", &l.itl);
     row("worst_itl", &l.worst_itl);
     row("tpot", &l.tpot);
