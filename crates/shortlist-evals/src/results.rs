@@ -15,8 +15,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::EvalError;
 use crate::response::Response;
+use crate::score::judge::{JudgeCheck, JudgeGate, parse_verdict};
 use crate::score::{Outcome, Verdict};
-use crate::set::{Case, EvalSet};
+use crate::set::{Case, CheckKind, EvalSet};
 use crate::stats::{McNemar, PassRate, WeightedScore, holm};
 
 /// The results format tag.
@@ -87,6 +88,51 @@ pub struct CaseResult {
     /// Seconds the case took (filled by quality runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_s: Option<f64>,
+    /// One entry per judge check: what the judge said, what was read from it, and whether the
+    /// check is advisory or may drive a disqualifier.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judgements: Vec<Judgement>,
+}
+
+/// The audit trail of one judge check on one case.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Judgement {
+    /// The judge check's name.
+    pub check: String,
+    /// The judge candidate named by the check.
+    pub judge: String,
+    /// The rubric's SHA-256.
+    pub rubric_sha256: String,
+    /// The model that answered as judge (a runner fills it), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_model: Option<String>,
+    /// The judge's raw output; absent when no judge answered.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_output: Option<String>,
+    /// The verdict read from the judge's output: `pass`, `fail`, or `unscored` (no output, or
+    /// neither PASS nor FAIL in it). The check's own result carries the reason.
+    pub verdict: Outcome,
+    /// Advisory or may disqualify, and why.
+    pub gate: JudgeGate,
+}
+
+/// One judge check across the cases of a result set, for the table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeCheckSummary {
+    /// The judge check's name.
+    pub check: String,
+    /// The judge candidate.
+    pub judge: String,
+    /// The rubric's SHA-256.
+    pub rubric_sha256: String,
+    /// Cases judged PASS.
+    pub passed: u64,
+    /// Cases judged FAIL.
+    pub failed: u64,
+    /// Cases left unscored (no judge, no output, or no verdict in it).
+    pub unscored: u64,
+    /// Advisory or may disqualify (as on the cases; the most cautious when they differ).
+    pub gate: JudgeGate,
 }
 
 /// One row of the per-category table.
@@ -129,6 +175,9 @@ pub struct RunResults {
     pub categories: Vec<CategoryRow>,
     /// All cases.
     pub overall: CategoryRow,
+    /// Each judge check (by name, judge and rubric), with its counts and gate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub judge_checks: Vec<JudgeCheckSummary>,
 }
 
 /// Scores one case against one response (or a missing one).
@@ -145,6 +194,7 @@ pub fn score_case(case: &Case, response: Option<&Response>) -> CaseResult {
             finish_reason: None,
             tokens: None,
             latency_s: None,
+            judgements: Vec::new(),
         };
     };
     let checks: Vec<CheckResult> = case
@@ -176,7 +226,74 @@ pub fn score_case(case: &Case, response: Option<&Response>) -> CaseResult {
         finish_reason: r.finish_reason().map(|f| f.as_str().to_owned()),
         tokens: None,
         latency_s: None,
+        judgements: case
+            .checks()
+            .iter()
+            .filter_map(|c| match c.kind() {
+                CheckKind::Judge(j) => Some(judgement(j, r)),
+                _ => None,
+            })
+            .collect(),
     }
+}
+
+/// The audit entry of judge check `j` on response `r`, advisory until [`RunResults::regate`]
+/// (or a runner) applies calibrations.
+fn judgement(j: &JudgeCheck, r: &Response) -> Judgement {
+    let output = r.judgement(j.name());
+    Judgement {
+        check: j.name().to_owned(),
+        judge: j.judge().to_owned(),
+        rubric_sha256: j.rubric_sha256().to_owned(),
+        judge_model: None,
+        judge_output: output.map(str::to_owned),
+        verdict: match output.map(parse_verdict) {
+            Some(Some(true)) => Outcome::Pass,
+            Some(Some(false)) => Outcome::Fail,
+            _ => Outcome::Unscored,
+        },
+        gate: JudgeGate::advisory(format!(
+            "no calibration recorded for judge {} with rubric {}",
+            j.judge(),
+            j.rubric_sha256()
+        )),
+    }
+}
+
+fn judge_summaries(cases: &[CaseResult]) -> Vec<JudgeCheckSummary> {
+    let mut out: Vec<JudgeCheckSummary> = Vec::new();
+    for j in cases.iter().flat_map(|c| &c.judgements) {
+        let i = match out.iter().position(|s| {
+            s.check == j.check && s.judge == j.judge && s.rubric_sha256 == j.rubric_sha256
+        }) {
+            Some(i) => i,
+            None => {
+                out.push(JudgeCheckSummary {
+                    check: j.check.clone(),
+                    judge: j.judge.clone(),
+                    rubric_sha256: j.rubric_sha256.clone(),
+                    passed: 0,
+                    failed: 0,
+                    unscored: 0,
+                    gate: j.gate.clone(),
+                });
+                out.len() - 1
+            }
+        };
+        let s = &mut out[i];
+        match j.verdict {
+            Outcome::Pass => s.passed += 1,
+            Outcome::Fail => s.failed += 1,
+            Outcome::Unscored => s.unscored += 1,
+        }
+        // Cases scored under different calibrations: the summary claims no more than the weakest.
+        if j.gate.status == crate::score::judge::GateStatus::Advisory
+            && s.gate.status != crate::score::judge::GateStatus::Advisory
+        {
+            s.gate = j.gate.clone();
+        }
+    }
+    out
 }
 
 fn row(category: String, cases: &[&CaseResult]) -> CategoryRow {
@@ -217,10 +334,31 @@ impl RunResults {
                 cases: set.cases().len(),
             },
             candidate,
+            judge_checks: judge_summaries(&cases),
             cases,
             categories,
             overall,
         }
+    }
+
+    /// Sets every judge check's gate with `gate` (given the check as the set defines it) and
+    /// recomputes the judge summaries. Cases whose id is not in `set` keep their gates.
+    pub fn regate(&mut self, set: &EvalSet, gate: impl Fn(&JudgeCheck) -> JudgeGate) {
+        for c in &mut self.cases {
+            let Some(case) = set.case(&c.id) else {
+                continue;
+            };
+            for j in &mut c.judgements {
+                let check = case.checks().iter().find_map(|k| match k.kind() {
+                    CheckKind::Judge(jc) if jc.name() == j.check => Some(jc),
+                    _ => None,
+                });
+                if let Some(check) = check {
+                    j.gate = gate(check);
+                }
+            }
+        }
+        self.judge_checks = judge_summaries(&self.cases);
     }
 
     /// Parses a results document; `file` names it in errors.
@@ -297,6 +435,22 @@ impl RunResults {
             out.push_str(&format!(
                 "{missing} case(s) had no output and count as failed\n"
             ));
+        }
+        if !self.judge_checks.is_empty() {
+            out.push_str("\njudge checks (an advisory check may not drive a disqualifier):\n");
+            for j in &self.judge_checks {
+                out.push_str(&format!(
+                    "  {} (judge {}, rubric {}): {} pass, {} fail, {} unscored; {}: {}\n",
+                    j.check,
+                    j.judge,
+                    &j.rubric_sha256[..j.rubric_sha256.len().min(12)],
+                    j.passed,
+                    j.failed,
+                    j.unscored,
+                    j.gate.label(),
+                    j.gate.reason
+                ));
+            }
         }
         out
     }
@@ -570,6 +724,50 @@ cases:
         assert_eq!(r.overall.pass_rate.passed, 1);
         assert_eq!(r.failed(), 2);
         assert!(r.table().contains("count as failed"));
+        let back = RunResults::from_json("r.json", &serde_json::to_string(&r).unwrap()).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn judge_checks_are_audited_and_gated_in_results() {
+        use crate::score::judge::{GateStatus, JudgeGate};
+        let set = EvalSet::from_yaml("t.yaml", SET).unwrap();
+        let outs = parse_outputs(
+            "o.jsonl",
+            "{\"id\":\"d\",\"output\":\"hm\",\"judgements\":{\"judge\":\"Rude.\\nFAIL\"}}\n",
+        )
+        .unwrap();
+        let mut r = score_outputs(&set, "o.jsonl", &outs).unwrap();
+        let d = r.cases.iter().find(|c| c.id == "d").unwrap();
+        assert_eq!(d.outcome, CaseOutcome::Fail);
+        assert_eq!(d.judgements.len(), 1);
+        assert_eq!(d.judgements[0].judge_output.as_deref(), Some("Rude.\nFAIL"));
+        assert_eq!(d.judgements[0].verdict, Outcome::Fail);
+        assert_eq!(d.judgements[0].gate.status, GateStatus::Advisory);
+        assert_eq!(r.judge_checks.len(), 1);
+        assert_eq!(r.judge_checks[0].failed, 1);
+        assert!(
+            r.table().contains("judge (judge j, rubric"),
+            "{}",
+            r.table()
+        );
+        assert!(
+            r.table().contains("advisory: no calibration"),
+            "{}",
+            r.table()
+        );
+        r.regate(&set, |_| JudgeGate {
+            status: GateStatus::MayDisqualify,
+            reason: "calibrated".into(),
+            items: Some(30),
+            kappa: Some(0.8),
+        });
+        assert_eq!(r.judge_checks[0].gate.status, GateStatus::MayDisqualify);
+        assert!(
+            r.table().contains("may disqualify: calibrated"),
+            "{}",
+            r.table()
+        );
         let back = RunResults::from_json("r.json", &serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
     }

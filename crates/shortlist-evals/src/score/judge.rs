@@ -64,6 +64,16 @@ impl JudgeCheck {
         })
     }
 
+    /// The check's name (judge outputs are supplied under it).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The rubric, verbatim.
+    pub fn rubric(&self) -> &str {
+        &self.rubric
+    }
+
     /// The judge candidate's name.
     pub fn judge(&self) -> &str {
         &self.judge
@@ -122,6 +132,48 @@ pub struct CalibrationLabel {
     pub human: bool,
     /// The judge verdict (true = pass).
     pub judge: bool,
+    /// The reply that was judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The judge's raw output, kept so a reader can audit the verdict.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_output: Option<String>,
+}
+
+/// A labelled item on which the judge gave neither PASS nor FAIL. Such items are kept out of κ
+/// (an undecided judge leaves a check unscored, never passed) but recorded, so a reader sees how
+/// often the judge failed to decide.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UndecidedLabel {
+    /// The case (or item) id.
+    pub case: String,
+    /// The human verdict (true = pass).
+    pub human: bool,
+    /// The reply that was judged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
+    /// The judge's raw output.
+    pub judge_output: String,
+}
+
+/// What a calibration shows, written beside the labels for readers. It is derived: the gate
+/// ([`may_disqualify`]) always recomputes from `labels` and never trusts these numbers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CalibrationSummary {
+    /// Items where the judge decided (the κ population).
+    pub items: usize,
+    /// Items where the judge gave neither PASS nor FAIL.
+    pub undecided: usize,
+    /// Fraction of decided items where judge and human agree.
+    pub agreement: f64,
+    /// Cohen's κ over the decided items.
+    pub kappa: f64,
+    /// The bar applied.
+    pub min_items: usize,
+    /// The bar applied.
+    pub min_kappa: f64,
+    /// Whether the bar is met, so the judge's verdicts may drive a disqualifier.
+    pub meets_gate: bool,
 }
 
 /// The record of a judge's agreement with human labels on a calibration set
@@ -134,8 +186,18 @@ pub struct JudgeCalibration {
     pub judge: String,
     /// The rubric's SHA-256.
     pub rubric_sha256: String,
-    /// The labelled items.
+    /// The model that acted as judge when the labels were judged (a GGUF model's name or an
+    /// endpoint's `URL#MODEL`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub judge_model: Option<String>,
+    /// The labelled items the judge decided.
     pub labels: Vec<CalibrationLabel>,
+    /// The labelled items the judge did not decide.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub undecided: Vec<UndecidedLabel>,
+    /// Agreement, κ and the gate, for readers (see [`CalibrationSummary`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<CalibrationSummary>,
 }
 
 /// The calibration record's format tag.
@@ -160,7 +222,7 @@ impl JudgeCalibration {
                 expected: CALIBRATION_FORMAT.into(),
             });
         }
-        if rec.labels.is_empty() {
+        if rec.labels.is_empty() && rec.undecided.is_empty() {
             return Err(crate::error::EvalError::invalid(
                 file,
                 0,
@@ -169,6 +231,59 @@ impl JudgeCalibration {
             ));
         }
         Ok(rec)
+    }
+
+    /// A calibration from judged items: `(case, reply judged, human verdict, judge's raw output)`.
+    /// The verdict is read from the judge's output as in scoring; items with neither PASS nor FAIL
+    /// go to `undecided`. The summary is filled against `policy`.
+    pub fn from_judged(
+        check: &JudgeCheck,
+        judge_model: Option<String>,
+        items: Vec<(String, String, bool, String)>,
+        policy: GatePolicy,
+    ) -> Self {
+        let mut rec = Self {
+            format: CALIBRATION_FORMAT.to_owned(),
+            judge: check.judge.clone(),
+            rubric_sha256: check.rubric_sha256.clone(),
+            judge_model,
+            labels: Vec::new(),
+            undecided: Vec::new(),
+            summary: None,
+        };
+        for (case, output, human, judge_output) in items {
+            match parse_verdict(&judge_output) {
+                Some(judge) => rec.labels.push(CalibrationLabel {
+                    case,
+                    human,
+                    judge,
+                    output: Some(output),
+                    judge_output: Some(judge_output),
+                }),
+                None => rec.undecided.push(UndecidedLabel {
+                    case,
+                    human,
+                    output: Some(output),
+                    judge_output,
+                }),
+            }
+        }
+        rec.summary = Some(rec.summarize(policy));
+        rec
+    }
+
+    /// Agreement, κ and whether `policy` is met, computed from the labels.
+    pub fn summarize(&self, policy: GatePolicy) -> CalibrationSummary {
+        let kappa = self.kappa();
+        CalibrationSummary {
+            items: self.labels.len(),
+            undecided: self.undecided.len(),
+            agreement: self.agreement(),
+            kappa,
+            min_items: policy.min_items,
+            min_kappa: policy.min_kappa,
+            meets_gate: self.labels.len() >= policy.min_items && kappa >= policy.min_kappa,
+        }
     }
 
     /// The fraction of items where judge and human agree.
@@ -251,6 +366,224 @@ pub fn may_disqualify<'a>(
         })
 }
 
+/// Whether a judge check's verdicts may drive a disqualifier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum GateStatus {
+    /// Reported, but no disqualifier may rest on it.
+    Advisory,
+    /// A calibration on record meets the bar.
+    MayDisqualify,
+}
+
+/// A judge check's standing under the [`GatePolicy`], with the reason, for results and tables.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JudgeGate {
+    /// Advisory or may disqualify.
+    pub status: GateStatus,
+    /// Why, in words.
+    pub reason: String,
+    /// Items of the qualifying calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<usize>,
+    /// κ of the qualifying calibration.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kappa: Option<f64>,
+}
+
+impl JudgeGate {
+    /// Advisory, for `reason`.
+    pub fn advisory(reason: impl Into<String>) -> Self {
+        Self {
+            status: GateStatus::Advisory,
+            reason: reason.into(),
+            items: None,
+            kappa: None,
+        }
+    }
+
+    /// The gate of `check` given the calibration records on file ([`may_disqualify`]).
+    pub fn of(check: &JudgeCheck, records: &[JudgeCalibration], policy: GatePolicy) -> Self {
+        match may_disqualify(check, records, policy) {
+            Ok(r) => Self {
+                status: GateStatus::MayDisqualify,
+                reason: format!(
+                    "calibrated: κ = {:.2} on {} human-labelled items (bar: ≥ {} items, κ ≥ {})",
+                    r.kappa(),
+                    r.labels.len(),
+                    policy.min_items,
+                    policy.min_kappa
+                ),
+                items: Some(r.labels.len()),
+                kappa: Some(r.kappa()),
+            },
+            Err(why) => Self::advisory(why),
+        }
+    }
+
+    /// `advisory` or `may disqualify`.
+    pub fn label(&self) -> &'static str {
+        match self.status {
+            GateStatus::Advisory => "advisory",
+            GateStatus::MayDisqualify => "may disqualify",
+        }
+    }
+}
+
+/// A human's verdict in a labels file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+enum HumanVerdict {
+    Pass,
+    Fail,
+}
+
+/// One line of a labels file (`*.labels.jsonl`), on the wire.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WireLabel {
+    id: String,
+    output: String,
+    human: HumanVerdict,
+    #[serde(default)]
+    check: Option<String>,
+}
+
+/// One human-labelled reply: a case of the set, the reply a person judged, and their verdict.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HumanLabel {
+    /// The case id.
+    pub id: String,
+    /// The reply judged.
+    pub output: String,
+    /// The human verdict (true = pass).
+    pub human: bool,
+    /// The judge check meant, when the case has several.
+    pub check: Option<String>,
+    /// The line in the labels file.
+    pub line: usize,
+}
+
+/// Parses a labels file: one JSON object per line, `{"id", "output", "human": "pass"|"fail"}`
+/// with an optional `"check"` (the judge check's name). Blank lines are skipped. The same case
+/// may appear on several lines, with different replies.
+pub fn parse_labels(file: &str, text: &str) -> Result<Vec<HumanLabel>, crate::error::EvalError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let lineno = i + 1;
+        if line.trim().is_empty() {
+            continue;
+        }
+        let mut de = serde_json::Deserializer::from_str(line);
+        let wire: WireLabel = serde_path_to_error::deserialize(&mut de)
+            .map_err(|e| crate::error::EvalError::from_json_line(file, lineno, &e))?;
+        out.push(HumanLabel {
+            id: wire.id,
+            output: wire.output,
+            human: wire.human == HumanVerdict::Pass,
+            check: wire.check,
+            line: lineno,
+        });
+    }
+    if out.is_empty() {
+        return Err(crate::error::EvalError::invalid(
+            file,
+            0,
+            "",
+            "no labelled items (one JSON object per line: id, output, human)",
+        ));
+    }
+    Ok(out)
+}
+
+/// Finds, for every label, the case and its judge check judged by `judge`, and checks that all
+/// labels share one rubric (a calibration covers one judge and one rubric). Errors name the
+/// labels file's line and field.
+pub fn calibration_items<'a>(
+    set: &'a crate::set::EvalSet,
+    file: &str,
+    labels: &[HumanLabel],
+    judge: &str,
+) -> Result<(JudgeCheck, Vec<&'a crate::set::Case>), crate::error::EvalError> {
+    use crate::error::EvalError;
+    use crate::set::CheckKind;
+    let mut first: Option<(JudgeCheck, usize)> = None;
+    let mut cases = Vec::with_capacity(labels.len());
+    for l in labels {
+        let case = set.case(&l.id).ok_or_else(|| {
+            EvalError::invalid(
+                file,
+                l.line,
+                "id",
+                format!("no case {:?} in eval set {}", l.id, set.name()),
+            )
+        })?;
+        let mine: Vec<&JudgeCheck> = case
+            .checks()
+            .iter()
+            .filter_map(|c| match c.kind() {
+                CheckKind::Judge(j) if j.judge() == judge => Some(j),
+                _ => None,
+            })
+            .filter(|j| l.check.as_deref().is_none_or(|n| n == j.name()))
+            .collect();
+        let check = match (mine.as_slice(), &l.check) {
+            ([one], _) => (*one).clone(),
+            ([], Some(name)) => {
+                return Err(EvalError::invalid(
+                    file,
+                    l.line,
+                    "check",
+                    format!(
+                        "case {:?} has no judge check named {name:?} judged by `{judge}`",
+                        l.id
+                    ),
+                ));
+            }
+            ([], None) => {
+                return Err(EvalError::invalid(
+                    file,
+                    l.line,
+                    "id",
+                    format!("case {:?} has no judge check judged by `{judge}`", l.id),
+                ));
+            }
+            (many, _) => {
+                return Err(EvalError::invalid(
+                    file,
+                    l.line,
+                    "check",
+                    format!(
+                        "case {:?} has {} judge checks judged by `{judge}`; name one with \"check\"",
+                        l.id,
+                        many.len()
+                    ),
+                ));
+            }
+        };
+        match &first {
+            None => first = Some((check, l.line)),
+            Some((f, line)) if f.rubric_sha256 != check.rubric_sha256 => {
+                return Err(EvalError::invalid(
+                    file,
+                    l.line,
+                    "id",
+                    format!(
+                        "case {:?}'s rubric (sha256 {}) differs from the one on line {line} ({}); a calibration covers one rubric: split the labels",
+                        l.id,
+                        &check.rubric_sha256[..12],
+                        &f.rubric_sha256[..12]
+                    ),
+                ));
+            }
+            Some(_) => {}
+        }
+        cases.push(case);
+    }
+    let (check, _) = first.ok_or_else(|| EvalError::invalid(file, 0, "", "no labelled items"))?;
+    Ok((check, cases))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,8 +648,13 @@ mod tests {
                     case: format!("c{i}"),
                     human: *h,
                     judge: *j,
+                    output: None,
+                    judge_output: None,
                 })
                 .collect(),
+            judge_model: None,
+            undecided: Vec::new(),
+            summary: None,
         }
     }
 
@@ -365,5 +703,108 @@ mod tests {
         assert!(may_disqualify(&c, &[calib(&good, &c)], GatePolicy::default()).is_ok());
         let other = JudgeCheck::new("tone", "big-model", "Different rubric.", None).unwrap();
         assert!(may_disqualify(&other, &[calib(&good, &c)], GatePolicy::default()).is_err());
+    }
+
+    const SET: &str = r#"
+format: shortlist.evalset.v1
+name: j
+cases:
+  - id: a
+    category: ordinary
+    input: q
+    checks: [{type: judge, name: tone, judge: big, rubric: "Be polite."}]
+  - id: b
+    category: ordinary
+    input: q
+    checks:
+      - {type: judge, name: tone, judge: big, rubric: "Be polite."}
+      - {type: judge, name: tone2, judge: big, rubric: "Be brief."}
+  - id: c
+    category: ordinary
+    input: q
+    checks: [{type: judge, name: tone, judge: big, rubric: "Be brief."}]
+"#;
+
+    #[test]
+    fn labels_resolve_to_one_judge_and_rubric() {
+        let set = crate::set::EvalSet::from_yaml("j.yaml", SET).unwrap();
+        let labels = parse_labels(
+            "l.jsonl",
+            "{\"id\": \"a\", \"output\": \"Hi.\", \"human\": \"pass\"}\n\n\
+             {\"id\": \"b\", \"output\": \"Go away.\", \"human\": \"fail\", \"check\": \"tone\"}\n",
+        )
+        .unwrap();
+        assert_eq!(labels.len(), 2);
+        assert_eq!((labels[1].line, labels[1].human), (3, false));
+        let (check, cases) = calibration_items(&set, "l.jsonl", &labels, "big").unwrap();
+        assert_eq!(check.name(), "tone");
+        assert_eq!(cases.len(), 2);
+
+        let e = parse_labels(
+            "l.jsonl",
+            "{\"id\": \"a\", \"output\": \"x\", \"human\": \"yes\"}",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("l.jsonl:1: field `human`"), "{e}");
+        assert!(parse_labels("l.jsonl", "\n").is_err());
+        let bad = |line: &str| {
+            let labels = parse_labels("l.jsonl", line).unwrap();
+            calibration_items(&set, "l.jsonl", &labels, "big")
+                .unwrap_err()
+                .to_string()
+        };
+        let e = bad("{\"id\": \"zz\", \"output\": \"x\", \"human\": \"pass\"}");
+        assert!(
+            e.contains("l.jsonl:1: field `id`") && e.contains("no case"),
+            "{e}"
+        );
+        let e = bad("{\"id\": \"b\", \"output\": \"x\", \"human\": \"pass\"}");
+        assert!(e.contains("2 judge checks"), "{e}");
+        let e = bad("{\"id\": \"a\", \"output\": \"x\", \"human\": \"pass\", \"check\": \"nope\"}");
+        assert!(e.contains("no judge check named"), "{e}");
+        let e = bad(
+            "{\"id\": \"a\", \"output\": \"x\", \"human\": \"pass\"}\n{\"id\": \"c\", \"output\": \"x\", \"human\": \"pass\"}",
+        );
+        assert!(e.contains("l.jsonl:2") && e.contains("one rubric"), "{e}");
+        let labels = parse_labels(
+            "l.jsonl",
+            "{\"id\": \"a\", \"output\": \"x\", \"human\": \"pass\"}",
+        )
+        .unwrap();
+        let e = calibration_items(&set, "l.jsonl", &labels, "small")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("no judge check judged by `small`"), "{e}");
+    }
+
+    #[test]
+    fn a_calibration_from_judged_items_keeps_undecided_ones_out_of_kappa() {
+        let c = check();
+        let items = vec![
+            (
+                "a".to_owned(),
+                "r1".to_owned(),
+                true,
+                "fine\nPASS".to_owned(),
+            ),
+            ("b".to_owned(), "r2".to_owned(), false, "FAIL".to_owned()),
+            ("c".to_owned(), "r3".to_owned(), false, "hmm".to_owned()),
+        ];
+        let rec = JudgeCalibration::from_judged(&c, Some("m".into()), items, GatePolicy::default());
+        assert_eq!(rec.labels.len(), 2);
+        assert_eq!(rec.undecided.len(), 1);
+        assert_eq!(rec.undecided[0].judge_output, "hmm");
+        let s = rec.summary.clone().unwrap();
+        assert_eq!(
+            (s.items, s.undecided, s.agreement, s.kappa),
+            (2, 1, 1.0, 1.0)
+        );
+        assert!(!s.meets_gate, "2 items are below the 20-item bar");
+        let text = serde_json::to_string(&rec).unwrap();
+        assert_eq!(JudgeCalibration::from_json("c.json", &text).unwrap(), rec);
+        let gate = JudgeGate::of(&c, &[rec], GatePolicy::default());
+        assert_eq!(gate.status, GateStatus::Advisory);
+        assert_eq!(gate.label(), "advisory");
     }
 }
