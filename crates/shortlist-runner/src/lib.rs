@@ -7,7 +7,9 @@
 //! - [`prompt::ChatRequest`] is one eval case as a chat request; models without a tool API get the
 //!   tools in the system prompt ([`prompt::TOOL_INSTRUCTIONS`]) and their calls parsed back.
 //! - [`quality::run_quality`] answers every case not yet in a [`quality::Progress`] file and
-//!   scores the set into `shortlist_evals::results::RunResults`.
+//!   scores the set into `shortlist_evals::results::RunResults`; the eval set's judge checks are
+//!   asked of the [`judge::Judges`] given (other candidates) through
+//!   [`judge::score_with_judges`].
 //! - [`identity::read_gguf`] reads what a GGUF file says about itself (identity, weights bytes,
 //!   KV layout) without loading weights.
 //! - [`study::StudyRunner`] drives a study over the store: create, lock, verify, show, queue its
@@ -23,6 +25,7 @@
 pub mod candidate;
 pub mod error;
 pub mod identity;
+pub mod judge;
 pub mod load;
 pub mod prompt;
 pub mod quality;

@@ -3,7 +3,8 @@
 //! Each finished case is appended to a progress file (JSON lines, flushed and synced) before the
 //! next one starts, so a killed run loses at most the case in flight; restarting with the same
 //! progress file skips every case already there. The file's first line pins the eval set version,
-//! the candidate and the decoding, and a resume with different ones is refused.
+//! the candidate, the decoding and the judges, and a resume with different ones is refused. Judge
+//! checks are asked of the run's judges case by case ([`crate::judge::score_with_judges`]).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -11,11 +12,12 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use shortlist_evals::results::{CaseResult, RunResults, score_case};
+use shortlist_evals::results::{CaseResult, RunResults};
 use shortlist_evals::{EvalSet, FinishReason, Response};
 
 use crate::candidate::{Decoding, Generator};
 use crate::error::RunError;
+use crate::judge::{Judges, score_with_judges};
 use crate::prompt::ChatRequest;
 
 const PROGRESS_FORMAT: &str = "shortlist.quality-progress.v1";
@@ -28,6 +30,10 @@ struct ProgressHeader {
     evalset_sha256: String,
     candidate: String,
     decoding: String,
+    /// `name=model` of each judge and how judges decode; absent when the run has no judges, so
+    /// progress files of runs without judges read as before.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    judges: Vec<String>,
 }
 
 /// Where a run keeps its finished cases.
@@ -39,12 +45,24 @@ pub struct Progress {
 }
 
 impl Progress {
-    /// Open (or create) the progress file for this set, candidate and decoding.
+    /// Open (or create) the progress file for this set, candidate and decoding (a run without
+    /// judges).
     pub fn open(
         path: &Path,
         set: &EvalSet,
         candidate: &str,
         decoding: &Decoding,
+    ) -> Result<Progress, RunError> {
+        Self::open_judged(path, set, candidate, decoding, &Judges::default())
+    }
+
+    /// Open (or create) the progress file for this set, candidate, decoding and judges.
+    pub fn open_judged(
+        path: &Path,
+        set: &EvalSet,
+        candidate: &str,
+        decoding: &Decoding,
+        judges: &Judges,
     ) -> Result<Progress, RunError> {
         let err = |why: String| RunError::Progress {
             path: path.to_path_buf(),
@@ -56,6 +74,13 @@ impl Progress {
             evalset_sha256: set.sha256().to_owned(),
             candidate: candidate.to_owned(),
             decoding: decoding.describe(),
+            judges: if judges.is_empty() {
+                Vec::new()
+            } else {
+                let mut j = judges.describe();
+                j.push(format!("judges: {}", judges.decoding().describe()));
+                j
+            },
         };
         let mut done = HashMap::new();
         let exists = path.exists()
@@ -71,15 +96,17 @@ impl Progress {
                         .map_err(|e| err(format!("line 1: not a progress header: {e}")))?;
                     if found != header {
                         return Err(err(format!(
-                            "belongs to another run ({} v{} with {}, {}); this run is {} v{} with {}, {}: use another progress file",
+                            "belongs to another run ({} v{} with {}, {}, judges [{}]); this run is {} v{} with {}, {}, judges [{}]: use another progress file",
                             found.evalset,
                             &found.evalset_sha256[..12.min(found.evalset_sha256.len())],
                             found.candidate,
                             found.decoding,
+                            found.judges.join(", "),
                             header.evalset,
                             &header.evalset_sha256[..12],
                             header.candidate,
-                            header.decoding
+                            header.decoding,
+                            header.judges.join(", ")
                         )));
                     }
                     continue;
@@ -148,7 +175,8 @@ pub struct Tick<'a> {
     pub resumed: bool,
 }
 
-/// Run every case not yet in `progress`, then score the whole set.
+/// Run every case not yet in `progress`, then score the whole set (without judges: judge checks
+/// stay unscored).
 pub fn run_quality(
     set: &EvalSet,
     generator: &mut dyn Generator,
@@ -156,15 +184,25 @@ pub fn run_quality(
     progress: &mut Progress,
     on_case: impl FnMut(Tick<'_>),
 ) -> Result<RunResults, RunError> {
-    run_quality_on(set, &|_| true, generator, decoding, progress, on_case)
+    run_quality_on(
+        set,
+        &|_| true,
+        generator,
+        &mut Judges::default(),
+        decoding,
+        progress,
+        on_case,
+    )
 }
 
-/// Like [`run_quality`], over the cases `select` keeps (by position in the set); the results hold
-/// only those cases, and their table says how many.
+/// Like [`run_quality`], over the cases `select` keeps (by position in the set), with `judges`
+/// asked for the judge checks; the results hold only the selected cases, and their table says how
+/// many. Every case's judge gates, resumed ones included, are decided by `judges`' calibrations.
 pub fn run_quality_on(
     set: &EvalSet,
     select: &dyn Fn(usize) -> bool,
     generator: &mut dyn Generator,
+    judges: &mut Judges,
     decoding: &Decoding,
     progress: &mut Progress,
     mut on_case: impl FnMut(Tick<'_>),
@@ -193,7 +231,7 @@ pub fn run_quality_on(
         let generated = generator.generate(&request, decoding)?;
         let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
         let response = Response::new(generated.text, generated.tool_calls, finish);
-        let mut result = score_case(case, Some(&response));
+        let mut result = score_with_judges(case, &response, judges)?;
         if let Some(reason) = &generated.finish_reason {
             result.finish_reason = Some(reason.clone());
         }
@@ -208,7 +246,9 @@ pub fn run_quality_on(
         });
         results.push(result);
     }
-    Ok(RunResults::new(set, Some(generator.name()), results))
+    let mut results = RunResults::new(set, Some(generator.name()), results);
+    judges.regate(&mut results, set);
+    Ok(results)
 }
 
 #[cfg(test)]

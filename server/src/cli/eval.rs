@@ -14,6 +14,7 @@ use serde_json::json;
 use shortlist_evals::import::{self, Imported};
 use shortlist_evals::response::parse_outputs;
 use shortlist_evals::results::{RunResults, compare, score_outputs};
+use shortlist_evals::score::judge::{GatePolicy, JudgeGate};
 use shortlist_evals::set::EvalSet;
 
 use super::Outcome;
@@ -31,8 +32,11 @@ pub enum Command {
     /// Compare two result sets on their shared cases (exact McNemar, per category).
     Compare(CompareArgs),
     /// Run one candidate (a GGUF model on the local engine, or an OpenAI-compatible endpoint) over
-    /// an eval set; resumable case by case.
+    /// an eval set; resumable case by case; judge checks asked of the --judge candidates.
     Run(super::quality::RunArgs),
+    /// Run a judge over human-labelled replies and record its agreement and Cohen's κ
+    /// (shortlist.judge-calibration.v1); exit 1 when the bar for driving disqualifiers is not met.
+    CalibrateJudge(super::quality::CalibrateArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -106,6 +110,11 @@ pub struct ScoreArgs {
     /// tool calls (for models without native tool calling); lines with `tool_calls` are unchanged.
     #[arg(long)]
     text_tool_calls: bool,
+    /// A judge calibration record (shortlist.judge-calibration.v1). Repeatable. A judge check may
+    /// drive a disqualifier only with a calibration that meets the bar for its judge and rubric;
+    /// otherwise it is advisory.
+    #[arg(long = "judge-calibration", value_name = "FILE")]
+    judge_calibrations: Vec<PathBuf>,
     /// Also write the results document (shortlist.eval-results.v1) here.
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
@@ -131,6 +140,7 @@ pub fn run(cmd: Command) -> anyhow::Result<Outcome> {
         Command::Score(a) => run_score(a),
         Command::Compare(a) => run_compare(a),
         Command::Run(a) => super::quality::run(a),
+        Command::CalibrateJudge(a) => super::quality::calibrate_judge(a),
     }
 }
 
@@ -277,7 +287,11 @@ fn run_score(a: ScoreArgs) -> anyhow::Result<Outcome> {
             .map(|(id, line, r)| (id, line, r.with_text_tool_calls()))
             .collect();
     }
+    let calibrations = super::quality::load_calibrations(&a.judge_calibrations)?;
     let mut results = score_outputs(&set, &file, &outputs)?;
+    results.regate(&set, |check| {
+        JudgeGate::of(check, &calibrations, GatePolicy::default())
+    });
     results.candidate = a.candidate;
     if let Some(path) = &a.output {
         let text = serde_json::to_string_pretty(&results)?;

@@ -1,11 +1,18 @@
-//! `shortlist eval run`: one candidate over one eval set, resumable case by case.
+//! `shortlist eval run`: one candidate over one eval set, resumable case by case, with LLM judges
+//! for the judge checks; `shortlist eval calibrate-judge`: a judge against human labels.
 
-use std::path::PathBuf;
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context as _;
 use shortlist_evals::EvalSet;
+use shortlist_evals::score::judge::{
+    GatePolicy, JudgeCalibration, calibration_items, parse_labels,
+};
+use shortlist_evals::set::CheckKind;
 use shortlist_runner::candidate::{CandidateSpec, Decoding, open};
+use shortlist_runner::judge::{JUDGE_MAX_TOKENS, Judges, calibrate, parse_judge_arg};
 use shortlist_runner::quality::{Progress, run_quality_on};
 
 use super::Outcome;
@@ -39,9 +46,103 @@ pub(crate) struct RunArgs {
     /// Run only every K-th case (the 1st, (K+1)-th, …): a quick spread over the set's categories.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     every: Option<u64>,
+    /// A judge for the set's judge checks: NAME (as the checks' `judge:` says) = SOURCE (as
+    /// --candidate takes it). Repeatable. Checks whose judge is not given stay unscored.
+    #[arg(long = "judge", value_name = "NAME=SOURCE")]
+    judges: Vec<String>,
+    /// Most tokens a judge generates per verdict (greedy).
+    #[arg(long, default_value_t = JUDGE_MAX_TOKENS)]
+    judge_max_tokens: usize,
+    /// A judge calibration record (shortlist.judge-calibration.v1, from `eval calibrate-judge`).
+    /// Repeatable. A judge check may drive a disqualifier only with a calibration that meets the
+    /// bar (≥ 20 items, κ ≥ 0.6) for its judge, rubric and model; otherwise it is advisory.
+    #[arg(long = "judge-calibration", value_name = "FILE")]
+    judge_calibrations: Vec<PathBuf>,
     /// Print the results as one JSON document.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CalibrateArgs {
+    /// The eval set (YAML) whose judge checks the labels refer to.
+    #[arg(long)]
+    evalset: PathBuf,
+    /// Human labels (JSON Lines): `{"id": CASE, "output": REPLY, "human": "pass"|"fail"}`, with
+    /// `"check": NAME` when the case has several judge checks for this judge.
+    #[arg(long)]
+    labels: PathBuf,
+    /// The judge: NAME (as the checks' `judge:` says) = SOURCE (as --candidate takes it).
+    #[arg(long, value_name = "NAME=SOURCE")]
+    judge: String,
+    /// Most tokens the judge generates per verdict (greedy).
+    #[arg(long, default_value_t = JUDGE_MAX_TOKENS)]
+    max_tokens: usize,
+    /// Where to write the calibration record (shortlist.judge-calibration.v1).
+    #[arg(long, short = 'o')]
+    output: PathBuf,
+    /// Print the calibration record as one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Reads calibration records, each checked for its format.
+pub(crate) fn load_calibrations(paths: &[PathBuf]) -> anyhow::Result<Vec<JudgeCalibration>> {
+    paths
+        .iter()
+        .map(|p| {
+            let text = read_text(p)?;
+            Ok(JudgeCalibration::from_json(
+                &p.display().to_string(),
+                &text,
+            )?)
+        })
+        .collect()
+}
+
+/// The judge names the set's judge checks use.
+fn judge_names(set: &EvalSet) -> BTreeSet<String> {
+    set.cases()
+        .iter()
+        .flat_map(|c| c.checks())
+        .filter_map(|k| match k.kind() {
+            CheckKind::Judge(j) => Some(j.judge().to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn open_judges(set: &EvalSet, args: &[String], source: &str) -> anyhow::Result<Judges> {
+    let wanted = judge_names(set);
+    let mut judges = Judges::default();
+    for arg in args {
+        let (name, spec) = parse_judge_arg(arg)?;
+        if judges.contains(&name) {
+            anyhow::bail!("--judge {arg}: judge `{name}` is given twice");
+        }
+        if !wanted.contains(&name) {
+            eprintln!(
+                "warning: --judge {name}: no judge check in {source} names judge `{name}` (they name: {})",
+                wanted.iter().cloned().collect::<Vec<_>>().join(", ")
+            );
+        }
+        let loading = Instant::now();
+        let generator = open(&spec).with_context(|| format!("opening judge {arg}"))?;
+        eprintln!(
+            "judge {name} = {} ready in {:.1} s",
+            generator.name(),
+            loading.elapsed().as_secs_f64()
+        );
+        judges.insert(name, generator);
+    }
+    for name in &wanted {
+        if !judges.contains(name) {
+            eprintln!(
+                "warning: {source} has judge checks judged by `{name}`, and no --judge {name}=SOURCE was given: they stay unscored"
+            );
+        }
+    }
+    Ok(judges)
 }
 
 pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
@@ -59,6 +160,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         Some(out) => out.with_extension("progress.jsonl"),
         None => PathBuf::from("eval-run.progress.jsonl"),
     });
+    let calibrations = load_calibrations(&a.judge_calibrations)?;
     let loading = Instant::now();
     let mut generator =
         open(&spec).with_context(|| format!("opening candidate {}", a.candidate))?;
@@ -67,7 +169,11 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         generator.name(),
         loading.elapsed().as_secs_f64()
     );
-    let mut progress = Progress::open(&progress_path, &set, &generator.name(), &decoding)?;
+    let mut judges = open_judges(&set, &a.judges, &source)?
+        .with_calibrations(calibrations, GatePolicy::default())
+        .with_max_tokens(a.judge_max_tokens);
+    let mut progress =
+        Progress::open_judged(&progress_path, &set, &generator.name(), &decoding, &judges)?;
     if progress.done() > 0 {
         eprintln!(
             "resuming: {} of {} cases already done in {}",
@@ -93,6 +199,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         &set,
         &|i| i % every == 0,
         generator.as_mut(),
+        &mut judges,
         &decoding,
         &mut progress,
         |tick| {
@@ -130,4 +237,85 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     } else {
         Outcome::CheckFailed
     })
+}
+
+pub(crate) fn calibrate_judge(a: CalibrateArgs) -> anyhow::Result<Outcome> {
+    let source = a.evalset.display().to_string();
+    let set = EvalSet::from_yaml(&source, &read_text(&a.evalset)?)?;
+    let labels_file = a.labels.display().to_string();
+    let labels = parse_labels(&labels_file, &read_text(&a.labels)?)?;
+    let (name, spec) = parse_judge_arg(&a.judge)?;
+    let (check, cases) = calibration_items(&set, &labels_file, &labels, &name)?;
+    let items: Vec<(&shortlist_evals::Case, &str, bool)> = cases
+        .iter()
+        .zip(&labels)
+        .map(|(case, l)| (*case, l.output.as_str(), l.human))
+        .collect();
+    let loading = Instant::now();
+    let mut judge = open(&spec).with_context(|| format!("opening judge {}", a.judge))?;
+    eprintln!(
+        "judge {name} = {} ready in {:.1} s; {} labelled replies, rubric {}",
+        judge.name(),
+        loading.elapsed().as_secs_f64(),
+        items.len(),
+        &check.rubric_sha256()[..12]
+    );
+    let bar = indicatif::ProgressBar::new(items.len() as u64);
+    let policy = GatePolicy::default();
+    let record = calibrate(
+        &check,
+        &items,
+        judge.as_mut(),
+        a.max_tokens,
+        policy,
+        |done, _| bar.set_position(done as u64),
+    )?;
+    bar.finish_and_clear();
+    write_json(&a.output, &record)?;
+    let summary = record.summarize(policy);
+    if a.json {
+        print_json(&record)?;
+    } else {
+        println!(
+            "judge {} ({}), check {}, rubric {}",
+            record.judge,
+            record.judge_model.as_deref().unwrap_or("?"),
+            check.name(),
+            &record.rubric_sha256[..12]
+        );
+        println!(
+            "{} labelled replies: {} decided by the judge, {} with neither PASS nor FAIL (left out of κ)",
+            items.len(),
+            summary.items,
+            summary.undecided
+        );
+        let agreed = record.labels.iter().filter(|l| l.human == l.judge).count();
+        println!(
+            "agreement {:.1}% ({agreed}/{}), Cohen's κ {:.2}",
+            100.0 * summary.agreement,
+            summary.items,
+            summary.kappa
+        );
+        println!(
+            "gate (≥ {} items, κ ≥ {}): {}",
+            summary.min_items,
+            summary.min_kappa,
+            if summary.meets_gate {
+                "met: this judge's verdicts on this rubric may drive a disqualifier"
+            } else {
+                "not met: this judge's verdicts on this rubric stay advisory"
+            }
+        );
+        println!("wrote {}", a.output.display());
+    }
+    Ok(if summary.meets_gate {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+fn write_json(path: &Path, value: &impl serde::Serialize) -> anyhow::Result<()> {
+    let text = serde_json::to_string_pretty(value)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("{}: cannot write", path.display()))
 }
