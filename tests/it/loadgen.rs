@@ -427,3 +427,128 @@ fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
     let header: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert!(header["stopped_at_s"].as_f64().is_some(), "{header}");
 }
+
+#[test]
+fn capacity_sweeps_a_real_http_target_and_keeps_each_steps_records() {
+    let mock = Mock::start(&["--tokens", "8", "--ttft-ms", "5", "--itl-ms", "1"]);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = data("loadgen/small.trace.jsonl");
+    let slo = data("loadgen/chat.slo.toml");
+    let steps = dir.path().join("steps");
+    let out = run(&[
+        "capacity",
+        "--target",
+        &mock.url,
+        "--model",
+        "mock",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--slo",
+        slo.to_str().unwrap(),
+        "--rates",
+        "10,20,40",
+        "--allow-client-bound",
+        "-o",
+        steps.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["loop"], "open loop", "{report}");
+    let rows = report["steps"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for (row, rate) in rows.iter().zip([10.0, 20.0, 40.0]) {
+        assert_eq!(row["offered_rps"], rate);
+        assert_eq!(row["scheduled"], 20, "{row}");
+        // Goodput never exceeds throughput; the mock answers everything well inside the SLO.
+        let (g, t) = (
+            row["goodput_rps"].as_f64().unwrap(),
+            row["throughput_rps"].as_f64().unwrap(),
+        );
+        assert!(g <= t + 1e-9, "{row}");
+        assert_eq!(row["qualified"], 20, "{row}");
+        // Each step's raw records are kept and read back by `analyze` to the same counts.
+        let records = row["records"].as_str().unwrap();
+        let again = json(&run(&["analyze", records, "--json"]));
+        assert_eq!(again["requests"]["qualified"], 20);
+    }
+    // 20 of 20 is not proof of 90 %: the one-sided 95 % Clopper–Pearson lower bound of 20/20 is
+    // 0.05^(1/20) ≈ 0.861, so no step may claim the target and no capacity is reported.
+    for row in rows {
+        let lb = row["attainment_lower_bound"].as_f64().unwrap();
+        assert!((lb - 0.05f64.powf(1.0 / 20.0)).abs() < 1e-6, "{row}");
+    }
+    assert!(
+        report["finding"]["max_rate_meeting_target_rps"].is_null(),
+        "{report}"
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "no capacity found is a failed check"
+    );
+    // Steps flagged client-bound (a busy host failed the self-calibration) judge nothing: the
+    // knee comes from the others only.
+    let judged: Vec<f64> = rows
+        .iter()
+        .filter(|r| r["client_bound"] == false)
+        .map(|r| r["offered_rps"].as_f64().unwrap())
+        .collect();
+    match judged.last() {
+        Some(highest) => assert_eq!(report["finding"]["knee_rps"], *highest, "{report}"),
+        None => assert!(report["finding"]["knee_rps"].is_null(), "{report}"),
+    }
+}
+
+/// `bench --target engine:MODEL` loads the real model into the bench process's own engine,
+/// serves it on loopback and records the engine's per-request stage timings with each attempt.
+#[test]
+fn bench_against_the_in_process_engine_records_stage_timings() {
+    let Some(model) = crate::support::smollm2() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("tiny.trace.jsonl");
+    std::fs::write(
+        &trace,
+        concat!(
+            "{\"format\": \"shortlist.trace.v1\", \"name\": \"tiny\", \"mode\": \"online\", \"duration_s\": 2.0}\n",
+            "{\"id\": \"a\", \"t\": 0.0, \"input_tokens\": 24, \"output_tokens\": 4}\n",
+            "{\"id\": \"b\", \"t\": 1.0, \"input_tokens\": 24, \"output_tokens\": 4}\n",
+        ),
+    )
+    .unwrap();
+    let records = dir.path().join("engine.records.jsonl");
+    let target = format!("engine:{}", model.display());
+    let out = bench(&[
+        "--target",
+        &target,
+        "--trace",
+        trace.to_str().unwrap(),
+        "--no-calibrate",
+        "--timeout-s",
+        "120",
+        "-o",
+        records.to_str().unwrap(),
+        "--json",
+    ]);
+    let report = json(&out);
+    assert_eq!(report["requests"]["completed"], 2, "{}", stderr(&out));
+    let text = std::fs::read_to_string(&records).unwrap();
+    let attempts: Vec<Value> = text
+        .lines()
+        .skip(1)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|v: &Value| v.get("format").is_none())
+        .collect();
+    assert_eq!(attempts.len(), 2);
+    for a in &attempts {
+        assert_eq!(a["output_tokens_source"], "server", "{a}");
+        let stages = &a["stages"];
+        assert!(stages["queue"].as_f64().is_some(), "{a}");
+        assert!(stages["prefill"].as_f64().unwrap() > 0.0, "{a}");
+    }
+    assert!(
+        report["stages"]["prefill"]["count"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
+}
