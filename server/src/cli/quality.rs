@@ -112,14 +112,27 @@ fn judge_names(set: &EvalSet) -> BTreeSet<String> {
         .collect()
 }
 
-fn open_judges(set: &EvalSet, args: &[String], source: &str) -> anyhow::Result<Judges> {
-    let wanted = judge_names(set);
-    let mut judges = Judges::default();
+/// Parses every `--judge NAME=SOURCE` before anything is loaded, so bad input fails fast.
+fn parse_judges(args: &[String]) -> anyhow::Result<Vec<(String, CandidateSpec)>> {
+    let mut out: Vec<(String, CandidateSpec)> = Vec::new();
     for arg in args {
         let (name, spec) = parse_judge_arg(arg)?;
-        if judges.contains(&name) {
+        if out.iter().any(|(n, _)| *n == name) {
             anyhow::bail!("--judge {arg}: judge `{name}` is given twice");
         }
+        out.push((name, spec));
+    }
+    Ok(out)
+}
+
+fn open_judges(
+    set: &EvalSet,
+    specs: Vec<(String, CandidateSpec)>,
+    source: &str,
+) -> anyhow::Result<Judges> {
+    let wanted = judge_names(set);
+    let mut judges = Judges::default();
+    for (name, spec) in specs {
         if !wanted.contains(&name) {
             eprintln!(
                 "warning: --judge {name}: no judge check in {source} names judge `{name}` (they name: {})",
@@ -127,7 +140,7 @@ fn open_judges(set: &EvalSet, args: &[String], source: &str) -> anyhow::Result<J
             );
         }
         let loading = Instant::now();
-        let generator = open(&spec).with_context(|| format!("opening judge {arg}"))?;
+        let generator = open(&spec).with_context(|| format!("opening judge {name}"))?;
         eprintln!(
             "judge {name} = {} ready in {:.1} s",
             generator.name(),
@@ -160,6 +173,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         Some(out) => out.with_extension("progress.jsonl"),
         None => PathBuf::from("eval-run.progress.jsonl"),
     });
+    let judge_specs = parse_judges(&a.judges)?;
     let calibrations = load_calibrations(&a.judge_calibrations)?;
     let loading = Instant::now();
     let mut generator =
@@ -169,7 +183,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         generator.name(),
         loading.elapsed().as_secs_f64()
     );
-    let mut judges = open_judges(&set, &a.judges, &source)?
+    let mut judges = open_judges(&set, judge_specs, &source)?
         .with_calibrations(calibrations, GatePolicy::default())
         .with_max_tokens(a.judge_max_tokens);
     let mut progress =
