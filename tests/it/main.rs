@@ -4,6 +4,7 @@
 mod architecture;
 mod engine;
 mod eval;
+mod judge;
 mod loadgen;
 mod measure;
 mod quality;
