@@ -18,8 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 use sha2::Digest as _;
-use shortlist_evals::results::{CaseOutcome, RunResults, score_case};
+use shortlist_evals::results::{CaseOutcome, RunResults};
 use shortlist_evals::score::Outcome as CheckOutcome;
+use shortlist_evals::score::judge::GateStatus;
 use shortlist_evals::set::CheckKind;
 use shortlist_evals::stats::McNemar;
 use shortlist_evals::{EvalSet, FinishReason, Response};
@@ -44,6 +45,7 @@ use shortlist_study::study::{LockedStudy, Study, StudyFile};
 use crate::candidate::{CandidateSpec, Decoding, open};
 use crate::error::RunError;
 use crate::identity::{GgufFacts, read_gguf};
+use crate::judge::{Judges, score_with_judges};
 use crate::load;
 use crate::prompt::ChatRequest;
 
@@ -662,6 +664,7 @@ impl StudyRunner {
             let spec = CandidateSpec::parse(&expand_source(&c.source))?;
             let mut generator = open(&spec)?;
             let decoding = decoding_of(p);
+            let mut judges = Judges::default();
             let mut finished = done.len();
             for case in set.cases() {
                 if done.contains(case.id()) {
@@ -672,7 +675,9 @@ impl StudyRunner {
                 let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
                 let response =
                     Response::new(generated.text.clone(), generated.tool_calls.clone(), finish);
-                let mut result = score_case(case, Some(&response));
+                // Judge checks: a study names no judge models, so they stay unscored with that
+                // reason (never passed); `eval run --judge` runs them.
+                let mut result = score_with_judges(case, &response, &mut judges)?;
                 result.finish_reason = generated.finish_reason.clone();
                 result.tokens = generated.output_tokens;
                 result.latency_s = Some(generated.latency_s);
@@ -1358,7 +1363,19 @@ fn fit_of(locked: &LockedStudy, facts: &GgufFacts) -> MemoryFit {
 fn quality_metrics(set: &EvalSet, results: &RunResults, values: &mut MetricValues) {
     let by_id: BTreeMap<&str, &shortlist_evals::results::CaseResult> =
         results.cases.iter().map(|r| (r.id.as_str(), r)).collect();
-    let failed = |r: &shortlist_evals::results::CaseResult| r.outcome.decided() == Some(false);
+    // A disqualifier may rest on a judge check only once the judge's calibration is on record:
+    // a case counts as failed here when a check other than an advisory judge check failed.
+    let failed = |r: &shortlist_evals::results::CaseResult| {
+        let advisory: Vec<&str> = r
+            .judgements
+            .iter()
+            .filter(|j| j.gate.status == GateStatus::Advisory)
+            .map(|j| j.check.as_str())
+            .collect();
+        r.checks.iter().any(|c| {
+            c.verdict.outcome == CheckOutcome::Fail && !advisory.contains(&c.name.as_str())
+        })
+    };
 
     let high: Vec<String> = results
         .cases
@@ -1455,6 +1472,31 @@ mod tests {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
         assert_eq!(rfc3339(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(rfc3339(1_795_950_000), "2026-11-29T11:00:00Z");
+    }
+
+    /// An uncalibrated (advisory) judge's FAIL is reported but cannot trip a disqualifier; a
+    /// failed ordinary check on a high-value case does.
+    #[test]
+    fn advisory_judge_failures_do_not_count_for_disqualifiers() {
+        let yaml = "format: shortlist.evalset.v1\nname: t\ncases:\n  - id: judged\n    category: high-value\n    input: q\n    checks: [{type: judge, judge: j, rubric: Be right.}]\n  - id: plain\n    category: high-value\n    input: q\n    checks: [{type: contains, value: yes}]\n";
+        let set = EvalSet::from_yaml("t.yaml", yaml).unwrap();
+        let cases: Vec<_> = set
+            .cases()
+            .iter()
+            .map(|case| {
+                let response = Response::new("no", Vec::new(), None)
+                    .with_judgement(case.checks()[0].name(), "The reply is wrong. FAIL");
+                let r = shortlist_evals::results::score_case(case, Some(&response));
+                assert_eq!(r.outcome, CaseOutcome::Fail, "{}", case.id());
+                r
+            })
+            .collect();
+        let results = RunResults::new(&set, None, cases);
+        let mut values = MetricValues::default();
+        quality_metrics(&set, &results, &mut values);
+        let high = values.get(Metric::HighValueFailures).unwrap();
+        assert_eq!(high.value, Value::Number(1.0));
+        assert_eq!(high.evidence, vec!["plain".to_owned()]);
     }
 
     #[test]
