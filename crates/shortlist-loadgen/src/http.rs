@@ -30,6 +30,55 @@ pub struct OpenAiTarget {
     api: Api,
     model: String,
     ignore_eos: bool,
+    request_ids: RequestIds,
+}
+
+/// What goes in each request's `x-request-id` header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum RequestIds {
+    /// The trace's request id, verbatim (vLLM, SGLang and our engine log it as given).
+    #[default]
+    Id,
+    /// A UUID derived from the request id and attempt, for servers that refuse anything else
+    /// (llama-cpp-python's server answers 400 to a non-UUID id); the same id always gives the
+    /// same UUID, so server logs can still be joined to the records.
+    Uuid,
+    /// No header.
+    None,
+}
+
+impl RequestIds {
+    /// Parse `id`, `uuid` or `none`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        match text {
+            "id" => Ok(RequestIds::Id),
+            "uuid" => Ok(RequestIds::Uuid),
+            "none" => Ok(RequestIds::None),
+            other => Err(format!("`{other}`: expected id, uuid or none")),
+        }
+    }
+}
+
+/// A version-4-shaped UUID from `id` (two 64-bit SipHash halves with fixed keys).
+pub fn request_uuid(id: &str) -> String {
+    use std::hash::{Hash, Hasher};
+    let half = |salt: u8| {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        salt.hash(&mut h);
+        id.hash(&mut h);
+        h.finish()
+    };
+    let (a, b) = (half(1), half(2));
+    let a = (a & 0xffff_ffff_ffff_0fff) | 0x4000;
+    let b = (b & 0x3fff_ffff_ffff_ffff) | 0x8000_0000_0000_0000;
+    format!(
+        "{:08x}-{:04x}-{:04x}-{:04x}-{:012x}",
+        a >> 32,
+        (a >> 16) & 0xffff,
+        a & 0xffff,
+        b >> 48,
+        b & 0xffff_ffff_ffff
+    )
 }
 
 impl OpenAiTarget {
@@ -74,7 +123,14 @@ impl OpenAiTarget {
             api,
             model: model.to_owned(),
             ignore_eos,
+            request_ids: RequestIds::Id,
         })
+    }
+
+    /// Choose what goes in the `x-request-id` header.
+    pub fn with_request_ids(mut self, request_ids: RequestIds) -> Self {
+        self.request_ids = request_ids;
+        self
     }
 
     /// The full endpoint URL.
@@ -161,12 +217,17 @@ impl Target for OpenAiTarget {
     ) -> Result<(), TargetError> {
         let body = self.body(request);
         observation.mark_sent();
-        let mut response = self
+        let mut post = self
             .client
             .post(&self.url)
             .header("content-type", "application/json")
-            .header("accept", "text/event-stream")
-            .header("x-request-id", request.id())
+            .header("accept", "text/event-stream");
+        post = match self.request_ids {
+            RequestIds::Id => post.header("x-request-id", request.id()),
+            RequestIds::Uuid => post.header("x-request-id", request_uuid(request.id())),
+            RequestIds::None => post,
+        };
+        let mut response = post
             .body(body)
             .send()
             .await
@@ -256,6 +317,27 @@ impl Target for OpenAiTarget {
             "the stream ended before [DONE] after {} bytes and {events} events",
             parser.position()
         )))
+    }
+}
+
+#[cfg(test)]
+mod request_id_tests {
+    use super::*;
+
+    #[test]
+    fn request_uuids_are_stable_version_4_shaped_and_distinct() {
+        let a = request_uuid("r0");
+        assert_eq!(a, request_uuid("r0"));
+        assert_ne!(a, request_uuid("r1"));
+        let parts: Vec<&str> = a.split('-').collect();
+        assert_eq!(
+            parts.iter().map(|p| p.len()).collect::<Vec<_>>(),
+            [8, 4, 4, 4, 12]
+        );
+        assert!(parts[2].starts_with('4'), "{a}");
+        assert!(matches!(&parts[3][..1], "8" | "9" | "a" | "b"), "{a}");
+        assert_eq!(RequestIds::parse("uuid"), Ok(RequestIds::Uuid));
+        assert!(RequestIds::parse("guid").is_err());
     }
 }
 

@@ -12,7 +12,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use shortlist_loadgen::calibrate::{Calibration, calibrate};
 use shortlist_loadgen::driver::{LoadSpec, Pacing, RunOptions, ThinkTime};
-use shortlist_loadgen::http::OpenAiTarget;
+use shortlist_loadgen::http::{OpenAiTarget, RequestIds};
 use shortlist_loadgen::run::{
     RunOutput, RunResult, real_runtime, run as run_load, stop_on_ctrl_c, stop_signal,
     virtual_runtime,
@@ -59,6 +59,11 @@ pub(crate) struct TargetArgs {
     /// Run even beyond the calibrated client ceiling; the records are flagged client-bound.
     #[arg(long)]
     pub allow_client_bound: bool,
+    /// What each request's `x-request-id` header carries: `id` (the trace's request id), `uuid`
+    /// (a UUID derived from it, for servers that accept nothing else, e.g. llama-cpp-python's),
+    /// or `none`.
+    #[arg(long, default_value = "id", value_parser = RequestIds::parse)]
+    pub request_ids: RequestIds,
 }
 
 #[derive(Debug, clap::Args)]
@@ -152,17 +157,14 @@ pub(crate) fn parse_target(args: &TargetArgs) -> anyhow::Result<TargetKind> {
             );
         }
         let url = start_engine(model)?;
-        return Ok(TargetKind::Http(OpenAiTarget::new(
-            &url,
-            &args.model,
-            args.ignore_eos,
-        )?));
+        return Ok(TargetKind::Http(
+            OpenAiTarget::new(&url, &args.model, args.ignore_eos)?
+                .with_request_ids(args.request_ids),
+        ));
     }
-    Ok(TargetKind::Http(OpenAiTarget::new(
-        spec,
-        &args.model,
-        args.ignore_eos,
-    )?))
+    Ok(TargetKind::Http(
+        OpenAiTarget::new(spec, &args.model, args.ignore_eos)?.with_request_ids(args.request_ids),
+    ))
 }
 
 pub(crate) fn read_slo(path: Option<&Path>) -> anyhow::Result<Slo> {
