@@ -35,5 +35,6 @@ pub mod prefix;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;
+pub mod tokenizer_json;
 
 pub use error::{EngineError, Result};

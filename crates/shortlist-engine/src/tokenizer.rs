@@ -12,7 +12,12 @@
 //!
 //! Control tokens are parsed from the text only when asked (`parse_special`); user-defined tokens
 //! (Gemma's whitespace runs and HTML tags) are always matched in the raw text, as llama.cpp does.
+//!
+//! A model folder's Hugging Face `tokenizer.json` builds the same [`Tokenizer`] through
+//! [`crate::tokenizer_json`]; [`Tokenizer::source`] says which of the two a tokenizer came from.
 
+use std::fmt;
+use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use tokenizers::decoders::DecoderWrapper;
@@ -46,6 +51,63 @@ fn tok_err(e: impl std::fmt::Display) -> EngineError {
     EngineError::Tokenizer(e.to_string())
 }
 
+/// Chat end markers that end a generation besides the declared EOS, when the vocabulary has them.
+const END_OF_TURN_PIECES: [&str; 4] =
+    ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>"];
+
+/// The end-of-generation ids: `eos`, then the chat end markers that `lookup` finds.
+pub(crate) fn end_of_generation_ids(
+    eos: Option<u32>,
+    lookup: impl Fn(&str) -> Option<u32>,
+) -> Vec<u32> {
+    let mut eog: Vec<u32> = eos.into_iter().collect();
+    for id in END_OF_TURN_PIECES.iter().filter_map(|name| lookup(name)) {
+        if !eog.contains(&id) {
+            eog.push(id);
+        }
+    }
+    eog
+}
+
+/// Where a tokenizer was read from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenizerSource {
+    /// Rebuilt from the GGUF file's `tokenizer.ggml.*` metadata.
+    GgufMetadata,
+    /// Read from a Hugging Face `tokenizer.json`, with its `tokenizer_config.json` when one was
+    /// given.
+    TokenizerJson {
+        /// The `tokenizer.json` file.
+        path: PathBuf,
+        /// The `tokenizer_config.json` file, if any.
+        config: Option<PathBuf>,
+    },
+}
+
+impl fmt::Display for TokenizerSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            TokenizerSource::GgufMetadata => f.write_str("GGUF metadata"),
+            TokenizerSource::TokenizerJson { path, config: None } => {
+                write!(f, "{}", path.display())
+            }
+            TokenizerSource::TokenizerJson {
+                path,
+                config: Some(config),
+            } => write!(f, "{} with {}", path.display(), config.display()),
+        }
+    }
+}
+
+/// The special ids and flags that come with a vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct SpecialIds {
+    pub(crate) bos: Option<u32>,
+    pub(crate) eos: Option<u32>,
+    pub(crate) add_bos: bool,
+    pub(crate) eog: Vec<u32>,
+}
+
 /// A tokenizer for one model, with its special token ids.
 #[derive(Debug)]
 pub struct Tokenizer {
@@ -57,9 +119,29 @@ pub struct Tokenizer {
     add_bos: bool,
     eog: Vec<u32>,
     vocab_size: usize,
+    source: TokenizerSource,
 }
 
 impl Tokenizer {
+    /// A tokenizer from a built Hugging Face pipeline, for the readers in this crate.
+    pub(crate) fn from_parts(
+        inner: HfTokenizer,
+        special: SpecialIds,
+        vocab_size: usize,
+        source: TokenizerSource,
+    ) -> Self {
+        Self {
+            inner,
+            plain: OnceLock::new(),
+            bos: special.bos,
+            eos: special.eos,
+            add_bos: special.add_bos,
+            eog: special.eog,
+            vocab_size,
+            source,
+        }
+    }
+
     /// Rebuild the tokenizer from GGUF metadata.
     pub fn from_metadata(md: &Metadata<'_>) -> Result<Self> {
         let model = md.str("tokenizer.ggml.model")?;
@@ -111,24 +193,25 @@ impl Tokenizer {
             .bool_opt("tokenizer.ggml.add_bos_token")?
             .unwrap_or(model == "llama");
         // End-of-generation tokens: the declared EOS plus the chat end markers the vocabulary has.
-        let mut eog: Vec<u32> = eos.into_iter().collect();
-        for name in ["<|im_end|>", "<end_of_turn>", "<|eot_id|>", "<|endoftext|>"] {
-            if let Some(pos) = tokens.iter().position(|t| *t == name) {
-                let id = pos as u32;
-                if !eog.contains(&id) {
-                    eog.push(id);
-                }
-            }
-        }
-        Ok(Self {
+        let eog = end_of_generation_ids(eos, |name| {
+            tokens.iter().position(|t| *t == name).map(|p| p as u32)
+        });
+        Ok(Self::from_parts(
             inner,
-            plain: OnceLock::new(),
-            bos,
-            eos,
-            add_bos,
-            eog,
-            vocab_size: tokens.len(),
-        })
+            SpecialIds {
+                bos,
+                eos,
+                add_bos,
+                eog,
+            },
+            tokens.len(),
+            TokenizerSource::GgufMetadata,
+        ))
+    }
+
+    /// Where this tokenizer was read from.
+    pub fn source(&self) -> &TokenizerSource {
+        &self.source
     }
 
     /// Token ids of `text`. With `parse_special`, control tokens written in the text (such as
