@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::io::{BufReader, Read, Seek};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use candle_core::Device;
@@ -12,7 +12,8 @@ use crate::error::{EngineError, Result};
 use crate::gguf::{Metadata, ModelConfig, read_content};
 use crate::model::{KvCache, Model, SeqStep};
 use crate::sampling::SamplingParams;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{Tokenizer, TokenizerSource};
+use crate::tokenizer_json;
 
 /// Prompt tokens per forward call during prefill: bounds the attention score matrix
 /// (`heads × chunk × context` floats) whatever the prompt length.
@@ -74,6 +75,131 @@ pub fn load_tokenizer_file(path: &Path) -> Result<Tokenizer> {
     load_tokenizer(&mut BufReader::new(file), &path.display().to_string())
 }
 
+/// Read the tokenizer of a GGUF file, or of a model folder ([`ModelFolder`]): from its
+/// `tokenizer.json` when it has one, else from the GGUF metadata.
+pub fn load_tokenizer_path(path: &Path) -> Result<Tokenizer> {
+    if !path.is_dir() {
+        return load_tokenizer_file(path);
+    }
+    let folder = ModelFolder::open(path)?;
+    let file = open_file(folder.gguf())?;
+    let content = read_content(
+        &mut BufReader::new(file),
+        &folder.gguf().display().to_string(),
+    )?;
+    folder.tokenizer(&Metadata::new(&content.metadata))
+}
+
+fn open_file(path: &Path) -> Result<File> {
+    File::open(path).map_err(|source| EngineError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// A model folder: exactly one `.gguf` file, and optionally Hugging Face's `tokenizer.json` and
+/// `tokenizer_config.json`, which then give the tokenizer instead of the GGUF metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelFolder {
+    gguf: PathBuf,
+    tokenizer_json: Option<PathBuf>,
+    tokenizer_config: Option<PathBuf>,
+}
+
+impl ModelFolder {
+    /// Look into `dir`; it must hold exactly one `.gguf` file.
+    pub fn open(dir: &Path) -> Result<Self> {
+        let io = |source| EngineError::Io {
+            path: dir.to_path_buf(),
+            source,
+        };
+        let mut ggufs = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io)? {
+            let path = entry.map_err(io)?.path();
+            let is_gguf = path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("gguf"));
+            if is_gguf && path.is_file() {
+                ggufs.push(path);
+            }
+        }
+        ggufs.sort();
+        let gguf = match ggufs.as_slice() {
+            [one] => one.clone(),
+            [] => {
+                return Err(io(std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no .gguf file in this model folder",
+                )));
+            }
+            many => {
+                let names: Vec<String> = many
+                    .iter()
+                    .filter_map(|p| p.file_name())
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .collect();
+                return Err(io(std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "{} .gguf files in this model folder ({}); a folder holds one model",
+                        many.len(),
+                        names.join(", ")
+                    ),
+                )));
+            }
+        };
+        let (tokenizer_json, tokenizer_config) = tokenizer_json::folder_files(dir);
+        Ok(Self {
+            gguf,
+            tokenizer_json,
+            tokenizer_config,
+        })
+    }
+
+    /// The GGUF file.
+    pub fn gguf(&self) -> &Path {
+        &self.gguf
+    }
+
+    /// The folder's `tokenizer.json`, if any.
+    pub fn tokenizer_json(&self) -> Option<&Path> {
+        self.tokenizer_json.as_deref()
+    }
+
+    /// The folder's `tokenizer_config.json`, if any (read only together with `tokenizer.json`).
+    pub fn tokenizer_config(&self) -> Option<&Path> {
+        self.tokenizer_config.as_deref()
+    }
+
+    /// The folder's tokenizer: `tokenizer.json` when present, else the GGUF metadata `md`.
+    /// A `tokenizer.json` must agree with the GGUF vocabulary piece for piece, since the
+    /// weights are indexed by those ids.
+    pub fn tokenizer(&self, md: &Metadata<'_>) -> Result<Tokenizer> {
+        let Some(json) = self.tokenizer_json() else {
+            return Tokenizer::from_metadata(md);
+        };
+        let tok = tokenizer_json::load(json, self.tokenizer_config())?;
+        if md.get("tokenizer.ggml.tokens").is_some() {
+            let pieces = md.str_array("tokenizer.ggml.tokens")?;
+            let differs = pieces
+                .iter()
+                .take(tok.vocab_size())
+                .enumerate()
+                .find(|(id, piece)| tok.piece(*id as u32).as_deref() != Some(**piece));
+            if let Some((id, piece)) = differs {
+                return Err(EngineError::Tokenizer(format!(
+                    "{}: id {id} is {:?} there but {piece:?} in {}: the two files do not describe the same vocabulary",
+                    json.display(),
+                    tok.piece(id as u32).unwrap_or_default(),
+                    self.gguf.display()
+                )));
+            }
+        }
+        tracing::info!(source = %tok.source(), "tokenizer read from tokenizer.json");
+        Ok(tok)
+    }
+}
+
 /// A model ready to generate: weights, tokenizer, chat template, context limit.
 #[derive(Debug)]
 pub struct LoadedModel {
@@ -100,8 +226,11 @@ pub struct Generation {
 }
 
 impl LoadedModel {
-    /// Load from a file path.
+    /// Load from a GGUF file path, or from a model folder ([`LoadedModel::open_folder`]).
     pub fn open(path: &Path, opts: &LoadOptions) -> Result<Self> {
+        if path.is_dir() {
+            return Self::open_folder(&ModelFolder::open(path)?, opts);
+        }
         let file = File::open(path).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
             source,
@@ -113,17 +242,38 @@ impl LoadedModel {
         Self::from_reader(&mut BufReader::new(file), &name, opts)
     }
 
+    /// Load a model folder: its GGUF file, with the tokenizer from its `tokenizer.json` when it
+    /// has one ([`LoadedModel::tokenizer_source`] says which).
+    pub fn open_folder(folder: &ModelFolder, opts: &LoadOptions) -> Result<Self> {
+        let path = folder.gguf();
+        let name = path.file_name().map_or_else(
+            || path.display().to_string(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let mut reader = BufReader::new(open_file(path)?);
+        Self::load(&mut reader, &name, opts, |md| folder.tokenizer(md))
+    }
+
     /// Load from any reader of GGUF bytes; `source_name` names it in errors and in `/v1/models`.
     pub fn from_reader<R: Read + Seek>(
         reader: &mut R,
         source_name: &str,
         opts: &LoadOptions,
     ) -> Result<Self> {
+        Self::load(reader, source_name, opts, Tokenizer::from_metadata)
+    }
+
+    fn load<R: Read + Seek>(
+        reader: &mut R,
+        source_name: &str,
+        opts: &LoadOptions,
+        tokenizer_of: impl FnOnce(&Metadata<'_>) -> Result<Tokenizer>,
+    ) -> Result<Self> {
         let t0 = Instant::now();
         let content = read_content(reader, source_name)?;
         let md = Metadata::new(&content.metadata);
         let cfg = ModelConfig::from_metadata(&md)?;
-        let tokenizer = Tokenizer::from_metadata(&md)?;
+        let tokenizer = tokenizer_of(&md)?;
         let template = match md.str_opt("tokenizer.chat_template")? {
             Some(src) => Some(ChatTemplate::new(
                 src,
@@ -175,6 +325,11 @@ impl LoadedModel {
     /// The tokenizer.
     pub fn tokenizer(&self) -> &Tokenizer {
         &self.tokenizer
+    }
+
+    /// Where the tokenizer was read from: the GGUF metadata, or a folder's `tokenizer.json`.
+    pub fn tokenizer_source(&self) -> &TokenizerSource {
+        self.tokenizer.source()
     }
 
     /// Context window enforced on requests.

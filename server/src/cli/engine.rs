@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde_json::json;
-use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_file};
+use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 
@@ -22,7 +22,8 @@ pub(crate) enum Command {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
-    /// A GGUF file, or the name of a fetched model (`shortlist models list`).
+    /// A GGUF file, a model folder (one GGUF file, with `tokenizer.json` used when present), or
+    /// the name of a fetched model (`shortlist models list`).
     #[arg(long)]
     model: String,
     /// Address to listen on.
@@ -50,7 +51,8 @@ pub(crate) struct ServeArgs {
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct TokenizeArgs {
-    /// A GGUF file, or the name of a fetched model (`shortlist models list`).
+    /// A GGUF file, a model folder (one GGUF file, with `tokenizer.json` used when present), or
+    /// the name of a fetched model (`shortlist models list`).
     #[arg(long)]
     model: String,
     /// Parse control tokens written in the text (such as `<|im_start|>`) as their ids.
@@ -71,7 +73,8 @@ pub(crate) fn run(cmd: Command) -> anyhow::Result<Outcome> {
     }
 }
 
-/// A model argument: an existing path, else a known model name in the models folder.
+/// A model argument: an existing path (a GGUF file, or a model folder that the engine opens with
+/// its `tokenizer.json` when it has one), else a known model name in the models folder.
 pub(crate) fn resolve_model(arg: &str) -> anyhow::Result<PathBuf> {
     let path = Path::new(arg);
     if path.exists() {
@@ -94,7 +97,7 @@ pub(crate) fn resolve_model(arg: &str) -> anyhow::Result<PathBuf> {
 
 fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
-    let tok = load_tokenizer_file(&path)
+    let tok = load_tokenizer_path(&path)
         .with_context(|| format!("loading the tokenizer of {}", path.display()))?;
     let mut text = String::new();
     std::io::stdin()
@@ -143,12 +146,13 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
     let model =
         LoadedModel::open(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
     eprintln!(
-        "loaded {} in {:.2} s: {} MiB of weights, context {}, {} compute threads",
+        "loaded {} in {:.2} s: {} MiB of weights, context {}, {} compute threads, tokenizer from {}",
         model.name(),
         model.load_time().as_secs_f64(),
         model.model().weight_bytes() >> 20,
         model.context(),
-        threads
+        threads,
+        model.tokenizer_source()
     );
     let cfg = SchedulerConfig {
         step_tokens: args.step_tokens.max(1),
