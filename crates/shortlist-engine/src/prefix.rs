@@ -88,6 +88,26 @@ impl PrefixCache {
         self.blocks.is_empty()
     }
 
+    /// How many tokens of `prompt` [`PrefixCache::restore`] would restore now (no side effects).
+    pub fn cached_len(&self, prompt: &[u32]) -> usize {
+        if self.budget_bytes == 0 || prompt.len() < 2 {
+            return 0;
+        }
+        let usable = (prompt.len() - 1) / self.block_tokens;
+        let mut parent = 0u64;
+        let mut n = 0;
+        for b in 0..usable {
+            let toks = &prompt[b * self.block_tokens..(b + 1) * self.block_tokens];
+            let key = chain(parent, toks);
+            match self.blocks.get(&key) {
+                Some(block) if block.parent == parent && block.tokens == toks => n += 1,
+                _ => break,
+            }
+            parent = key;
+        }
+        n * self.block_tokens
+    }
+
     /// Copy the longest cached prefix of `prompt` into the empty `cache`; returns the number of
     /// tokens now in it. At least one prompt token is always left to compute, because the
     /// logits of the last prompt token are needed to start generating.

@@ -37,6 +37,10 @@ pub struct SchedulerConfig {
     pub prefix_block_tokens: usize,
     /// Bytes the prefix cache may hold (0 disables it).
     pub prefix_cache_bytes: usize,
+    /// Hold a waiting request back while a running sequence computes a prompt prefix it shares,
+    /// so the shared blocks are computed once and restored (on a CPU two copies of the same
+    /// prefill only slow each other down).
+    pub defer_shared_prefixes: bool,
 }
 
 impl Default for SchedulerConfig {
@@ -49,6 +53,7 @@ impl Default for SchedulerConfig {
             kv_budget_tokens: 32 * 1024,
             prefix_block_tokens: 16,
             prefix_cache_bytes: 256 << 20,
+            defer_shared_prefixes: true,
         }
     }
 }
@@ -397,16 +402,46 @@ impl Scheduler {
         self.retire(false);
     }
 
+    /// Whether `prompt` shares at least one more prefix-cache block with a sequence that is still
+    /// computing its prompt than the cache holds now: admitted later, it restores those blocks
+    /// instead of computing them a second time beside the first (a conversation's turns that
+    /// arrive together share their history).
+    fn shares_prefix_in_flight(&self, prompt: &[u32]) -> bool {
+        let block = self.prefix.block_tokens().max(1);
+        let cached = self.prefix.cached_len(prompt);
+        self.running.iter().any(|s| {
+            if s.prefilled >= s.req.prompt.len() {
+                return false;
+            }
+            let common = s
+                .req
+                .prompt
+                .iter()
+                .zip(prompt)
+                .take_while(|(a, b)| a == b)
+                .count();
+            // Usable blocks: full blocks, leaving one prompt token to compute.
+            let usable = common.min(prompt.len().saturating_sub(1)) / block * block;
+            usable >= cached + block
+        })
+    }
+
     fn admit(&mut self) {
+        let mut skipped = 0;
         while self.running.len() < self.cfg.max_running {
-            let Some((req, _)) = self.waiting.front() else {
+            let Some((req, _)) = self.waiting.get(skipped) else {
                 break;
             };
             let need = req.prompt.len() + req.params.max_tokens();
             if self.reserved_tokens + need > self.cfg.kv_budget_tokens {
                 break;
             }
-            let Some((req, queued)) = self.waiting.pop_front() else {
+            if self.cfg.defer_shared_prefixes && self.shares_prefix_in_flight(&req.prompt) {
+                // Leave it waiting, in its place; later requests may go ahead.
+                skipped += 1;
+                continue;
+            }
+            let Some((req, queued)) = self.waiting.remove(skipped) else {
                 break;
             };
             let now = Instant::now();

@@ -91,3 +91,111 @@ fn reused_prefixes_answer_exactly_as_a_fresh_cache() {
     assert_eq!(reuse.last_reused, first.len() - 1);
     assert_eq!(same.tokens, a.tokens);
 }
+
+mod scheduler {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use shortlist_engine::metrics::Metrics;
+    use shortlist_engine::sampling::SamplingParams;
+    use shortlist_engine::scheduler::{Event, GenRequest, Scheduler, SchedulerConfig};
+    use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+
+    fn request(id: usize, prompt: Vec<u32>) -> (GenRequest, UnboundedReceiver<Event>) {
+        let (tx, rx) = unbounded_channel();
+        let now = Instant::now();
+        let req = GenRequest {
+            id: id.to_string(),
+            prompt,
+            params: SamplingParams::greedy(8),
+            arrival: now,
+            preprocess: (now, now),
+            events: tx,
+        };
+        (req, rx)
+    }
+
+    /// Submit every prompt at once and run to the end: (tokens per request, prompt tokens
+    /// computed).
+    fn run(
+        model: &Arc<shortlist_engine::engine::LoadedModel>,
+        cfg: SchedulerConfig,
+        prompts: &[Vec<u32>],
+    ) -> (Vec<Vec<u32>>, u64) {
+        let mut s = Scheduler::new(model.clone(), cfg, Arc::new(Metrics::new("t")));
+        let mut rxs = Vec::new();
+        for (i, p) in prompts.iter().enumerate() {
+            let (req, rx) = request(i, p.clone());
+            s.submit(req);
+            rxs.push(rx);
+        }
+        while s.has_work() {
+            s.step();
+        }
+        let tokens = rxs
+            .iter_mut()
+            .map(|rx| {
+                let mut t = Vec::new();
+                while let Ok(ev) = rx.try_recv() {
+                    match ev {
+                        Event::Token { id, .. } => t.push(id),
+                        Event::Failed(e) => panic!("request failed: {e}"),
+                        _ => {}
+                    }
+                }
+                t
+            })
+            .collect();
+        (tokens, s.prefill_tokens_computed)
+    }
+
+    /// Turns of one conversation arriving together share their history: it is computed once and
+    /// restored for the others, not computed beside them, and the answers do not change.
+    #[test]
+    fn requests_arriving_together_compute_a_shared_prefix_once() {
+        let Some(model) = super::smollm2() else {
+            return;
+        };
+        let model = Arc::new(model);
+        let history = "Customer: I run a team of twelve on the Team plan and we want single sign-on. \
+                       Agent: Single sign-on comes with the Business plan at fifteen dollars per \
+                       member per month. Customer: What happens to our projects if we move?";
+        let prompts: Vec<Vec<u32>> = [
+            " Agent:",
+            " Agent: Your projects stay",
+            " Customer: and the invoices?",
+            " Customer: can we try it first?",
+        ]
+        .iter()
+        .map(|tail| model.encode_prompt(&format!("{history}{tail}")).unwrap())
+        .collect();
+        let shared = prompts[0]
+            .iter()
+            .zip(&prompts[2])
+            .take_while(|(a, b)| a == b)
+            .count();
+        assert!(shared >= 48, "a long shared history ({shared} tokens)");
+        let distinct: usize = shared + prompts.iter().map(|p| p.len() - shared).sum::<usize>();
+
+        let eager = SchedulerConfig {
+            defer_shared_prefixes: false,
+            ..SchedulerConfig::default()
+        };
+        let (eager_tokens, eager_computed) = run(&model, eager, &prompts);
+        let (tokens, computed) = run(&model, SchedulerConfig::default(), &prompts);
+        assert_eq!(tokens, eager_tokens, "deferring changes no answer");
+        // Each later request recomputes at most the partial block at the end of the shared part.
+        let block = SchedulerConfig::default().prefix_block_tokens;
+        assert!(
+            computed as usize <= distinct + (prompts.len() - 1) * block,
+            "computed {computed} prompt tokens for {distinct} distinct"
+        );
+        assert!(
+            eager_computed as usize >= distinct + shared,
+            "without deferral the shared history is computed more than once ({eager_computed})"
+        );
+        eprintln!(
+            "shared-prefix prefill: {computed} tokens computed with deferral, {eager_computed} without, {distinct} distinct"
+        );
+    }
+}
