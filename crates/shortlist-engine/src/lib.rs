@@ -32,6 +32,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod prefix;
+pub mod qmatmul;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;
