@@ -23,6 +23,7 @@
 //! # Ok(()) }
 //! ```
 
+pub mod activation;
 pub mod attention;
 pub mod chat;
 pub mod engine;

@@ -14,6 +14,7 @@ use candle_core::quantized::gguf_file::Content;
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
+use crate::activation::GatedActivation;
 use crate::attention::BlockedAttention;
 use crate::error::{EngineError, Result};
 use crate::gguf::{Architecture, ModelConfig};
@@ -191,8 +192,9 @@ impl Linear {
     }
 }
 
-/// Which of our kernels run: `SHORTLIST_KERNELS=candle` runs every projection and attention on
-/// candle's ops, `=matmul` only our projections; for side-by-side measurement. Default: all ours.
+/// Which of our kernels run, as (projections, attention and MLP activation):
+/// `SHORTLIST_KERNELS=candle` runs everything on candle's ops, `=matmul` only our projections;
+/// for side-by-side measurement. Default: all ours.
 fn kernels() -> (bool, bool) {
     static CHOICE: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
     *CHOICE.get_or_init(|| match std::env::var("SHORTLIST_KERNELS").as_deref() {
@@ -495,12 +497,22 @@ impl Model {
             x = (x + attn)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
             let gate = layer.gate.forward(&h)?;
-            let gate = match cfg.arch {
-                Architecture::Llama => candle_nn::ops::silu(&gate)?,
-                // Gemma uses GELU with the tanh approximation (candle's `gelu`).
-                Architecture::Gemma3 => gate.gelu()?,
+            let up = layer.up.forward(&h)?;
+            let act = match cfg.arch {
+                Architecture::Llama => GatedActivation::Silu,
+                // Gemma uses GELU with the tanh approximation.
+                Architecture::Gemma3 => GatedActivation::GeluTanh,
             };
-            let mut ffn = layer.down.forward(&(gate * layer.up.forward(&h)?)?)?;
+            let gated = if self.device.is_cpu() && kernels().1 {
+                gate.apply_op2_no_bwd(&up, &act)?
+            } else {
+                let gate = match act {
+                    GatedActivation::Silu => candle_nn::ops::silu(&gate)?,
+                    GatedActivation::GeluTanh => gate.gelu()?,
+                };
+                (gate * up)?
+            };
+            let mut ffn = layer.down.forward(&gated)?;
             if let Some(w) = &layer.post_ffn_norm {
                 ffn = candle_nn::ops::rms_norm(&ffn, w, cfg.rms_eps)?;
             }
