@@ -557,6 +557,14 @@ mod avx2 {
                     *p = base.add((j + i) * row_bytes);
                 }
                 let mut r = rs.start;
+                while r + 4 <= rs.end {
+                    let [v0, v1] = tile4x4::<T>(wp, kb, a, r);
+                    _mm_storeu_ps(out.0.add(r * n + j), _mm256_castps256_ps128(v0));
+                    _mm_storeu_ps(out.0.add((r + 1) * n + j), _mm256_extractf128_ps::<1>(v0));
+                    _mm_storeu_ps(out.0.add((r + 2) * n + j), _mm256_castps256_ps128(v1));
+                    _mm_storeu_ps(out.0.add((r + 3) * n + j), _mm256_extractf128_ps::<1>(v1));
+                    r += 4;
+                }
                 while r + 2 <= rs.end {
                     let v = tile4x2::<T>(wp, kb, a, r);
                     _mm_storeu_ps(out.0.add(r * n + j), _mm256_castps256_ps128(v));
@@ -709,6 +717,65 @@ mod avx2 {
                 let sum = _mm256_set_m128i(_mm_set1_epi32(x1.sum[b]), _mm_set1_epi32(x0.sum[b]));
                 let s = _mm256_set_m128(_mm_set1_ps(x1.s[b]), _mm_set1_ps(x0.s[b]));
                 acc = accumulate(wt, acc, isum, dw, mw, da, sum, s);
+            }
+        }
+        acc
+    }
+
+    /// Four weight rows × four activation rows: each unpacked weight block serves four rows.
+    /// Result `h` holds rows `r + 2h` and `r + 2h + 1` as in [`tile4x2`].
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[inline]
+    unsafe fn tile4x4<const T: u8>(
+        wp: [*const u8; 4],
+        kb: usize,
+        a: &QuantRows,
+        r: usize,
+    ) -> [__m256; 2] {
+        let wt = WeightType::from_code(T);
+        let bb = wt.block_bytes();
+        let mo = wt.min_offset().unwrap_or(0);
+        let x = [
+            ActRow::new(a, r),
+            ActRow::new(a, r + 1),
+            ActRow::new(a, r + 2),
+            ActRow::new(a, r + 3),
+        ];
+        let mut acc = [_mm256_setzero_ps(); 2];
+        // SAFETY (whole loop): block `b` of each weight row and of the four activation rows
+        // exists.
+        unsafe {
+            for b in 0..kb {
+                let mut bp = [std::ptr::null::<u8>(); 4];
+                let mut u = [_mm256_setzero_si256(); 4];
+                for i in 0..4 {
+                    bp[i] = wp[i].add(b * bb);
+                    u[i] = codes(wt, bp[i]);
+                }
+                let dw4 = halves4(&bp, 0);
+                let dw = _mm256_set_m128(dw4, dw4);
+                let mw = if wt.min_offset().is_some() {
+                    let m4 = halves4(&bp, mo);
+                    _mm256_set_m128(m4, m4)
+                } else {
+                    dw
+                };
+                for h in 0..2 {
+                    let (x0, x1) = (&x[2 * h], &x[2 * h + 1]);
+                    let a0 = _mm256_loadu_si256(x0.qs[b * BLOCK..].as_ptr().cast());
+                    let a1 = _mm256_loadu_si256(x1.qs[b * BLOCK..].as_ptr().cast());
+                    let mut p = [_mm256_setzero_si256(); 8];
+                    for i in 0..4 {
+                        p[i] = dot32(wt, u[i], a0);
+                        p[i + 4] = dot32(wt, u[i], a1);
+                    }
+                    let isum = reduce8(p);
+                    let da = _mm256_set_m128(_mm_set1_ps(x1.d[b]), _mm_set1_ps(x0.d[b]));
+                    let sum =
+                        _mm256_set_m128i(_mm_set1_epi32(x1.sum[b]), _mm_set1_epi32(x0.sum[b]));
+                    let s = _mm256_set_m128(_mm_set1_ps(x1.s[b]), _mm_set1_ps(x0.s[b]));
+                    acc[h] = accumulate(wt, acc[h], isum, dw, mw, da, sum, s);
+                }
             }
         }
         acc
@@ -887,7 +954,7 @@ mod tests {
         /// for every type, for odd and even row counts and several blocks per row.
         #[test]
         fn simd_matmul_equals_reference(
-            ti in 0usize..5, n in 1usize..40, m in 1usize..9, kb in 1usize..6, seed in any::<u64>()
+            ti in 0usize..5, n in 1usize..40, m in 1usize..70, kb in 1usize..6, seed in any::<u64>()
         ) {
             let wt = TYPES[ti];
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
