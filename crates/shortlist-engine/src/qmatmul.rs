@@ -273,6 +273,51 @@ impl CustomOp1 for QWeight {
 
 /// `a (m rows) @ wᵀ` for weights of type `wt`, `n` rows of `k` values in `w`, into `dst (m, n)`.
 pub fn matmul(wt: WeightType, w: &[u8], n: usize, k: usize, a: &QuantRows, dst: &mut [f32]) {
+    matmul_with(Isa::best(), wt, w, n, k, a, dst);
+}
+
+/// The instruction sets the kernels can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Isa {
+    /// The scalar reference.
+    Scalar,
+    /// AVX2, FMA and F16C (x86-64-v3).
+    Avx2,
+    /// AVX2 with the AVX-512 VNNI byte dot product on 256-bit registers (`vpdpbusd`).
+    Avx2Vnni,
+}
+
+impl Isa {
+    /// The best this CPU runs (checked once).
+    pub fn best() -> Self {
+        use std::sync::OnceLock;
+        static BEST: OnceLock<Isa> = OnceLock::new();
+        *BEST.get_or_init(|| {
+            #[cfg(target_arch = "x86_64")]
+            if avx2::available() {
+                return if is_x86_feature_detected!("avx512vnni")
+                    && is_x86_feature_detected!("avx512vl")
+                {
+                    Isa::Avx2Vnni
+                } else {
+                    Isa::Avx2
+                };
+            }
+            Isa::Scalar
+        })
+    }
+}
+
+/// [`matmul`] with the given instruction set, which must be one this CPU runs (or `Scalar`).
+pub fn matmul_with(
+    isa: Isa,
+    wt: WeightType,
+    w: &[u8],
+    n: usize,
+    k: usize,
+    a: &QuantRows,
+    dst: &mut [f32],
+) {
     let kb = k / BLOCK;
     let row_bytes = kb * wt.block_bytes();
     assert_eq!(w.len(), n * row_bytes, "weight bytes");
@@ -280,7 +325,11 @@ pub fn matmul(wt: WeightType, w: &[u8], n: usize, k: usize, a: &QuantRows, dst: 
     let m = a.rows;
     assert!(dst.len() >= m * n, "destination too small");
     #[cfg(target_arch = "x86_64")]
-    if avx2::available() {
+    if isa != Isa::Scalar {
+        assert!(
+            Isa::best() != Isa::Scalar && (isa == Isa::Avx2 || Isa::best() == Isa::Avx2Vnni),
+            "{isa:?} is not available on this CPU"
+        );
         let out = SharedOut(dst.as_mut_ptr());
         // Decode: one activation row, eight weight rows per item.
         // Prefill: items are (weight-row chunk, activation-row chunk) pairs so that each
@@ -293,25 +342,24 @@ pub fn matmul(wt: WeightType, w: &[u8], n: usize, k: usize, a: &QuantRows, dst: 
                 let (wi, ai) = (item / an, item % an);
                 let ws = wi * wc..n.min(wi * wc + wc);
                 let rs = ai * ac..m.min(ai * ac + ac);
-                // SAFETY: AVX2/FMA/F16C are present; every item writes the disjoint
+                macro_rules! run {
+                    ($f:ident) => {
+                        match wt {
+                            WeightType::Q4_0 => avx2::$f::<0>(w, row_bytes, kb, a, ws, rs, out, n),
+                            WeightType::Q4_1 => avx2::$f::<1>(w, row_bytes, kb, a, ws, rs, out, n),
+                            WeightType::Q5_0 => avx2::$f::<2>(w, row_bytes, kb, a, ws, rs, out, n),
+                            WeightType::Q5_1 => avx2::$f::<3>(w, row_bytes, kb, a, ws, rs, out, n),
+                            WeightType::Q8_0 => avx2::$f::<4>(w, row_bytes, kb, a, ws, rs, out, n),
+                        }
+                    };
+                }
+                // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
                 // `dst[r * n + j]` for its own rows `r` and columns `j`, inside `m * n`.
                 unsafe {
-                    match wt {
-                        WeightType::Q4_0 => {
-                            avx2::tile_range::<0>(w, row_bytes, kb, a, ws, rs, out, n)
-                        }
-                        WeightType::Q4_1 => {
-                            avx2::tile_range::<1>(w, row_bytes, kb, a, ws, rs, out, n)
-                        }
-                        WeightType::Q5_0 => {
-                            avx2::tile_range::<2>(w, row_bytes, kb, a, ws, rs, out, n)
-                        }
-                        WeightType::Q5_1 => {
-                            avx2::tile_range::<3>(w, row_bytes, kb, a, ws, rs, out, n)
-                        }
-                        WeightType::Q8_0 => {
-                            avx2::tile_range::<4>(w, row_bytes, kb, a, ws, rs, out, n)
-                        }
+                    if isa == Isa::Avx2Vnni {
+                        run!(tile_range_vnni)
+                    } else {
+                        run!(tile_range)
                     }
                 }
             }
@@ -480,18 +528,24 @@ mod avx2 {
         }
     }
 
-    /// Eight i32 partial sums of `codes · a` for one block pair.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    fn dot32(wt: WeightType, u: __m256i, a: __m256i) -> __m256i {
-        let ones = _mm256_set1_epi16(1);
-        let p = if wt == WeightType::Q8_0 {
-            // Signed × signed: move the weight's sign onto the activation.
-            _mm256_maddubs_epi16(_mm256_sign_epi8(u, u), _mm256_sign_epi8(a, u))
-        } else {
-            _mm256_maddubs_epi16(u, a)
-        };
-        _mm256_madd_epi16(p, ones)
+    /// Eight i32 partial sums of `codes · a` for one block pair; with `V`, one VNNI
+    /// instruction instead of the multiply-add pair (only inside `tile_range_vnni`).
+    #[inline(always)]
+    unsafe fn dot32<const V: bool>(wt: WeightType, u: __m256i, a: __m256i) -> __m256i {
+        // SAFETY: callers run with AVX2, and with AVX-512 VNNI/VL when `V`.
+        unsafe {
+            let (x, y) = if wt == WeightType::Q8_0 {
+                // Signed × signed: move the weight's sign onto the activation.
+                (_mm256_sign_epi8(u, u), _mm256_sign_epi8(a, u))
+            } else {
+                (u, a)
+            };
+            if V {
+                _mm256_dpbusd_epi32(_mm256_setzero_si256(), x, y)
+            } else {
+                _mm256_madd_epi16(_mm256_maddubs_epi16(x, y), _mm256_set1_epi16(1))
+            }
+        }
     }
 
     /// Lane `j` of the result is the sum of the eight lanes of `p[j]`.
@@ -533,6 +587,41 @@ mod avx2 {
         out: SharedOut,
         n: usize,
     ) {
+        // SAFETY: as for this function.
+        unsafe { tile_range_body::<T, false>(w, row_bytes, kb, a, ws, rs, out, n) }
+    }
+
+    /// [`tile_range`] with the VNNI byte dot product.
+    #[target_feature(enable = "avx2,fma,f16c,avx512vnni,avx512vl")]
+    #[allow(clippy::too_many_arguments)] // One internal call site; the values are the matmul's own.
+    pub(super) unsafe fn tile_range_vnni<const T: u8>(
+        w: &[u8],
+        row_bytes: usize,
+        kb: usize,
+        a: &QuantRows,
+        ws: Range<usize>,
+        rs: Range<usize>,
+        out: SharedOut,
+        n: usize,
+    ) {
+        // SAFETY: as for this function.
+        unsafe { tile_range_body::<T, true>(w, row_bytes, kb, a, ws, rs, out, n) }
+    }
+
+    /// The body of both entry points, inlined into each so that it is compiled with their
+    /// instruction sets.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)] // As above.
+    unsafe fn tile_range_body<const T: u8, const V: bool>(
+        w: &[u8],
+        row_bytes: usize,
+        kb: usize,
+        a: &QuantRows,
+        ws: Range<usize>,
+        rs: Range<usize>,
+        out: SharedOut,
+        n: usize,
+    ) {
         let wt = WeightType::from_code(T);
         assert!(ws.end * row_bytes <= w.len() && rs.end <= a.rows);
         let base = w.as_ptr();
@@ -546,7 +635,7 @@ mod avx2 {
                     for (i, p) in wp.iter_mut().enumerate() {
                         *p = base.add((j + i) * row_bytes);
                     }
-                    let v = tile8x1::<T>(wp, row_bytes, kb, a, rs.start);
+                    let v = tile8x1::<T, V>(wp, row_bytes, kb, a, rs.start);
                     _mm256_storeu_ps(out.0.add(rs.start * n + j), v);
                     j += 8;
                 }
@@ -558,7 +647,7 @@ mod avx2 {
                 }
                 let mut r = rs.start;
                 while r + 4 <= rs.end {
-                    let [v0, v1] = tile4x4::<T>(wp, kb, a, r);
+                    let [v0, v1] = tile4x4::<T, V>(wp, kb, a, r);
                     _mm_storeu_ps(out.0.add(r * n + j), _mm256_castps256_ps128(v0));
                     _mm_storeu_ps(out.0.add((r + 1) * n + j), _mm256_extractf128_ps::<1>(v0));
                     _mm_storeu_ps(out.0.add((r + 2) * n + j), _mm256_castps256_ps128(v1));
@@ -566,13 +655,13 @@ mod avx2 {
                     r += 4;
                 }
                 while r + 2 <= rs.end {
-                    let v = tile4x2::<T>(wp, kb, a, r);
+                    let v = tile4x2::<T, V>(wp, kb, a, r);
                     _mm_storeu_ps(out.0.add(r * n + j), _mm256_castps256_ps128(v));
                     _mm_storeu_ps(out.0.add((r + 1) * n + j), _mm256_extractf128_ps::<1>(v));
                     r += 2;
                 }
                 if r < rs.end {
-                    _mm_storeu_ps(out.0.add(r * n + j), tile4x1::<T>(wp, kb, a, r));
+                    _mm_storeu_ps(out.0.add(r * n + j), tile4x1::<T, V>(wp, kb, a, r));
                 }
                 j += 4;
             }
@@ -675,9 +764,8 @@ mod avx2 {
     /// Four weight rows × two activation rows; lane `c * 4 + i` is row `r + c` · weight `i`.
     /// No closures here or in the other tiles: closures do not get inlined into these
     /// `target_feature` functions, and a call per block costs more than the block.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn tile4x2<const T: u8>(
+    #[inline(always)]
+    unsafe fn tile4x2<const T: u8, const V: bool>(
         wp: [*const u8; 4],
         kb: usize,
         a: &QuantRows,
@@ -687,7 +775,8 @@ mod avx2 {
         let bb = wt.block_bytes();
         let mo = wt.min_offset().unwrap_or(0);
         let (x0, x1) = (ActRow::new(a, r), ActRow::new(a, r + 1));
-        let mut acc = _mm256_setzero_ps();
+        // SAFETY: AVX is enabled wherever the tiles are inlined.
+        let mut acc = unsafe { _mm256_setzero_ps() };
         // SAFETY (whole loop): block `b` of each weight row and of both activation rows exists.
         unsafe {
             for b in 0..kb {
@@ -701,8 +790,8 @@ mod avx2 {
                 let a1 = _mm256_loadu_si256(x1.qs[b * BLOCK..].as_ptr().cast());
                 let mut p = [_mm256_setzero_si256(); 8];
                 for i in 0..4 {
-                    p[i] = dot32(wt, u[i], a0);
-                    p[i + 4] = dot32(wt, u[i], a1);
+                    p[i] = dot32::<V>(wt, u[i], a0);
+                    p[i + 4] = dot32::<V>(wt, u[i], a1);
                 }
                 let isum = reduce8(p);
                 let dw4 = halves4(&bp, 0);
@@ -724,9 +813,8 @@ mod avx2 {
 
     /// Four weight rows × four activation rows: each unpacked weight block serves four rows.
     /// Result `h` holds rows `r + 2h` and `r + 2h + 1` as in [`tile4x2`].
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn tile4x4<const T: u8>(
+    #[inline(always)]
+    unsafe fn tile4x4<const T: u8, const V: bool>(
         wp: [*const u8; 4],
         kb: usize,
         a: &QuantRows,
@@ -741,7 +829,8 @@ mod avx2 {
             ActRow::new(a, r + 2),
             ActRow::new(a, r + 3),
         ];
-        let mut acc = [_mm256_setzero_ps(); 2];
+        // SAFETY: AVX is enabled wherever the tiles are inlined.
+        let mut acc = [unsafe { _mm256_setzero_ps() }; 2];
         // SAFETY (whole loop): block `b` of each weight row and of the four activation rows
         // exists.
         unsafe {
@@ -766,8 +855,8 @@ mod avx2 {
                     let a1 = _mm256_loadu_si256(x1.qs[b * BLOCK..].as_ptr().cast());
                     let mut p = [_mm256_setzero_si256(); 8];
                     for i in 0..4 {
-                        p[i] = dot32(wt, u[i], a0);
-                        p[i + 4] = dot32(wt, u[i], a1);
+                        p[i] = dot32::<V>(wt, u[i], a0);
+                        p[i + 4] = dot32::<V>(wt, u[i], a1);
                     }
                     let isum = reduce8(p);
                     let da = _mm256_set_m128(_mm_set1_ps(x1.d[b]), _mm_set1_ps(x0.d[b]));
@@ -782,9 +871,8 @@ mod avx2 {
     }
 
     /// Eight weight rows × one activation row (decode); lane `i` is weight row `i`.
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn tile8x1<const T: u8>(
+    #[inline(always)]
+    unsafe fn tile8x1<const T: u8, const V: bool>(
         wp: [*const u8; 8],
         row_bytes: usize,
         kb: usize,
@@ -795,7 +883,8 @@ mod avx2 {
         let bb = wt.block_bytes();
         let mo = wt.min_offset().unwrap_or(0);
         let x = ActRow::new(a, r);
-        let mut acc = _mm256_setzero_ps();
+        // SAFETY: AVX is enabled wherever the tiles are inlined.
+        let mut acc = unsafe { _mm256_setzero_ps() };
         // SAFETY (whole loop): block `b` of each weight row and of the activation row exists.
         unsafe {
             for b in 0..kb {
@@ -807,7 +896,7 @@ mod avx2 {
                     // Decode streams the weights from memory once: fetch the same block of
                     // the next tile's rows (8 rows further on) while this tile computes.
                     _mm_prefetch::<_MM_HINT_T0>(bp[i].wrapping_add(8 * row_bytes).cast());
-                    p[i] = dot32(wt, codes(wt, bp[i]), a0);
+                    p[i] = dot32::<V>(wt, codes(wt, bp[i]), a0);
                 }
                 let isum = reduce8(p);
                 let dw = halves8(&bp, 0);
@@ -832,9 +921,8 @@ mod avx2 {
     }
 
     /// Four weight rows × one activation row (the odd row of a prefill chunk).
-    #[target_feature(enable = "avx2,fma,f16c")]
-    #[inline]
-    unsafe fn tile4x1<const T: u8>(
+    #[inline(always)]
+    unsafe fn tile4x1<const T: u8, const V: bool>(
         wp: [*const u8; 4],
         kb: usize,
         a: &QuantRows,
@@ -844,7 +932,8 @@ mod avx2 {
         let bb = wt.block_bytes();
         let mo = wt.min_offset().unwrap_or(0);
         let x = ActRow::new(a, r);
-        let mut acc = _mm256_setzero_ps();
+        // SAFETY: AVX is enabled wherever the tiles are inlined.
+        let mut acc = unsafe { _mm256_setzero_ps() };
         // SAFETY (whole loop): block `b` of each weight row and of the activation row exists.
         unsafe {
             for b in 0..kb {
@@ -853,7 +942,7 @@ mod avx2 {
                 let mut p = [_mm256_setzero_si256(); 4];
                 for i in 0..4 {
                     bp[i] = wp[i].add(b * bb);
-                    p[i] = dot32(wt, codes(wt, bp[i]), a0);
+                    p[i] = dot32::<V>(wt, codes(wt, bp[i]), a0);
                 }
                 let isum = reduce4(p);
                 let dw = _mm256_zextps128_ps256(halves4(&bp, 0));
@@ -874,7 +963,8 @@ mod avx2 {
                 );
             }
         }
-        _mm256_castps256_ps128(acc)
+        // SAFETY: AVX is enabled wherever the tiles are inlined.
+        unsafe { _mm256_castps256_ps128(acc) }
     }
 }
 
@@ -920,6 +1010,15 @@ mod tests {
         w
     }
 
+    /// Every instruction set this CPU runs, so each kernel variant is checked where possible.
+    fn available_isas() -> Vec<Isa> {
+        match Isa::best() {
+            Isa::Scalar => vec![Isa::Scalar],
+            Isa::Avx2 => vec![Isa::Scalar, Isa::Avx2],
+            Isa::Avx2Vnni => vec![Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni],
+        }
+    }
+
     fn random_rows(m: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
         (0..m * k).map(|_| rng.random_range(-2f32..2.0)).collect()
     }
@@ -950,8 +1049,9 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
 
-        /// The SIMD tiles (8x1, 4x2, 4x1 and the scalar column tail) equal the scalar reference
-        /// for every type, for odd and even row counts and several blocks per row.
+        /// The SIMD tiles (8x1, 4x4, 4x2, 4x1 and the scalar column tail), with and without
+        /// VNNI, equal the scalar reference for every type, for odd and even row counts and
+        /// several blocks per row.
         #[test]
         fn simd_matmul_equals_reference(
             ti in 0usize..5, n in 1usize..40, m in 1usize..70, kb in 1usize..6, seed in any::<u64>()
@@ -961,17 +1061,19 @@ mod tests {
             let k = kb * BLOCK;
             let w = random_weights(wt, n, kb, &mut rng);
             let a = QuantRows::quantize(&random_rows(m, k, &mut rng), m, k);
-            let mut got = vec![f32::NAN; m * n];
-            matmul(wt, &w, n, k, &a, &mut got);
             let rb = kb * wt.block_bytes();
-            for r in 0..m {
-                for j in 0..n {
-                    let want = dot_ref(wt, &w[j * rb..(j + 1) * rb], &a, r);
-                    let g = got[r * n + j];
-                    prop_assert!(
-                        (g - want).abs() <= 1e-4 * want.abs().max(1.0),
-                        "{wt:?} m={m} n={n} kb={kb} row {r} col {j}: {g} vs {want}"
-                    );
+            for isa in available_isas() {
+                let mut got = vec![f32::NAN; m * n];
+                matmul_with(isa, wt, &w, n, k, &a, &mut got);
+                for r in 0..m {
+                    for j in 0..n {
+                        let want = dot_ref(wt, &w[j * rb..(j + 1) * rb], &a, r);
+                        let g = got[r * n + j];
+                        prop_assert!(
+                            (g - want).abs() <= 1e-4 * want.abs().max(1.0),
+                            "{isa:?} {wt:?} m={m} n={n} kb={kb} row {r} col {j}: {g} vs {want}"
+                        );
+                    }
                 }
             }
         }
