@@ -26,6 +26,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(str::parse)
         .collect::<Result<_, _>>()?;
     let n_decode: usize = args.get(3).map_or(Ok(128), |s| s.parse())?;
+    // Where load time goes, stage by stage (each stage alone, before the real load below).
+    {
+        use shortlist_engine::gguf::{Metadata, ModelConfig, read_content};
+        use shortlist_engine::model::Model;
+        use shortlist_engine::tokenizer::Tokenizer;
+        let t = Instant::now();
+        let mut r = std::io::BufReader::new(std::fs::File::open(path)?);
+        let content = read_content(&mut r, path)?;
+        let metadata_s = t.elapsed().as_secs_f64();
+        let md = Metadata::new(&content.metadata);
+        let t = Instant::now();
+        let tok = Tokenizer::from_metadata(&md)?;
+        let tokenizer_s = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        let model = Model::load(
+            ModelConfig::from_metadata(&md)?,
+            &content,
+            &mut r,
+            &candle_core::Device::Cpu,
+        )?;
+        let weights_s = t.elapsed().as_secs_f64();
+        drop((tok, model));
+        println!(
+            "{}",
+            serde_json::json!({"metric": "load_stages_s", "value": {
+                "gguf_metadata": metadata_s, "tokenizer": tokenizer_s, "weights": weights_s}})
+        );
+    }
     let t0 = Instant::now();
     let m = LoadedModel::open(
         path.as_ref(),

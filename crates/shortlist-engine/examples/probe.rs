@@ -2,12 +2,15 @@
 //!
 //! `cargo run --release -p shortlist-engine --example probe -- tok MODEL < text`
 //! `cargo run --release -p shortlist-engine --example probe -- gen MODEL N [--chat] < prompt`
+//! `cargo run --release -p shortlist-engine --example probe -- logits MODEL < ids.json` (the
+//! last position's logits as one JSON array, for comparing kernels with `SHORTLIST_KERNELS`)
 
 use std::io::Read;
 use std::time::Instant;
 
 use shortlist_engine::chat::Message;
 use shortlist_engine::engine::{LoadOptions, LoadedModel, load_tokenizer_file};
+use shortlist_engine::model::{KvCache, SeqStep};
 use shortlist_engine::sampling::SamplingParams;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -63,7 +66,19 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 serde_json::json!({"prompt_ids": ids, "ids": out.tokens, "text": out.text, "finish": out.finish, "margins": out.margins})
             );
         }
-        _ => eprintln!("usage: probe tok|gen MODEL ..."),
+        Some("logits") => {
+            let m = LoadedModel::open(args[2].as_ref(), &LoadOptions::default())?;
+            let ids: Vec<u32> = serde_json::from_str(&text)?;
+            let mut cache = KvCache::new(m.model().config(), ids.len(), m.model().device())?;
+            let mut step = [SeqStep {
+                tokens: &ids,
+                cache: &mut cache,
+                want_logits: true,
+            }];
+            let logits = m.model().forward(&mut step)?.pop().flatten();
+            println!("{}", serde_json::json!(logits));
+        }
+        _ => eprintln!("usage: probe tok|gen|logits MODEL ..."),
     }
     Ok(())
 }

@@ -11,6 +11,8 @@
 //! - [`engine::LoadedModel`] ties them together with the chat template and the context limit,
 //!   and generates for one sequence; [`sampling::SamplingParams`] says how.
 //! - [`fetch`] gets the real models of MODELS.md out of their wheels and verifies them.
+//! - [`qmatmul::QWeight`], [`attention::BlockedAttention`] and [`activation::GatedActivation`]
+//!   are the CPU kernels the model uses where candle's are slow (see the README).
 //!
 //! ```no_run
 //! use shortlist_engine::engine::{LoadOptions, LoadedModel};
@@ -23,6 +25,8 @@
 //! # Ok(()) }
 //! ```
 
+pub mod activation;
+pub mod attention;
 pub mod chat;
 pub mod engine;
 pub mod error;
@@ -32,6 +36,7 @@ pub mod http;
 pub mod metrics;
 pub mod model;
 pub mod prefix;
+pub mod qmatmul;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;

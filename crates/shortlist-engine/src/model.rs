@@ -11,11 +11,14 @@ use std::io::{Read, Seek};
 use std::sync::Arc;
 
 use candle_core::quantized::gguf_file::Content;
-use candle_core::quantized::{QMatMul, QTensor};
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
+use crate::activation::GatedActivation;
+use crate::attention::BlockedAttention;
 use crate::error::{EngineError, Result};
 use crate::gguf::{Architecture, ModelConfig};
+use crate::qmatmul::QWeight;
 
 /// Per-sequence key/value cache: one preallocated `(n_kv_head, capacity, head_dim)` tensor per
 /// layer for keys and one for values. Appending writes in place (`slice_set`), so a step costs
@@ -129,18 +132,18 @@ pub struct SeqStep<'a> {
 
 struct Layer {
     attn_norm: Tensor,
-    wq: QMatMul,
-    wk: QMatMul,
-    wv: QMatMul,
-    wo: QMatMul,
+    wq: Linear,
+    wk: Linear,
+    wv: Linear,
+    wo: Linear,
     q_norm: Option<Tensor>,
     k_norm: Option<Tensor>,
     post_attn_norm: Option<Tensor>,
     ffn_norm: Tensor,
     post_ffn_norm: Option<Tensor>,
-    gate: QMatMul,
-    up: QMatMul,
-    down: QMatMul,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
     local: bool,
 }
 
@@ -149,7 +152,7 @@ pub struct Model {
     cfg: ModelConfig,
     device: Device,
     embed: Arc<QTensor>,
-    output: QMatMul,
+    output: Linear,
     output_norm: Tensor,
     layers: Vec<Layer>,
     weight_bytes: usize,
@@ -162,6 +165,52 @@ impl std::fmt::Debug for Model {
             .field("weight_bytes", &self.weight_bytes)
             .finish_non_exhaustive()
     }
+}
+
+/// A quantized projection: our kernels for the block types where candle's x86 path is scalar,
+/// candle's `QMatMul` for the others (K-quants, which it runs with AVX2) and for other devices.
+enum Linear {
+    Ours(QWeight),
+    Candle(QMatMul),
+}
+
+impl Linear {
+    fn new(t: Arc<QTensor>) -> candle_core::Result<Self> {
+        if kernel_choice(t.dtype())
+            && let Some(w) = QWeight::new(t.clone())
+        {
+            return Ok(Self::Ours(w));
+        }
+        QMatMul::from_arc(t).map(Self::Candle)
+    }
+
+    fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        match self {
+            Self::Ours(w) => w.forward(x),
+            Self::Candle(m) => m.forward(x),
+        }
+    }
+}
+
+/// Which of our kernels run, as (projections, attention and MLP activation):
+/// `SHORTLIST_KERNELS=candle` runs everything on candle's ops, `=matmul` only our projections;
+/// for side-by-side measurement. Default: all ours.
+fn kernels() -> (bool, bool) {
+    static CHOICE: std::sync::OnceLock<(bool, bool)> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("SHORTLIST_KERNELS").as_deref() {
+        Ok("candle") => (false, false),
+        Ok("matmul") => (true, false),
+        _ => (true, true),
+    })
+}
+
+/// Whether our kernels take tensors of type `t`: the types where ours were faster than candle's.
+fn kernel_choice(t: GgmlDType) -> bool {
+    kernels().0
+        && matches!(
+            t,
+            GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_0
+        )
 }
 
 struct Loader<'c, R> {
@@ -188,7 +237,7 @@ impl<R: Read + Seek> Loader<'_, R> {
         self.content.tensor_infos.contains_key(name)
     }
 
-    fn matmul(&mut self, name: &str, rows: usize, cols: usize) -> Result<QMatMul> {
+    fn matmul(&mut self, name: &str, rows: usize, cols: usize) -> Result<Linear> {
         let t = self.qtensor(name)?;
         if t.shape().dims() != [rows, cols] {
             return Err(EngineError::Tensor {
@@ -196,7 +245,7 @@ impl<R: Read + Seek> Loader<'_, R> {
                 message: format!("shape {:?}, expected [{rows}, {cols}]", t.shape().dims()),
             });
         }
-        QMatMul::from_qtensor(t).map_err(|e| EngineError::Tensor {
+        Linear::new(Arc::new(t)).map_err(|e| EngineError::Tensor {
             name: name.to_owned(),
             message: e.to_string(),
         })
@@ -255,7 +304,7 @@ impl Model {
         let output = if l.has("output.weight") {
             l.matmul("output.weight", vocab, e)?
         } else {
-            QMatMul::from_arc(embed.clone())?
+            Linear::new(embed.clone())?
         };
         let output_norm = l.vector("output_norm.weight", e)?;
         let gemma = cfg.arch == Architecture::Gemma3;
@@ -448,12 +497,22 @@ impl Model {
             x = (x + attn)?;
             let h = candle_nn::ops::rms_norm(&x, &layer.ffn_norm, cfg.rms_eps)?;
             let gate = layer.gate.forward(&h)?;
-            let gate = match cfg.arch {
-                Architecture::Llama => candle_nn::ops::silu(&gate)?,
-                // Gemma uses GELU with the tanh approximation (candle's `gelu`).
-                Architecture::Gemma3 => gate.gelu()?,
+            let up = layer.up.forward(&h)?;
+            let act = match cfg.arch {
+                Architecture::Llama => GatedActivation::Silu,
+                // Gemma uses GELU with the tanh approximation.
+                Architecture::Gemma3 => GatedActivation::GeluTanh,
             };
-            let mut ffn = layer.down.forward(&(gate * layer.up.forward(&h)?)?)?;
+            let gated = if self.device.is_cpu() && kernels().1 {
+                gate.apply_op2_no_bwd(&up, &act)?
+            } else {
+                let gate = match act {
+                    GatedActivation::Silu => candle_nn::ops::silu(&gate)?,
+                    GatedActivation::GeluTanh => gate.gelu()?,
+                };
+                (gate * up)?
+            };
+            let mut ffn = layer.down.forward(&gated)?;
             if let Some(w) = &layer.post_ffn_norm {
                 ffn = candle_nn::ops::rms_norm(&ffn, w, cfg.rms_eps)?;
             }
@@ -541,32 +600,71 @@ impl Model {
             (true, Some(w)) => (pos + 1).saturating_sub(w),
             _ => 0,
         };
+        let g = nh / nkv;
+        let window = if layer.local {
+            cfg.sliding_window
+        } else {
+            None
+        };
+        if blocked_attention(&self.device, g * t * (end - start)) {
+            let op = BlockedAttention {
+                n_head: nh,
+                n_kv_head: nkv,
+                head_dim: hd,
+                t,
+                pos,
+                window,
+                scale: cfg.attention_scale,
+            };
+            let q = q.squeeze(0)?.contiguous()?;
+            return Ok(q.apply_op3_no_bwd(&s.cache.k[il], &s.cache.v[il], &op)?);
+        }
         let kk = s.cache.k[il].narrow(1, start, end - start)?;
         let vv = s.cache.v[il].narrow(1, start, end - start)?;
-        let g = nh / nkv;
-        // Heads sharing a KV head are stacked as rows, so no key or value is copied per head.
-        let q = (q.squeeze(0)? * f64::from(cfg.attention_scale))?.reshape((nkv, g * t, hd))?;
-        let scores = q.matmul(&kk.t()?)?; // (nkv, g*t, L)
-        let scores = match mask {
-            Some(m) => {
-                let l = end - start;
-                let m = m.narrow(1, m.dim(1)? - l, l)?;
-                scores
-                    .reshape((nkv, g, t, l))?
-                    .broadcast_add(&m)?
-                    .reshape((nkv, g * t, l))?
-            }
-            None => scores,
-        };
-        let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-        let out = probs.matmul(&vv.contiguous()?)?; // (nkv, g*t, hd)
-        let out = out
-            .reshape((nh, t, hd))?
-            .transpose(0, 1)?
-            .contiguous()?
-            .reshape((t, nh * hd))?;
-        Ok(out)
+        let mask = mask
+            .map(|m| m.narrow(1, m.dim(1)? - (end - start), end - start))
+            .transpose()?;
+        full_attention(&q, &kk, &vv, mask.as_ref(), nkv, cfg.attention_scale)
     }
+}
+
+/// Whether attention over `scores` query-key pairs runs key block by key block (CPU only;
+/// small steps such as decode keep candle's ops, whose score matrix is small).
+fn blocked_attention(device: &Device, scores: usize) -> bool {
+    device.is_cpu() && scores >= 1 << 16 && kernels().1
+}
+
+/// Attention through candle's ops, holding the score matrix: `q (1, n_head, t, head_dim)`,
+/// `kk`/`vv (n_kv_head, L, head_dim)`, `mask (t, L)`; gives `(t, n_head * head_dim)`.
+fn full_attention(
+    q: &Tensor,
+    kk: &Tensor,
+    vv: &Tensor,
+    mask: Option<&Tensor>,
+    nkv: usize,
+    scale: f32,
+) -> Result<Tensor> {
+    let (_, nh, t, hd) = q.dims4()?;
+    let g = nh / nkv;
+    let l = kk.dim(1)?;
+    // Heads sharing a KV head are stacked as rows, so no key or value is copied per head.
+    let q = (q.squeeze(0)? * f64::from(scale))?.reshape((nkv, g * t, hd))?;
+    let scores = q.matmul(&kk.t()?)?; // (nkv, g*t, L)
+    let scores = match mask {
+        Some(m) => scores
+            .reshape((nkv, g, t, l))?
+            .broadcast_add(m)?
+            .reshape((nkv, g * t, l))?,
+        None => scores,
+    };
+    let probs = candle_nn::ops::softmax_last_dim(&scores)?;
+    let out = probs.matmul(&vv.contiguous()?)?; // (nkv, g*t, hd)
+    let out = out
+        .reshape((nh, t, hd))?
+        .transpose(0, 1)?
+        .contiguous()?
+        .reshape((t, nh * hd))?;
+    Ok(out)
 }
 
 /// Per sequence: cos and sin for the global RoPE base, and for the local base when it differs.
@@ -649,5 +747,62 @@ mod tests {
         assert_eq!(m[0], vec![f32::NEG_INFINITY, 0.0, 0.0, f32::NEG_INFINITY]);
         assert_eq!(m[1], vec![f32::NEG_INFINITY, f32::NEG_INFINITY, 0.0, 0.0]);
         assert!(attention_mask(5, 1, None, &dev).unwrap().is_none());
+    }
+
+    /// The blocked attention equals the attention through candle's ops with the real masks,
+    /// causal and windowed, for a prefill from empty, a chunk after cached tokens and a decode.
+    #[test]
+    fn blocked_attention_equals_candle_attention() {
+        let dev = Device::Cpu;
+        let cases = [
+            (9, 3, 64, 0, 40, None),
+            (4, 1, 32, 50, 30, Some(16)),
+            (4, 1, 32, 70, 1, Some(16)),
+            (9, 3, 64, 600, 100, None),
+        ];
+        for (nh, nkv, hd, pos, t, window) in cases {
+            let cap = pos + t + 5;
+            let q = Tensor::randn(0f32, 1.0, (1, nh, t, hd), &dev).unwrap();
+            let k = Tensor::randn(0f32, 1.0, (nkv, cap, hd), &dev).unwrap();
+            let v = Tensor::randn(0f32, 1.0, (nkv, cap, hd), &dev).unwrap();
+            let scale = 1.0 / (hd as f32).sqrt();
+            let end = pos + t;
+            let start = window.map_or(0, |w: usize| (pos + 1).saturating_sub(w));
+            let mask = attention_mask(pos, t, window, &dev)
+                .unwrap()
+                .map(|m| m.narrow(1, start, end - start).unwrap());
+            let want = full_attention(
+                &q,
+                &k.narrow(1, start, end - start).unwrap(),
+                &v.narrow(1, start, end - start).unwrap(),
+                mask.as_ref(),
+                nkv,
+                scale,
+            )
+            .unwrap();
+            let op = BlockedAttention {
+                n_head: nh,
+                n_kv_head: nkv,
+                head_dim: hd,
+                t,
+                pos,
+                window,
+                scale,
+            };
+            let got = q
+                .squeeze(0)
+                .unwrap()
+                .contiguous()
+                .unwrap()
+                .apply_op3_no_bwd(&k, &v, &op)
+                .unwrap();
+            assert_eq!(got.dims(), want.dims());
+            let diff = (got - want).unwrap().abs().unwrap().max_all().unwrap();
+            let diff = diff.to_scalar::<f32>().unwrap();
+            assert!(
+                diff < 1e-4,
+                "{nh} heads, pos {pos}, t {t}, window {window:?}: {diff}"
+            );
+        }
     }
 }
