@@ -124,6 +124,12 @@ fn print_text(r: &SelectionRecord) {
             c.hi * 100.0
         );
     }
+    if let Some(p) = &q.paired {
+        println!(
+            "  paired with {} on the same cases: both pass {}, only this {}, only {} {}, both fail {}; exact McNemar p = {:.3}",
+            p.other, p.both_pass, p.only_this, p.other, p.only_other, p.both_fail, p.p_value
+        );
+    }
     println!("  disqualifiers:");
     for d in &r.disqualifiers {
         let outcome = match d.outcome {
@@ -147,6 +153,52 @@ fn print_text(r: &SelectionRecord) {
         "  performance: {}; capacity rule: {}",
         r.performance.loop_label, r.performance.capacity_rule
     );
+    let perf = &r.performance;
+    if !perf.latencies.is_empty() {
+        println!(
+            "    at the target rate {} req/s ({}, SLO {}): throughput {:.3} req/s, goodput {:.3} req/s, attainment {}{}",
+            perf.target_rps,
+            perf.workload,
+            perf.slo,
+            perf.throughput_rps,
+            perf.goodput_rps,
+            perf.attainment
+                .map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", a * 100.0)),
+            if perf.client_bound { " — CLIENT-BOUND: cannot qualify" } else { "" }
+        );
+        let s = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3} s"));
+        for l in &perf.latencies {
+            println!(
+                "    {:<22} n={:<4} p50 {:>9} p90 {:>9} p99 {:>9}  ({})",
+                l.metric,
+                l.count,
+                s(l.p50_s),
+                s(l.p90_s),
+                s(l.p99_s),
+                l.population
+            );
+        }
+        for row in &perf.sweep {
+            println!(
+                "    sweep: offered {:>6} req/s → goodput {:.3}, throughput {:.3}, attainment {} (95 % lower bound {})",
+                row.offered_rps,
+                row.goodput_rps,
+                row.throughput_rps,
+                row.attainment
+                    .map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", a * 100.0)),
+                row.attainment_lower_bound
+                    .map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", a * 100.0)),
+            );
+        }
+        println!(
+            "    knee {}, capacity {} (measured on {})",
+            perf.knee_rps
+                .map_or_else(|| "-".to_owned(), |k| format!("{k} req/s")),
+            perf.capacity_rps
+                .map_or_else(|| "none".to_owned(), |k| format!("{k} req/s")),
+            perf.hardware
+        );
+    }
     println!(
         "  operations: {}; {}",
         r.operations.overload_behaviour, r.operations.error_behaviour
