@@ -164,7 +164,11 @@ fn print_text(r: &SelectionRecord) {
             perf.goodput_rps,
             perf.attainment
                 .map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", a * 100.0)),
-            if perf.client_bound { " — CLIENT-BOUND: cannot qualify" } else { "" }
+            if perf.client_bound {
+                " — CLIENT-BOUND: cannot qualify"
+            } else {
+                ""
+            }
         );
         let s = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.3} s"));
         for l in &perf.latencies {
