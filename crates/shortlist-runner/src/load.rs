@@ -354,8 +354,10 @@ impl Measured {
             steps.push((*rate, report));
         }
         steps.sort_by(|a, b| a.0.total_cmp(&b.0));
+        // A client-bound step measured the client, not the server: it judges nothing.
         let points: Vec<SweepPoint> = steps
             .iter()
+            .filter(|(_, r)| !r.checks.client_bound)
             .map(|(rate, r)| SweepPoint {
                 offered_rps: *rate,
                 goodput_rps: r.goodput.requests_per_s,
@@ -363,8 +365,14 @@ impl Measured {
                 qualified: r.requests.qualified,
             })
             .collect();
-        let finding = find_capacity(&points, attainment_target, CAPACITY_CONFIDENCE);
-        let client_bound = steps.iter().any(|(_, r)| r.checks.client_bound);
+        let mut finding = find_capacity(&points, attainment_target, CAPACITY_CONFIDENCE);
+        // With no goodput anywhere there is no knee: every rate ties at zero.
+        if finding.knee_goodput_rps.is_none_or(|g| g <= 0.0) {
+            finding.knee_rps = None;
+            finding.knee_goodput_rps = None;
+        }
+        // The load run at the target rate is what may qualify the candidate.
+        let client_bound = target.checks.client_bound;
         let overload = overload_behaviour(&steps, &finding, target_rps);
         let (mut tokens, mut completed) = (0u64, 0u64);
         for v in record_lines(target_records) {
@@ -594,6 +602,76 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("none is stored"), "{e}");
+    }
+
+    /// `n` attempts, one per second; each sent `lag` after its schedule, first token after
+    /// `ttft`.
+    fn records(n: usize, lag: f64, ttft: f64) -> String {
+        let mut text = format!(
+            "{{\"format\":\"shortlist.records.v1\",\"loop\":\"open\",\"window_s\":[0,{n}]}}\n"
+        );
+        for i in 0..n {
+            let s = i as f64;
+            text.push_str(&format!(
+                "{{\"id\":\"r{i}\",\"scheduled_s\":{s},\"sent_s\":{},\"chunks\":[[{},1],[{},1]],\"last_token_s\":{},\"output_tokens\":2,\"status\":\"ok\"}}\n",
+                s + lag,
+                s + ttft,
+                s + ttft + 0.05,
+                s + ttft + 0.05
+            ));
+        }
+        text
+    }
+
+    fn slo() -> Slo {
+        Slo::from_toml("t", "name = \"t\"\nttft_ms = 1000\n").unwrap()
+    }
+
+    #[test]
+    fn client_bound_sweep_steps_judge_nothing_and_zero_goodput_has_no_knee() {
+        // Target and 2x qualify; the 4x step was client-bound (10 ms schedule lag).
+        let m = Measured::from_records(
+            &slo(),
+            0.9,
+            1.0,
+            &records(40, 0.0, 0.2),
+            &[(2.0, records(40, 0.0, 0.2)), (4.0, records(40, 0.01, 0.2))],
+            true,
+        )
+        .unwrap();
+        assert!(!m.client_bound, "the target run was not client-bound");
+        assert_eq!(
+            m.finding.lower_bounds.len(),
+            2,
+            "the client-bound step is left out"
+        );
+        assert_eq!(m.finding.max_rate_meeting_target_rps, Some(2.0));
+        assert_eq!(m.steps.len(), 3, "but it is still shown");
+
+        // Nothing qualifies anywhere: no knee, no capacity.
+        let slow = Measured::from_records(
+            &slo(),
+            0.9,
+            1.0,
+            &records(40, 0.0, 3.0),
+            &[(2.0, records(40, 0.0, 3.0))],
+            true,
+        )
+        .unwrap();
+        assert_eq!(slow.finding.knee_rps, None);
+        assert_eq!(slow.finding.max_rate_meeting_target_rps, None);
+        let perf = slow.performance("w", "t", 1.0, "h");
+        assert_eq!(perf.knee_rps, None);
+        assert!(
+            perf.capacity_rule.contains("no offered rate"),
+            "{}",
+            perf.capacity_rule
+        );
+        assert!(
+            slow.overload.contains("at 2 req/s offered"),
+            "{}",
+            slow.overload
+        );
     }
 
     #[test]

@@ -442,6 +442,19 @@ impl StudyRunner {
         version: u32,
         max_tokens: usize,
     ) -> Result<usize, StudyRunError> {
+        self.enqueue_with(name, version, max_tokens, false)
+    }
+
+    /// [`StudyRunner::enqueue`]; with `refresh_records`, also a fresh record job per candidate
+    /// whose steps are all queued already (a record assembled again from the stored runs, e.g.
+    /// by a newer build; earlier records stay stored).
+    pub fn enqueue_with(
+        &self,
+        name: &str,
+        version: u32,
+        max_tokens: usize,
+        refresh_records: bool,
+    ) -> Result<usize, StudyRunError> {
         // Runs start only on locked studies, whose lock still holds.
         let locked = self.verify(name, Some(version))?;
         let existing = self.jobs_of(name, version)?;
@@ -468,6 +481,10 @@ impl StudyRunner {
                 .filter(|kind| *kind != "record" && !mine.iter().any(|j| j.kind == *kind))
                 .collect();
             if !mine.is_empty() && missing.is_empty() {
+                if refresh_records {
+                    self.block(self.store.enqueue_job("record", &payload))?;
+                    queued += 1;
+                }
                 continue;
             }
             for kind in missing.iter().chain(std::iter::once(&"record")) {

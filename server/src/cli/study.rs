@@ -69,6 +69,10 @@ pub(crate) struct RunArgs {
     /// Stop after this many jobs (default: until the queue is empty).
     #[arg(long)]
     max_jobs: Option<usize>,
+    /// Queue a fresh record per candidate of a study whose work is all queued: the record is
+    /// assembled again from the stored runs (earlier records stay stored).
+    #[arg(long)]
+    refresh_records: bool,
     /// Compute threads of the candidates' engine (default: cores - 1, at least 1, so that one
     /// core is left to the load generator and the HTTP server during load runs).
     #[arg(long)]
@@ -256,7 +260,7 @@ fn run_study(a: RunArgs) -> anyhow::Result<Outcome> {
     super::engine::set_compute_threads(a.threads);
     let runner = connect()?;
     let version = runner.version_of(&a.name, a.version)?;
-    let queued = runner.enqueue(&a.name, version, a.max_tokens)?;
+    let queued = runner.enqueue_with(&a.name, version, a.max_tokens, a.refresh_records)?;
     if queued > 0 {
         eprintln!("study {} v{version}: {queued} jobs queued", a.name);
     } else {
