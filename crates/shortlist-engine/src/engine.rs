@@ -397,7 +397,9 @@ impl LoadedModel {
     /// [`LoadedModel::generate`], keeping the sequence's KV cache in `reuse` between calls: the
     /// prompt's longest common prefix with what the cache holds (an eval set's shared system
     /// prompt, say) is not computed again. Keys and values depend only on the tokens up to their
-    /// position, so the result is the one a fresh cache gives.
+    /// position, so the result is the one a fresh cache gives, up to float summation order (a row
+    /// computed alone takes the decode kernels, in a batch the prefill tiles): greedy answers can
+    /// differ only where two candidates were nearly tied.
     pub fn generate_reusing(
         &self,
         reuse: &mut ReuseCache,
