@@ -775,10 +775,7 @@ impl StudyRunner {
         let target_records = match stored.into_iter().find(|r| r.label == "target") {
             Some(r) => records_text(&r.records)?,
             None => {
-                let server = match &mut served {
-                    Some(s) => s,
-                    None => served.insert(load::Served::start(&spec, &c.source)?),
-                };
+                let server = serve_once(&mut served, &spec, &c.source)?;
                 on_event(Event::Note(format!(
                     "{}: load run, {} requests at {target} req/s, open loop",
                     p.candidate,
@@ -834,10 +831,7 @@ impl StudyRunner {
             if done.contains(&label) {
                 continue;
             }
-            let server = match &mut served {
-                Some(s) => s,
-                None => served.insert(load::Served::start(&spec, &c.source)?),
-            };
+            let server = serve_once(&mut served, &spec, &c.source)?;
             on_event(Event::Note(format!(
                 "{}: sweep step at {rate} req/s",
                 p.candidate
@@ -1300,6 +1294,21 @@ impl StudyRunner {
         }
         .seal())
     }
+}
+
+/// The candidate's server, started on first use: a job whose steps are all stored starts none.
+fn serve_once<'a>(
+    served: &'a mut Option<load::Served>,
+    spec: &CandidateSpec,
+    source: &str,
+) -> Result<&'a load::Served, StudyRunError> {
+    if served.is_none() {
+        *served = Some(load::Served::start(spec, source)?);
+    }
+    served.as_ref().ok_or_else(|| StudyRunError::Invalid {
+        what: source.to_owned(),
+        why: "the server did not start".to_owned(),
+    })
 }
 
 /// The stored label of a sweep step.

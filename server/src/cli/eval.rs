@@ -293,13 +293,23 @@ fn run_score(a: ScoreArgs) -> anyhow::Result<Outcome> {
         JudgeGate::of(check, &calibrations, GatePolicy::default())
     });
     results.candidate = a.candidate;
-    if let Some(path) = &a.output {
-        let text = serde_json::to_string_pretty(&results)?;
+    emit_results(&results, a.output.as_deref(), a.json)
+}
+
+/// Write `results` to `output` (when given), print them as JSON or as the per-category table, and
+/// say whether any case failed.
+pub(crate) fn emit_results(
+    results: &RunResults,
+    output: Option<&Path>,
+    json: bool,
+) -> anyhow::Result<Outcome> {
+    if let Some(path) = output {
+        let text = serde_json::to_string_pretty(results)?;
         std::fs::write(path, text + "\n")
             .with_context(|| format!("{}: cannot write", path.display()))?;
     }
-    if a.json {
-        print_json(&results)?;
+    if json {
+        print_json(results)?;
     } else {
         print!("{}", results.table());
     }

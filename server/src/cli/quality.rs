@@ -236,21 +236,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         started.elapsed().as_secs_f64(),
         decoding.describe()
     );
-    if let Some(path) = &a.output {
-        let text = serde_json::to_string_pretty(&results)?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("{}: cannot write", path.display()))?;
-    }
-    if a.json {
-        print_json(&results)?;
-    } else {
-        print!("{}", results.table());
-    }
-    Ok(if results.failed() == 0 {
-        Outcome::Success
-    } else {
-        Outcome::CheckFailed
-    })
+    super::eval::emit_results(&results, a.output.as_deref(), a.json)
 }
 
 pub(crate) fn calibrate_judge(a: CalibrateArgs) -> anyhow::Result<Outcome> {
