@@ -4,11 +4,11 @@
 //! attention) and are pinned in `tests/data/engine`. The models are looked up in the models
 //! folder; each test prints why it is skipped when they are absent.
 
-use std::path::{Path, PathBuf};
+mod common;
 
-use serde_json::Value;
+use common::{ids, jsonl, model};
+
 use shortlist_engine::engine::{FinishReason, LoadOptions, LoadedModel, load_tokenizer_file};
-use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::model::{KvCache, SeqStep};
 use shortlist_engine::sampling::{SamplingParams, argmax};
 
@@ -17,42 +17,6 @@ use shortlist_engine::sampling::{SamplingParams, argmax};
 const NEAR_TIE: f32 = 0.5;
 /// Tokens that must match before a divergence is acceptable at all without a near-tie.
 const MUST_MATCH: usize = 32;
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/data/engine")
-        .join(name)
-}
-
-fn model(name: &str) -> Option<PathBuf> {
-    let spec = MODELS.iter().find(|m| m.name == name).expect("known model");
-    let path = model_path(&default_models_dir(), spec);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            path.display()
-        );
-        None
-    }
-}
-
-fn jsonl(name: &str) -> Vec<Value> {
-    std::fs::read_to_string(data(name))
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
-        .collect()
-}
-
-fn ids(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
 
 fn check_tokenizer(model_name: &str, reference: &str) {
     let Some(path) = model(model_name) else {

@@ -2,24 +2,14 @@
 //! prefix with the previous one computes only the rest, and answers as a fresh cache does (up to
 //! a near-tie, which is reported). Runs on the real SmolLM2 file; prints why it is skipped when the file is absent.
 
+mod common;
+
 use shortlist_engine::chat::Message;
 use shortlist_engine::engine::{LoadOptions, LoadedModel, ReuseCache};
-use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::sampling::SamplingParams;
 
 fn smollm2() -> Option<LoadedModel> {
-    let spec = MODELS
-        .iter()
-        .find(|m| m.name.starts_with("smollm2"))
-        .expect("SmolLM2 is a known model");
-    let path = model_path(&default_models_dir(), spec);
-    if !path.exists() {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            path.display()
-        );
-        return None;
-    }
+    let path = common::model("smollm2-135m-instruct")?;
     Some(LoadedModel::open(&path, &LoadOptions::default()).expect("SmolLM2 loads"))
 }
 

@@ -5,25 +5,20 @@
 //! GGUF file, and checks the folder's tokenizer against llama.cpp's pinned ids. The real-model
 //! tests print why they are skipped when the models are absent.
 
+mod common;
+
 use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufReader;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::{Value, json};
 use shortlist_engine::engine::{
     LoadOptions, LoadedModel, ModelFolder, load_tokenizer_file, load_tokenizer_path,
 };
-use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::gguf::{Metadata, read_content};
 use shortlist_engine::tokenizer::{Tokenizer, TokenizerSource};
 use shortlist_engine::tokenizer_json;
-
-fn data(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/data/engine")
-        .join(name)
-}
 
 const FILE: &str = "inline/tokenizer.json";
 
@@ -538,7 +533,7 @@ mod special_ids {
 
     #[test]
     fn files_from_a_fixture_folder() {
-        let dir = data("tokenizer-json/tiny-spm");
+        let dir = common::data("tokenizer-json/tiny-spm");
         let tok = tokenizer_json::load(
             &dir.join("tokenizer.json"),
             Some(&dir.join("tokenizer_config.json")),
@@ -693,20 +688,6 @@ const NORMAL: i64 = 1;
 const UNKNOWN: i64 = 2;
 const CONTROL: i64 = 3;
 const USER_DEFINED: i64 = 4;
-
-fn real_model(name: &str) -> Option<PathBuf> {
-    let spec = MODELS.iter().find(|m| m.name == name).expect("known model");
-    let path = model_path(&default_models_dir(), spec);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            path.display()
-        );
-        None
-    }
-}
 
 fn with_metadata<T>(gguf: &Path, f: impl FnOnce(&Metadata<'_>) -> T) -> T {
     let mut reader = BufReader::new(File::open(gguf).expect("opens"));
@@ -867,38 +848,22 @@ fn folder(gguf: &Path, files: &[(&str, &Value)]) -> tempfile::TempDir {
     dir
 }
 
-fn jsonl(name: &str) -> Vec<Value> {
-    std::fs::read_to_string(data(name))
-        .unwrap_or_else(|e| panic!("{name}: {e}"))
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
-        .collect()
-}
-
-fn id_list(v: &Value) -> Vec<u32> {
-    v.as_array()
-        .expect("array")
-        .iter()
-        .map(|x| x.as_u64().expect("id") as u32)
-        .collect()
-}
-
 /// The pinned llama.cpp ids, with and without special parsing, and exact round trips.
 fn check_against_llama_cpp(tok: &Tokenizer, reference: &str) {
-    let refs = jsonl(reference);
+    let refs = common::jsonl(reference);
     assert!(refs.len() >= 16, "at least 16 pinned strings");
     let mut failures = Vec::new();
     for r in &refs {
         let text = r["text"].as_str().expect("text");
         let got = ids(tok, text);
-        if got != id_list(&r["ids"]) {
+        if got != common::ids(&r["ids"]) {
             failures.push(format!(
                 "special {text:?}: got {got:?}, llama.cpp {}",
                 r["ids"]
             ));
         }
         let plain = plain_ids(tok, text);
-        if plain != id_list(&r["ids_plain"]) {
+        if plain != common::ids(&r["ids_plain"]) {
             failures.push(format!(
                 "plain {text:?}: got {plain:?}, llama.cpp {}",
                 r["ids_plain"]
@@ -934,7 +899,7 @@ fn json_source(dir: &Path, config: bool) -> TokenizerSource {
 
 #[test]
 fn smollm2_tokenizer_json_matches_llama_cpp() {
-    let Some(gguf) = real_model("smollm2-135m-instruct") else {
+    let Some(gguf) = common::model("smollm2-135m-instruct") else {
         return;
     };
     let (tokenizer, config) = with_metadata(&gguf, smollm2_files);
@@ -970,7 +935,7 @@ fn smollm2_tokenizer_json_matches_llama_cpp() {
 
 #[test]
 fn a_tokenizer_json_of_another_vocabulary_is_refused() {
-    let Some(gguf) = real_model("smollm2-135m-instruct") else {
+    let Some(gguf) = common::model("smollm2-135m-instruct") else {
         return;
     };
     let (mut tokenizer, _) = with_metadata(&gguf, smollm2_files);
@@ -998,7 +963,7 @@ fn a_tokenizer_json_of_another_vocabulary_is_refused() {
 
 #[test]
 fn smollm2_model_folder_loads_with_its_tokenizer_json() {
-    let Some(gguf) = real_model("smollm2-135m-instruct") else {
+    let Some(gguf) = common::model("smollm2-135m-instruct") else {
         return;
     };
     let (tokenizer, config) = with_metadata(&gguf, smollm2_files);
@@ -1032,7 +997,7 @@ fn smollm2_model_folder_loads_with_its_tokenizer_json() {
 
 #[test]
 fn gemma3_tokenizer_json_matches_llama_cpp() {
-    let Some(gguf) = real_model("gemma3-270m") else {
+    let Some(gguf) = common::model("gemma3-270m") else {
         return;
     };
     let (tokenizer, config) = with_metadata(&gguf, gemma3_files);

@@ -1,0 +1,50 @@
+//! Helpers shared by the engine's integration tests: the pinned reference data and the real
+//! models (each test prints why it is skipped when a model is absent).
+
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
+
+/// A file of `tests/data/engine`.
+pub fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/data/engine")
+        .join(name)
+}
+
+/// The path of the MODELS.md model `name` in the models folder, or `None` (with the reason
+/// printed) when it has not been fetched.
+pub fn model(name: &str) -> Option<PathBuf> {
+    let spec = MODELS.iter().find(|m| m.name == name).expect("known model");
+    let path = model_path(&default_models_dir(), spec);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "SKIPPED: {} is absent; run `shortlist models fetch` first",
+            path.display()
+        );
+        None
+    }
+}
+
+/// The JSON lines of a reference file in `tests/data/engine`.
+pub fn jsonl(name: &str) -> Vec<Value> {
+    std::fs::read_to_string(data(name))
+        .unwrap_or_else(|e| panic!("{name}: {e}"))
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("valid JSON line"))
+        .collect()
+}
+
+/// A JSON array of token ids.
+pub fn ids(v: &Value) -> Vec<u32> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|x| x.as_u64().expect("id") as u32)
+        .collect()
+}
