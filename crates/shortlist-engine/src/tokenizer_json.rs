@@ -412,6 +412,26 @@ impl Reader<'_> {
             .ok_or_else(|| self.err(&join(at, key), "expected a non-negative integer"))
     }
 
+    /// The items of the `Sequence` list `key`, each read by `item`; a null item is refused.
+    fn sequence<T>(
+        &self,
+        m: &Map<String, Value>,
+        at: &str,
+        key: &str,
+        item: impl Fn(&Self, &Value, &str) -> Result<Option<T>>,
+    ) -> Result<Vec<T>> {
+        let list_at = join(at, key);
+        let mut parts = Vec::new();
+        for (i, x) in self.array(m, at, key)?.iter().enumerate() {
+            let item_at = index(&list_at, i);
+            parts.push(
+                item(self, x, &item_at)?
+                    .ok_or_else(|| self.err(&item_at, "null inside a Sequence"))?,
+            );
+        }
+        Ok(parts)
+    }
+
     fn array<'v>(&self, m: &'v Map<String, Value>, at: &str, key: &str) -> Result<&'v [Value]> {
         match m.get(key) {
             Some(Value::Array(a)) => Ok(a),
@@ -465,15 +485,7 @@ impl Reader<'_> {
             }
             "Sequence" => {
                 self.known(m, at, &["type", "normalizers"])?;
-                let list_at = join(at, "normalizers");
-                let mut parts = Vec::new();
-                for (i, x) in self.array(m, at, "normalizers")?.iter().enumerate() {
-                    let item_at = index(&list_at, i);
-                    parts.push(
-                        self.normalizer(x, &item_at)?
-                            .ok_or_else(|| self.err(&item_at, "null inside a Sequence"))?,
-                    );
-                }
+                let parts = self.sequence(m, at, "normalizers", Self::normalizer)?;
                 NormalizerSequence::new(parts).into()
             }
             other => {
@@ -580,15 +592,7 @@ impl Reader<'_> {
             "Metaspace" => self.metaspace(m, at)?.into(),
             "Sequence" => {
                 self.known(m, at, &["type", "pretokenizers"])?;
-                let list_at = join(at, "pretokenizers");
-                let mut parts = Vec::new();
-                for (i, x) in self.array(m, at, "pretokenizers")?.iter().enumerate() {
-                    let item_at = index(&list_at, i);
-                    parts.push(
-                        self.pre_tokenizer(x, &item_at)?
-                            .ok_or_else(|| self.err(&item_at, "null inside a Sequence"))?,
-                    );
-                }
+                let parts = self.sequence(m, at, "pretokenizers", Self::pre_tokenizer)?;
                 PreSequence::new(parts).into()
             }
             other => {
