@@ -13,6 +13,8 @@
 #   THREADS       compute threads of each server (default 1: the other core drives the load)
 #   REQUESTS      requests per trace (default 20), RATE mean req/s (default 0.2)
 #   INPUT, OUTPUT distinct input and output tokens per trace (default 4000 and 800)
+#   SHAPES        which traces to run (default "uniform bursts prefix-groups")
+#   SERVE_ARGS    more options for our server (e.g. "--max-step-ms 0" to size chunks by tokens)
 set -euo pipefail
 model=${1:?usage: compare-serving.sh MODEL.gguf OUT_DIR}
 out=${2:?usage: compare-serving.sh MODEL.gguf OUT_DIR}
@@ -23,6 +25,8 @@ n=${REQUESTS:-20}
 rate=${RATE:-0.2}
 input=${INPUT:-4000}
 output=${OUTPUT:-800}
+shapes=${SHAPES:-uniform bursts prefix-groups}
+read -r -a serve_args <<< "${SERVE_ARGS:-}"
 
 cat > "$out/serving.slo.toml" <<'SLO'
 name = "serving-cpu"
@@ -69,10 +73,10 @@ run_trace() { # server port shape [bench options]
 # A fresh server per trace: a warm prefix cache from the previous trace (the synthesized traces
 # reuse request ids, hence prompt text) would flatter the next one.
 port=18491
-for shape in uniform bursts prefix-groups; do
+for shape in $shapes; do
   CANDLE_NUM_THREADS=$threads RAYON_NUM_THREADS=$threads \
     "$sl" engine serve --model "$model" --addr "127.0.0.1:$port" --threads "$threads" \
-    > "$out/ours-$shape.log" 2>&1 &
+    "${serve_args[@]}" > "$out/ours-$shape.log" 2>&1 &
   server=$!
   trap 'kill $server 2>/dev/null || true' EXIT
   wait_up $port
@@ -86,7 +90,7 @@ done
 # to an x-request-id that is not a UUID, hence `--request-ids uuid`.
 if [ -n "${LLAMA_PYTHON:-}" ]; then
   port=18492
-  for shape in uniform bursts prefix-groups; do
+  for shape in $shapes; do
     "$LLAMA_PYTHON" -m llama_cpp.server --model "$model" --host 127.0.0.1 --port $port \
       --n_threads "$threads" --n_threads_batch "$threads" --n_ctx 8192 --verbose true \
       > "$out/llama-$shape.log" 2>&1 &

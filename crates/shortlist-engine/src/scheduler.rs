@@ -8,7 +8,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, mpsc};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tokio::sync::mpsc::UnboundedSender;
@@ -41,6 +41,12 @@ pub struct SchedulerConfig {
     /// so the shared blocks are computed once and restored (on a CPU two copies of the same
     /// prefill only slow each other down).
     pub defer_shared_prefixes: bool,
+    /// While any sequence decodes, cut a step's prefill so that the step is predicted to take
+    /// at most this long: on a CPU a step's time grows with its new tokens, and every running
+    /// decode waits for the whole step, so a 256-token chunk is a 256-token stall in their
+    /// inter-token latency. The prediction comes from the steps already run ([`StepCost`]).
+    /// `None` sizes chunks by tokens alone.
+    pub step_time_target: Option<Duration>,
 }
 
 impl Default for SchedulerConfig {
@@ -54,6 +60,7 @@ impl Default for SchedulerConfig {
             prefix_block_tokens: 16,
             prefix_cache_bytes: 256 << 20,
             defer_shared_prefixes: true,
+            step_time_target: Some(Duration::from_millis(100)),
         }
     }
 }
@@ -184,6 +191,7 @@ pub struct Scheduler {
     reserved_tokens: usize,
     prefix: PrefixCache,
     metrics: Arc<Metrics>,
+    cost: StepCost,
     /// Prompt tokens computed by forward passes (not restored from the cache).
     pub prefill_tokens_computed: u64,
 }
@@ -215,6 +223,7 @@ impl Scheduler {
             reserved_tokens: 0,
             prefix,
             metrics,
+            cost: StepCost::default(),
             prefill_tokens_computed: 0,
         }
     }
@@ -297,6 +306,12 @@ impl Scheduler {
                 budget -= 1;
             }
         }
+        let decodes = plan.len();
+        if decodes > 0
+            && let Some(target) = self.cfg.step_time_target
+        {
+            budget = budget.min(self.cost.prefill_tokens_within(target, MIN_PREFILL_CHUNK));
+        }
         for (i, s) in self.running.iter().enumerate() {
             if s.next_input.is_none() && s.prefilled < s.req.prompt.len() && budget > 0 {
                 let len = (s.req.prompt.len() - s.prefilled)
@@ -306,6 +321,7 @@ impl Scheduler {
                 budget -= len;
             }
         }
+        let planned_prefill: usize = plan[decodes..].iter().map(|p| p.2).sum();
         plan.sort_by_key(|p| p.0);
         let t0 = Instant::now();
         let mut slot: Vec<Option<(usize, usize)>> = vec![None; self.running.len()];
@@ -357,6 +373,8 @@ impl Scheduler {
             }
         };
         let (mut prefill_tokens, mut decode_tokens) = (0, 0);
+        self.cost
+            .observe(decodes, planned_prefill, t1.saturating_duration_since(t0));
         for (&(i, start, len), l) in plan.iter().zip(logits) {
             let s = &mut self.running[i];
             if s.next_input.take().is_some() {
@@ -520,6 +538,63 @@ impl Scheduler {
     }
 }
 
+/// The smallest prefill chunk a time-limited step still gives a waiting prompt (one prefix-cache
+/// block at the default size), so a prompt always makes progress however slow the steps are.
+const MIN_PREFILL_CHUNK: usize = 16;
+
+/// What the steps run so far say about the next one: the time of a step that only decodes, and
+/// the time each prefill token adds to a step. Both are exponentially weighted means, so they
+/// follow the cost of attention as contexts grow.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct StepCost {
+    /// Seconds of a decode-only step (`None` until one ran).
+    decode_step_s: Option<f64>,
+    /// Seconds per prefill token (`None` until a step with prefill ran).
+    prefill_token_s: Option<f64>,
+}
+
+impl StepCost {
+    /// Weight of the newest step in the means.
+    const ALPHA: f64 = 0.25;
+
+    /// Learn from a step that decoded `decodes` sequences and computed `prefill` prompt tokens
+    /// in `elapsed`.
+    pub fn observe(&mut self, decodes: usize, prefill: usize, elapsed: Duration) {
+        let t = elapsed.as_secs_f64();
+        let ewma = |old: Option<f64>, x: f64| Some(old.map_or(x, |o| o + Self::ALPHA * (x - o)));
+        if prefill == 0 {
+            if decodes > 0 {
+                self.decode_step_s = ewma(self.decode_step_s, t);
+            }
+            return;
+        }
+        // A mixed step's prefill share is what it took beyond a decode-only step; a step with
+        // prefill alone charges its whole time to its tokens (which errs on the slow side).
+        let base = if decodes > 0 {
+            self.decode_step_s.unwrap_or(0.0)
+        } else {
+            0.0
+        };
+        let per_token = (t - base).max(0.0) / prefill as f64;
+        self.prefill_token_s = ewma(self.prefill_token_s, per_token);
+    }
+
+    /// Prefill tokens a step that also decodes may take to stay within `target`, at least
+    /// `floor`; unlimited (`usize::MAX`) until a step with prefill has been measured.
+    pub fn prefill_tokens_within(&self, target: Duration, floor: usize) -> usize {
+        let Some(per_token) = self.prefill_token_s.filter(|&p| p > 0.0) else {
+            return usize::MAX;
+        };
+        let left = target.as_secs_f64() - self.decode_step_s.unwrap_or(0.0);
+        let n = (left / per_token).floor();
+        if n.is_finite() && n > floor as f64 {
+            (n as usize).max(floor)
+        } else {
+            floor
+        }
+    }
+}
+
 fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, metrics: &Metrics) {
     let tok = s.sampler.sample(logits);
     let t = secs(s.req.arrival, now);
@@ -656,5 +731,61 @@ impl EngineHandle {
     /// Latest counters from the engine thread.
     pub fn stats(&self) -> EngineStats {
         self.stats.lock().map(|s| *s).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use proptest::prelude::*;
+
+    use super::StepCost;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn unmeasured_prefill_is_not_limited() {
+        let mut c = StepCost::default();
+        assert_eq!(c.prefill_tokens_within(100 * MS, 16), usize::MAX);
+        c.observe(3, 0, 20 * MS);
+        assert_eq!(c.prefill_tokens_within(100 * MS, 16), usize::MAX);
+    }
+
+    #[test]
+    fn mixed_steps_charge_prefill_beyond_the_decode_step() {
+        let mut c = StepCost::default();
+        c.observe(2, 0, 20 * MS);
+        // 100 prefill tokens beside the decodes took 120 ms: 1 ms per token.
+        c.observe(2, 100, 120 * MS);
+        // 100 ms target, 20 ms of decoding: 80 tokens.
+        assert_eq!(c.prefill_tokens_within(100 * MS, 16), 80);
+        // A target below the decode step still gives the floor.
+        assert_eq!(c.prefill_tokens_within(10 * MS, 16), 16);
+    }
+
+    proptest! {
+        /// With constant costs, the allowance never predicts a step over the target, except when
+        /// the floor is what it gives.
+        #[test]
+        fn allowance_fits_the_target(
+            decode_ms in 1u64..200,
+            token_us in 10u64..20_000,
+            target_ms in 1u64..1_000,
+            floor in 1usize..64,
+        ) {
+            let mut c = StepCost::default();
+            for _ in 0..3 {
+                c.observe(1, 0, Duration::from_millis(decode_ms));
+                c.observe(0, 64, Duration::from_micros(64 * token_us));
+            }
+            let n = c.prefill_tokens_within(Duration::from_millis(target_ms), floor);
+            prop_assert!(n >= floor);
+            let predicted = decode_ms as f64 / 1e3 + n as f64 * token_us as f64 / 1e6;
+            prop_assert!(n == floor || predicted <= target_ms as f64 / 1e3 + 1e-9);
+            // One more token would not fit (the allowance is the largest that does).
+            let more = decode_ms as f64 / 1e3 + (n + 1) as f64 * token_us as f64 / 1e6;
+            prop_assert!(more > target_ms as f64 / 1e3 - 1e-9);
+        }
     }
 }

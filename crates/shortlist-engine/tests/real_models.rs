@@ -386,6 +386,64 @@ mod serving {
         assert!(computed as f64 <= 1.1 * distinct.len() as f64 + 16.0 * ps.len() as f64);
     }
 
+    /// While a sequence decodes, a step-time target cuts the prefill of a prompt that arrives
+    /// into small chunks (here the floor, since every step is over a 1 µs target); alone, the
+    /// prompt is computed in full chunks. The tokens are those of running it alone either way.
+    #[test]
+    fn a_step_time_target_cuts_prefill_beside_decodes() {
+        let Some(path) = model("smollm2-135m-instruct") else {
+            return;
+        };
+        let m = Arc::new(
+            LoadedModel::open(
+                &path,
+                &LoadOptions {
+                    context: Some(2048),
+                    ..LoadOptions::default()
+                },
+            )
+            .expect("loads"),
+        );
+        let ps = prompts(&m);
+        let long: Vec<u32> = ps[..3].concat();
+        let cfg = SchedulerConfig {
+            prefix_cache_bytes: 0,
+            step_time_target: Some(std::time::Duration::from_micros(1)),
+            ..SchedulerConfig::default()
+        };
+        let (alone, _) = run_all(&m, cfg.clone(), std::slice::from_ref(&long), 8);
+        let mut s = Scheduler::new(m.clone(), cfg, Arc::new(Metrics::new("t")));
+        let (req, mut first) = request("first", ps[3].clone(), 40);
+        s.submit(req);
+        // Until the first request decodes.
+        while !matches!(first.try_recv(), Ok(Event::Token { .. })) {
+            s.step();
+        }
+        let (req, mut second) = request("second", long.clone(), 8);
+        s.submit(req);
+        while s.has_work() {
+            s.step();
+        }
+        let mut tokens = Vec::new();
+        let mut chunks = Vec::new();
+        while let Ok(ev) = second.try_recv() {
+            match ev {
+                Event::Token { id, .. } => tokens.push(id),
+                Event::Done(c) => chunks = c.timings.prefill_chunks,
+                Event::Failed(e) => panic!("second request failed: {e}"),
+                Event::Admitted { .. } => {}
+            }
+        }
+        assert_eq!(tokens, alone[0].tokens, "tokens differ from running alone");
+        let sizes: Vec<usize> = chunks.iter().map(|c| c.tokens).collect();
+        assert_eq!(sizes.iter().sum::<usize>(), long.len());
+        assert!(
+            sizes.len() >= 2 && sizes[..sizes.len() - 1].iter().all(|&n| n == 16),
+            "prefill beside a decode should go in 16-token chunks: {sizes:?}"
+        );
+        assert!(long.len() > 16 * 3, "the prompt should need several chunks");
+    }
+
     #[test]
     fn refuses_over_the_context_and_survives_a_cancelled_request() {
         let Some(path) = model("smollm2-135m-instruct") else {

@@ -41,6 +41,10 @@ pub(crate) struct ServeArgs {
     /// New tokens per forward step (prefill chunks plus decode tokens).
     #[arg(long, default_value_t = 256)]
     step_tokens: usize,
+    /// While requests decode, cut each step's prefill so the step is predicted to take at most
+    /// this many milliseconds, from the steps already run (0: chunks by `--step-tokens` alone).
+    #[arg(long, default_value_t = 100)]
+    max_step_ms: u64,
     /// KV cache tokens the running requests may reserve together.
     #[arg(long, default_value_t = 32768)]
     kv_budget_tokens: usize,
@@ -160,6 +164,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
         max_running: args.max_running.max(1),
         kv_budget_tokens: args.kv_budget_tokens,
         prefix_cache_bytes: args.prefix_cache_mib << 20,
+        step_time_target: (args.max_step_ms > 0)
+            .then(|| std::time::Duration::from_millis(args.max_step_ms)),
         ..SchedulerConfig::default()
     };
     let engine = EngineHandle::spawn(std::sync::Arc::new(model), cfg, 1024)?;
