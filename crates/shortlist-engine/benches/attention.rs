@@ -1,0 +1,120 @@
+//! Our blocked attention against candle's ops (score matrix, mask, softmax, second matmul) on the
+//! two real models' head shapes, for prefill chunks of 512 and 2,048 tokens and single decode
+//! steps after 64 to 2,048 cached tokens. Interleaved rounds, medians; one JSON line per case, with the
+//! multiply-adds per second each reaches over the query-key pairs a causal mask lets through.
+//!
+//! `cargo bench -p shortlist-engine --bench attention` (`CANDLE_NUM_THREADS` sets the threads).
+
+use std::time::Instant;
+
+use candle_core::{D, Device, Tensor};
+use shortlist_engine::attention::BlockedAttention;
+
+const ROUNDS: usize = 7;
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+/// Seconds per call of `f`, timed over enough calls to take about 100 ms.
+fn time(f: &mut dyn FnMut()) -> f64 {
+    f();
+    let t = Instant::now();
+    f();
+    let once = t.elapsed().as_secs_f64().max(1e-6);
+    let reps = ((0.1 / once) as usize).clamp(1, 10_000);
+    let t = Instant::now();
+    for _ in 0..reps {
+        f();
+    }
+    t.elapsed().as_secs_f64() / reps as f64
+}
+
+/// candle's way: `(nkv, g t, hd) x (nkv, hd, L)`, causal mask, softmax, `x (nkv, L, hd)`.
+fn candle_attention(a: &BlockedAttention, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
+    let (nkv, g, t, l) = (a.n_kv_head, a.n_head / a.n_kv_head, a.t, a.pos + a.t);
+    let hd = a.head_dim;
+    let q = (q * f64::from(a.scale))
+        .unwrap()
+        .reshape((nkv, g * t, hd))
+        .unwrap();
+    let k = k.narrow(1, 0, l).unwrap();
+    let v = v.narrow(1, 0, l).unwrap();
+    let s = q.matmul(&k.t().unwrap()).unwrap();
+    let mask: Vec<f32> = (0..t)
+        .flat_map(|i| {
+            (0..l).map(move |j| {
+                if j <= a.pos + i {
+                    0.0
+                } else {
+                    f32::NEG_INFINITY
+                }
+            })
+        })
+        .collect();
+    let mask = Tensor::from_vec(mask, (t, l), &Device::Cpu).unwrap();
+    let s = s
+        .reshape((nkv, g, t, l))
+        .unwrap()
+        .broadcast_add(&mask)
+        .unwrap()
+        .reshape((nkv, g * t, l))
+        .unwrap();
+    let p = candle_nn::ops::softmax(&s, D::Minus1).unwrap();
+    p.matmul(&v).unwrap()
+}
+
+fn main() -> candle_core::Result<()> {
+    let dev = Device::Cpu;
+    // (case, heads, kv heads, head dim, new tokens, cached)
+    let cases = [
+        ("smollm2-prefill-512", 9, 3, 64, 512, 0),
+        ("gemma3-prefill-512", 4, 1, 256, 512, 0),
+        ("smollm2-prefill-2048", 9, 3, 64, 2048, 0),
+        ("gemma3-prefill-2048", 4, 1, 256, 2048, 0),
+        ("smollm2-decode-at-64", 9, 3, 64, 1, 64),
+        ("smollm2-decode-at-512", 9, 3, 64, 1, 512),
+        ("gemma3-decode-at-64", 4, 1, 256, 1, 64),
+        ("gemma3-decode-at-512", 4, 1, 256, 1, 512),
+        ("gemma3-decode-at-2048", 4, 1, 256, 1, 2048),
+    ];
+    for (name, nh, nkv, hd, t, pos) in cases {
+        let cap = pos + t;
+        let a = BlockedAttention {
+            n_head: nh,
+            n_kv_head: nkv,
+            head_dim: hd,
+            t,
+            pos,
+            window: None,
+            scale: 1.0 / (hd as f32).sqrt(),
+        };
+        let q = Tensor::randn(0f32, 1.0, (nh, t, hd), &dev)?;
+        let k = Tensor::randn(0f32, 1.0, (nkv, cap, hd), &dev)?;
+        let v = Tensor::randn(0f32, 1.0, (nkv, cap, hd), &dev)?;
+        let (qs, ks, vs) = (
+            q.flatten_all()?.to_vec1::<f32>()?,
+            k.flatten_all()?.to_vec1::<f32>()?,
+            v.flatten_all()?.to_vec1::<f32>()?,
+        );
+        let (mut ours, mut theirs) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            ours.push(time(&mut || drop(a.run(&qs, &ks, &vs, cap))));
+            theirs.push(time(&mut || drop(candle_attention(&a, &q, &k, &v))));
+        }
+        let (ours, theirs) = (median(ours), median(theirs));
+        // Query-key pairs under the causal mask, two multiply-adds (score, value) per value each.
+        let pairs = (0..t).map(|i| pos + i + 1).sum::<usize>();
+        let gmac = |s: f64| (2 * nh * hd * pairs) as f64 / s / 1e9;
+        println!(
+            "{}",
+            serde_json::json!({
+                "case": name, "ours_us": ours * 1e6, "candle_us": theirs * 1e6,
+                "ours_gmac_s": gmac(ours), "candle_gmac_s": gmac(theirs),
+                "speedup": theirs / ours,
+            })
+        );
+    }
+    Ok(())
+}
