@@ -70,7 +70,7 @@ pub fn load_tokenizer<R: Read + Seek>(reader: &mut R, source_name: &str) -> Resu
 pub fn load_tokenizer_file(path: &Path) -> Result<Tokenizer> {
     let file = File::open(path).map_err(|source| EngineError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })?;
     load_tokenizer(&mut BufReader::new(file), &path.display().to_string())
 }
@@ -93,7 +93,7 @@ pub fn load_tokenizer_path(path: &Path) -> Result<Tokenizer> {
 fn open_file(path: &Path) -> Result<File> {
     File::open(path).map_err(|source| EngineError::Io {
         path: path.to_path_buf(),
-        source,
+        error: source,
     })
 }
 
@@ -111,7 +111,7 @@ impl ModelFolder {
     pub fn open(dir: &Path) -> Result<Self> {
         let io = |source| EngineError::Io {
             path: dir.to_path_buf(),
-            source,
+            error: source,
         };
         let mut ggufs = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io)? {
@@ -233,7 +233,7 @@ impl LoadedModel {
         }
         let file = File::open(path).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
-            source,
+            error: source,
         })?;
         let name = path.file_name().map_or_else(
             || path.display().to_string(),

@@ -7,12 +7,13 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// The model file could not be opened or read.
-    #[error("{path}: {source}")]
+    #[error("{path}: {error}")]
     Io {
         /// The file.
         path: PathBuf,
-        /// What the operating system said.
-        source: std::io::Error,
+        /// What the operating system said (in the message, not as a source, so that an error
+        /// chain does not print it twice).
+        error: std::io::Error,
     },
     /// The GGUF container is malformed: bad magic, truncated, impossible counts.
     #[error("not a readable GGUF file ({source_name}): {message}")]
@@ -83,3 +84,20 @@ impl From<candle_core::Error> for EngineError {
 
 /// Shorthand for results in this crate.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+    use std::path::Path;
+
+    #[test]
+    fn a_missing_file_names_the_path_and_the_reason_once() {
+        let e = crate::engine::load_tokenizer_file(Path::new("/nonexistent/model.gguf"))
+            .expect_err("no such file");
+        let msg = e.to_string();
+        assert!(msg.starts_with("/nonexistent/model.gguf: "), "{msg}");
+        assert_eq!(msg.matches("No such file").count(), 1, "{msg}");
+        // No source either, so a printed error chain does not repeat the reason.
+        assert!(e.source().is_none());
+    }
+}

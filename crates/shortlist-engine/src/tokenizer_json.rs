@@ -67,7 +67,7 @@ pub fn load(tokenizer_json: &Path, tokenizer_config: Option<&Path>) -> Result<To
     let read = |path: &Path| {
         std::fs::read_to_string(path).map_err(|source| EngineError::Io {
             path: path.to_path_buf(),
-            source,
+            error: source,
         })
     };
     let json = read(tokenizer_json)?;
