@@ -37,6 +37,7 @@ pub mod metrics;
 pub mod model;
 pub mod prefix;
 pub mod qmatmul;
+pub mod qpacked;
 pub mod sampling;
 pub mod scheduler;
 pub mod tokenizer;

@@ -176,8 +176,14 @@ enum Linear {
 
 impl Linear {
     fn new(t: Arc<QTensor>) -> candle_core::Result<Self> {
+        // Packed tiles when nothing else holds the tensor (a tied embedding keeps its bytes).
+        let w = if Arc::strong_count(&t) == 1 && packing() {
+            QWeight::packed(t.clone())
+        } else {
+            QWeight::new(t.clone())
+        };
         if kernel_choice(t.dtype())
-            && let Some(w) = QWeight::new(t.clone())
+            && let Some(w) = w
         {
             return Ok(Self::Ours(w));
         }
@@ -202,6 +208,13 @@ fn kernels() -> (bool, bool) {
         Ok("matmul") => (true, false),
         _ => (true, true),
     })
+}
+
+/// Whether projections are repacked into eight-row tiles (`SHORTLIST_PACKED=0` keeps ggml's
+/// block order, for side-by-side runs).
+fn packing() -> bool {
+    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| std::env::var("SHORTLIST_PACKED").as_deref() != Ok("0"))
 }
 
 /// Whether our kernels take tensors of type `t`: the types where ours were faster than candle's.

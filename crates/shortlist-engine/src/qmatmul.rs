@@ -44,7 +44,7 @@ pub enum WeightType {
 
 impl WeightType {
     /// The type for a const-generic code (kernels are compiled once per type).
-    const fn from_code(t: u8) -> Self {
+    pub(crate) const fn from_code(t: u8) -> Self {
         match t {
             0 => Self::Q4_0,
             1 => Self::Q4_1,
@@ -78,7 +78,7 @@ impl WeightType {
     }
 
     /// Byte offset of the block minimum `m`, for the types that have one.
-    const fn min_offset(self) -> Option<usize> {
+    pub(crate) const fn min_offset(self) -> Option<usize> {
         match self {
             Self::Q4_1 | Self::Q5_1 => Some(2),
             _ => None,
@@ -86,7 +86,7 @@ impl WeightType {
     }
 
     /// Byte offset of the 32 high bits, for the 5-bit types.
-    const fn qh_offset(self) -> Option<usize> {
+    pub(crate) const fn qh_offset(self) -> Option<usize> {
         match self {
             Self::Q5_0 => Some(2),
             Self::Q5_1 => Some(4),
@@ -95,12 +95,12 @@ impl WeightType {
     }
 
     /// Byte offset of the packed codes.
-    const fn qs_offset(self) -> usize {
+    pub(crate) const fn qs_offset(self) -> usize {
         self.block_bytes() - if matches!(self, Self::Q8_0) { 32 } else { 16 }
     }
 
     /// The constant subtracted from the unsigned codes (types without a minimum).
-    const fn code_offset(self) -> i32 {
+    pub(crate) const fn code_offset(self) -> i32 {
         match self {
             Self::Q4_0 => -8,
             Self::Q5_0 => -16,
@@ -109,7 +109,7 @@ impl WeightType {
     }
 }
 
-fn half_at(b: &[u8], at: usize) -> f32 {
+pub(crate) fn half_at(b: &[u8], at: usize) -> f32 {
     f16::from_le_bytes([b[at], b[at + 1]]).to_f32()
 }
 
@@ -117,12 +117,12 @@ fn half_at(b: &[u8], at: usize) -> f32 {
 /// kernels load 32 codes with one instruction.
 #[derive(Debug, Clone)]
 pub struct QuantRows {
-    rows: usize,
-    blocks: usize,
-    qs: Vec<i8>,
-    d: Vec<f32>,
-    sum: Vec<i32>,
-    s: Vec<f32>,
+    pub(crate) rows: usize,
+    pub(crate) blocks: usize,
+    pub(crate) qs: Vec<i8>,
+    pub(crate) d: Vec<f32>,
+    pub(crate) sum: Vec<i32>,
+    pub(crate) s: Vec<f32>,
 }
 
 impl QuantRows {
@@ -185,19 +185,27 @@ pub fn quantize_block_ref(xs: &[f32], qs: &mut [i8]) -> (f32, i32, f32) {
     )
 }
 
-/// A quantized weight matrix `(n, k)` that this module multiplies, sharing candle's bytes.
+/// A quantized weight matrix `(n, k)` that this module multiplies: sharing candle's bytes, or
+/// repacked into eight-row tiles ([`crate::qpacked`]).
 #[derive(Clone)]
 pub struct QWeight {
-    tensor: Arc<QTensor>,
+    bytes: WeightBytes,
     wt: WeightType,
     n: usize,
     k: usize,
+}
+
+#[derive(Clone)]
+enum WeightBytes {
+    Shared(Arc<QTensor>),
+    Packed(Arc<Vec<u8>>),
 }
 
 impl std::fmt::Debug for QWeight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QWeight")
             .field("type", &self.wt)
+            .field("packed", &matches!(self.bytes, WeightBytes::Packed(_)))
             .field("n", &self.n)
             .field("k", &self.k)
             .finish()
@@ -212,7 +220,31 @@ impl QWeight {
         if !tensor.device().is_cpu() || !k.is_multiple_of(BLOCK) {
             return None;
         }
-        Some(Self { tensor, wt, n, k })
+        Some(Self {
+            bytes: WeightBytes::Shared(tensor),
+            wt,
+            n,
+            k,
+        })
+    }
+
+    /// As [`QWeight::new`], repacked into eight-row tiles when the type and the row count allow
+    /// it and the CPU runs the SIMD kernels (the tiles hold the same bits; the tensor's own
+    /// bytes are released when nothing else holds them).
+    pub fn packed(tensor: Arc<QTensor>) -> Option<Self> {
+        let w = Self::new(tensor)?;
+        if Isa::best() == Isa::Scalar || !crate::qpacked::packable(w.wt, w.n) {
+            return Some(w);
+        }
+        let WeightBytes::Shared(t) = &w.bytes else {
+            return Some(w);
+        };
+        let data = t.data().ok()?;
+        let packed = crate::qpacked::pack(w.wt, &data, w.n, w.k);
+        Some(Self {
+            bytes: WeightBytes::Packed(Arc::new(packed)),
+            ..w
+        })
     }
 
     /// The block type.
@@ -222,9 +254,13 @@ impl QWeight {
 
     /// `x (m, k) @ selfᵀ` into `dst (m, n)`, row-major.
     pub fn matmul_into(&self, x: &[f32], m: usize, dst: &mut [f32]) -> candle_core::Result<()> {
-        let data = self.tensor.data()?;
         let a = QuantRows::quantize(x, m, self.k);
-        matmul(self.wt, &data, self.n, self.k, &a, dst);
+        match &self.bytes {
+            WeightBytes::Shared(t) => matmul(self.wt, &t.data()?, self.n, self.k, &a, dst),
+            WeightBytes::Packed(p) => {
+                crate::qpacked::matmul_packed(Isa::best(), self.wt, p, self.n, self.k, &a, dst)
+            }
+        }
         Ok(())
     }
 
@@ -384,7 +420,7 @@ const A_CHUNK: usize = 64;
 
 /// The output pointer shared by the workers; each writes only its own elements.
 #[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
+pub(crate) struct SharedOut(pub(crate) *mut f32);
 // SAFETY: the workers write disjoint elements (see `matmul`), and the pointer outlives the call.
 unsafe impl Send for SharedOut {}
 // SAFETY: as above.
@@ -429,7 +465,7 @@ pub fn dot_ref(wt: WeightType, w: &[u8], a: &QuantRows, r: usize) -> f32 {
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     //! The AVX2/FMA/F16C kernels; callers check [`available`] first.
 
     use std::arch::x86_64::*;
@@ -438,7 +474,7 @@ mod avx2 {
     use super::{BLOCK, QuantRows, STREAMED_BYTES, SharedOut, WeightType};
 
     /// Whether this CPU runs these kernels (checked once).
-    pub(super) fn available() -> bool {
+    pub(crate) fn available() -> bool {
         use std::sync::OnceLock;
         static OK: OnceLock<bool> = OnceLock::new();
         *OK.get_or_init(|| {
