@@ -176,18 +176,19 @@ enum Linear {
 
 impl Linear {
     fn new(t: Arc<QTensor>) -> candle_core::Result<Self> {
+        if !kernel_choice(t.dtype()) {
+            return QMatMul::from_arc(t).map(Self::Candle);
+        }
         // Packed tiles when nothing else holds the tensor (a tied embedding keeps its bytes).
         let w = if Arc::strong_count(&t) == 1 && packing() {
             QWeight::packed(t.clone())
         } else {
             QWeight::new(t.clone())
         };
-        if kernel_choice(t.dtype())
-            && let Some(w) = w
-        {
-            return Ok(Self::Ours(w));
+        match w {
+            Some(w) => Ok(Self::Ours(w)),
+            None => QMatMul::from_arc(t).map(Self::Candle),
         }
-        QMatMul::from_arc(t).map(Self::Candle)
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
