@@ -5,31 +5,13 @@
 //!
 //! `cargo bench -p shortlist-engine --bench attention` (`CANDLE_NUM_THREADS` sets the threads).
 
-use std::time::Instant;
+mod common;
 
 use candle_core::{D, Device, Tensor};
+use common::{median, time};
 use shortlist_engine::attention::BlockedAttention;
 
 const ROUNDS: usize = 7;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Seconds per call of `f`, timed over enough calls to take about 100 ms.
-fn time(f: &mut dyn FnMut()) -> f64 {
-    f();
-    let t = Instant::now();
-    f();
-    let once = t.elapsed().as_secs_f64().max(1e-6);
-    let reps = ((0.1 / once) as usize).clamp(1, 10_000);
-    let t = Instant::now();
-    for _ in 0..reps {
-        f();
-    }
-    t.elapsed().as_secs_f64() / reps as f64
-}
 
 /// candle's way: `(nkv, g t, hd) x (nkv, hd, L)`, causal mask, softmax, `x (nkv, L, hd)`.
 fn candle_attention(a: &BlockedAttention, q: &Tensor, k: &Tensor, v: &Tensor) -> Tensor {
@@ -100,8 +82,8 @@ fn main() -> candle_core::Result<()> {
         );
         let (mut ours, mut theirs) = (Vec::new(), Vec::new());
         for _ in 0..ROUNDS {
-            ours.push(time(&mut || drop(a.run(&qs, &ks, &vs, cap))));
-            theirs.push(time(&mut || drop(candle_attention(&a, &q, &k, &v))));
+            ours.push(time(0.1, &mut || drop(a.run(&qs, &ks, &vs, cap))));
+            theirs.push(time(0.1, &mut || drop(candle_attention(&a, &q, &k, &v))));
         }
         let (ours, theirs) = (median(ours), median(theirs));
         // Query-key pairs under the causal mask, two multiply-adds (score, value) per value each.

@@ -5,33 +5,16 @@
 //!
 //! `cargo bench -p shortlist-engine --bench qmatmul` (`CANDLE_NUM_THREADS` sets the threads).
 
+mod common;
+
 use std::sync::Arc;
-use std::time::Instant;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{Device, Module, Tensor};
+use common::{median, time};
 use shortlist_engine::qmatmul::QWeight;
 
 const ROUNDS: usize = 7;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
-/// Seconds per call of `f`, timed over enough calls to take about 50 ms.
-fn time(f: &mut dyn FnMut()) -> f64 {
-    f();
-    let t = Instant::now();
-    f();
-    let once = t.elapsed().as_secs_f64().max(1e-6);
-    let reps = ((0.05 / once) as usize).clamp(1, 10_000);
-    let t = Instant::now();
-    for _ in 0..reps {
-        f();
-    }
-    t.elapsed().as_secs_f64() / reps as f64
-}
 
 fn main() -> candle_core::Result<()> {
     let dev = Device::Cpu;
@@ -53,9 +36,9 @@ fn main() -> candle_core::Result<()> {
             let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
             let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..ROUNDS {
-                a.push(time(&mut || drop(ours.forward(&x).unwrap())));
-                b.push(time(&mut || drop(theirs.forward(&x).unwrap())));
-                c.push(time(&mut || drop(packed.forward(&x).unwrap())));
+                a.push(time(0.05, &mut || drop(ours.forward(&x).unwrap())));
+                b.push(time(0.05, &mut || drop(theirs.forward(&x).unwrap())));
+                c.push(time(0.05, &mut || drop(packed.forward(&x).unwrap())));
             }
             let (a, b, c) = (median(a), median(b), median(c));
             let gmac = |s: f64| (m * n * k) as f64 / s / 1e9;

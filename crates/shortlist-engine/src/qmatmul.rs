@@ -362,41 +362,31 @@ pub fn matmul_with(
     assert!(dst.len() >= m * n, "destination too small");
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        assert!(
-            Isa::best() != Isa::Scalar && (isa == Isa::Avx2 || Isa::best() == Isa::Avx2Vnni),
-            "{isa:?} is not available on this CPU"
-        );
+        assert_runs(isa);
         let out = SharedOut(dst.as_mut_ptr());
         // Decode: one activation row, eight weight rows per item, one row at a time.
         // Prefill: items are (weight-row chunk, activation-row chunk) pairs so that each
         // worker reuses one chunk of weights across many activation rows while it is in cache.
-        let (wc, ac) = if m == 1 { (8, 1) } else { (W_CHUNK, A_CHUNK) };
-        let wn = n.div_ceil(wc);
-        let an = m.div_ceil(ac);
-        candle_core::utils::barrier_pool().execute_chunked(wn * an, |items| {
-            for item in items {
-                let (wi, ai) = (item / an, item % an);
-                let ws = wi * wc..n.min(wi * wc + wc);
-                let rs = ai * ac..m.min(ai * ac + ac);
-                macro_rules! run {
-                    ($f:ident) => {
-                        match wt {
-                            WeightType::Q4_0 => avx2::$f::<0>(w, row_bytes, kb, a, ws, rs, out, n),
-                            WeightType::Q4_1 => avx2::$f::<1>(w, row_bytes, kb, a, ws, rs, out, n),
-                            WeightType::Q5_0 => avx2::$f::<2>(w, row_bytes, kb, a, ws, rs, out, n),
-                            WeightType::Q5_1 => avx2::$f::<3>(w, row_bytes, kb, a, ws, rs, out, n),
-                            WeightType::Q8_0 => avx2::$f::<4>(w, row_bytes, kb, a, ws, rs, out, n),
-                        }
-                    };
-                }
-                // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
-                // `dst[r * n + j]` for its own rows `r` and columns `j`, inside `m * n`.
-                unsafe {
-                    if isa == Isa::Avx2Vnni {
-                        run!(tile_range_vnni)
-                    } else {
-                        run!(tile_range)
+        let chunks = if m == 1 { (8, 1) } else { (W_CHUNK, A_CHUNK) };
+        for_each_item(n, m, chunks, |ws, rs| {
+            macro_rules! run {
+                ($f:ident) => {
+                    match wt {
+                        WeightType::Q4_0 => avx2::$f::<0>(w, row_bytes, kb, a, ws, rs, out, n),
+                        WeightType::Q4_1 => avx2::$f::<1>(w, row_bytes, kb, a, ws, rs, out, n),
+                        WeightType::Q5_0 => avx2::$f::<2>(w, row_bytes, kb, a, ws, rs, out, n),
+                        WeightType::Q5_1 => avx2::$f::<3>(w, row_bytes, kb, a, ws, rs, out, n),
+                        WeightType::Q8_0 => avx2::$f::<4>(w, row_bytes, kb, a, ws, rs, out, n),
                     }
+                };
+            }
+            // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
+            // `dst[r * n + j]` for its own rows `r` and columns `j`, inside `m * n`.
+            unsafe {
+                if isa == Isa::Avx2Vnni {
+                    run!(tile_range_vnni)
+                } else {
+                    run!(tile_range)
                 }
             }
         });
@@ -407,6 +397,31 @@ pub fn matmul_with(
             dst[r * n + j] = dot_ref(wt, &w[j * row_bytes..(j + 1) * row_bytes], a, r);
         }
     }
+}
+
+/// Asserts that this CPU runs `isa`.
+pub(crate) fn assert_runs(isa: Isa) {
+    assert!(
+        Isa::best() != Isa::Scalar && (isa == Isa::Avx2 || Isa::best() == Isa::Avx2Vnni),
+        "{isa:?} is not available on this CPU"
+    );
+}
+
+/// Runs `f(weight rows, activation rows)` on candle's compute threads for every work item of an
+/// `(m, n)` product cut into `(weight rows, activation rows)` chunks.
+pub(crate) fn for_each_item(
+    n: usize,
+    m: usize,
+    (wc, ac): (usize, usize),
+    f: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Sync,
+) {
+    let (wn, an) = (n.div_ceil(wc), m.div_ceil(ac));
+    candle_core::utils::barrier_pool().execute_chunked(wn * an, |items| {
+        for item in items {
+            let (wi, ai) = (item / an, item % an);
+            f(wi * wc..n.min(wi * wc + wc), ai * ac..m.min(ai * ac + ac));
+        }
+    });
 }
 
 /// Weight matrices from this size on are read one row after the other at decode (they come
@@ -990,7 +1005,7 @@ pub(crate) mod avx2 {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use candle_core::Device;
     use candle_core::quantized::QStorage;
@@ -1017,7 +1032,12 @@ mod tests {
     }
 
     /// Random blocks: random codes and high bits, scales and minimums in a sane range.
-    fn random_weights(wt: WeightType, n: usize, kb: usize, rng: &mut ChaCha8Rng) -> Vec<u8> {
+    pub(crate) fn random_weights(
+        wt: WeightType,
+        n: usize,
+        kb: usize,
+        rng: &mut ChaCha8Rng,
+    ) -> Vec<u8> {
         let bb = wt.block_bytes();
         let mut w: Vec<u8> = (0..n * kb * bb).map(|_| rng.random()).collect();
         for blk in w.chunks_exact_mut(bb) {
@@ -1032,7 +1052,7 @@ mod tests {
     }
 
     /// Every instruction set this CPU runs, so each kernel variant is checked where possible.
-    fn available_isas() -> Vec<Isa> {
+    pub(crate) fn available_isas() -> Vec<Isa> {
         match Isa::best() {
             Isa::Scalar => vec![Isa::Scalar],
             Isa::Avx2 => vec![Isa::Scalar, Isa::Avx2],
@@ -1040,7 +1060,7 @@ mod tests {
         }
     }
 
-    fn random_rows(m: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    pub(crate) fn random_rows(m: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
         (0..m * k).map(|_| rng.random_range(-2f32..2.0)).collect()
     }
 

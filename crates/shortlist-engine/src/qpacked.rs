@@ -157,38 +157,29 @@ pub fn matmul_packed(
     assert!(dst.len() >= m * n, "destination too small");
     #[cfg(target_arch = "x86_64")]
     if isa != Isa::Scalar {
-        assert!(
-            Isa::best() != Isa::Scalar && (isa == Isa::Avx2 || Isa::best() == Isa::Avx2Vnni),
-            "{isa:?} is not available on this CPU"
-        );
+        crate::qmatmul::assert_runs(isa);
         let out = SharedOut(dst.as_mut_ptr());
-        let (wc, ac) = if m == 1 { (64, 1) } else { (W_CHUNK, A_CHUNK) };
-        let wn = n.div_ceil(wc);
-        let an = m.div_ceil(ac);
-        candle_core::utils::barrier_pool().execute_chunked(wn * an, |items| {
-            for item in items {
-                let (wi, ai) = (item / an, item % an);
-                let tiles = wi * wc / TILE_ROWS..n.min(wi * wc + wc) / TILE_ROWS;
-                let rs = ai * ac..m.min(ai * ac + ac);
-                macro_rules! run {
-                    ($f:ident) => {
-                        match wt {
-                            WeightType::Q4_0 => kernels::$f::<0>(p, kb, a, tiles, rs, out, n),
-                            WeightType::Q4_1 => kernels::$f::<1>(p, kb, a, tiles, rs, out, n),
-                            WeightType::Q5_0 => kernels::$f::<2>(p, kb, a, tiles, rs, out, n),
-                            WeightType::Q5_1 => kernels::$f::<3>(p, kb, a, tiles, rs, out, n),
-                            WeightType::Q8_0 => unreachable!("Q8_0 is not packed"),
-                        }
-                    };
-                }
-                // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
-                // `dst[r * n + j]` for its own rows `r` and its own tiles' columns `j`.
-                unsafe {
-                    if isa == Isa::Avx2Vnni {
-                        run!(tiles_vnni)
-                    } else {
-                        run!(tiles_avx2)
+        let chunks = if m == 1 { (64, 1) } else { (W_CHUNK, A_CHUNK) };
+        crate::qmatmul::for_each_item(n, m, chunks, |ws, rs| {
+            let tiles = ws.start / TILE_ROWS..ws.end / TILE_ROWS;
+            macro_rules! run {
+                ($f:ident) => {
+                    match wt {
+                        WeightType::Q4_0 => kernels::$f::<0>(p, kb, a, tiles, rs, out, n),
+                        WeightType::Q4_1 => kernels::$f::<1>(p, kb, a, tiles, rs, out, n),
+                        WeightType::Q5_0 => kernels::$f::<2>(p, kb, a, tiles, rs, out, n),
+                        WeightType::Q5_1 => kernels::$f::<3>(p, kb, a, tiles, rs, out, n),
+                        WeightType::Q8_0 => unreachable!("Q8_0 is not packed"),
                     }
+                };
+            }
+            // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
+            // `dst[r * n + j]` for its own rows `r` and its own tiles' columns `j`.
+            unsafe {
+                if isa == Isa::Avx2Vnni {
+                    run!(tiles_vnni)
+                } else {
+                    run!(tiles_avx2)
                 }
             }
         });
@@ -444,8 +435,9 @@ mod kernels {
 mod tests {
     use super::*;
     use crate::qmatmul::dot_ref;
+    use crate::qmatmul::tests::{available_isas, random_rows, random_weights};
     use proptest::prelude::*;
-    use rand::{RngExt, SeedableRng};
+    use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
     const TYPES: [WeightType; 4] = [
@@ -454,14 +446,6 @@ mod tests {
         WeightType::Q5_0,
         WeightType::Q5_1,
     ];
-
-    fn isas() -> Vec<Isa> {
-        match Isa::best() {
-            Isa::Scalar => vec![Isa::Scalar],
-            Isa::Avx2 => vec![Isa::Scalar, Isa::Avx2],
-            Isa::Avx2Vnni => vec![Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni],
-        }
-    }
 
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(200))]
@@ -477,21 +461,12 @@ mod tests {
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let k = kb * BLOCK;
             let bb = wt.block_bytes();
-            let mut w: Vec<u8> = (0..n * kb * bb).map(|_| rng.random()).collect();
-            for blk in w.chunks_exact_mut(bb) {
-                let d = half::f16::from_f32(rng.random_range(-0.1f32..0.1)).to_le_bytes();
-                blk[..2].copy_from_slice(&d);
-                if let Some(o) = wt.min_offset() {
-                    let mm = half::f16::from_f32(rng.random_range(-0.5f32..0.5)).to_le_bytes();
-                    blk[o..o + 2].copy_from_slice(&mm);
-                }
-            }
-            let x: Vec<f32> = (0..m * k).map(|_| rng.random_range(-2f32..2.0)).collect();
-            let a = QuantRows::quantize(&x, m, k);
+            let w = random_weights(wt, n, kb, &mut rng);
+            let a = QuantRows::quantize(&random_rows(m, k, &mut rng), m, k);
             let packed = pack(wt, &w, n, k);
             prop_assert_eq!(packed.len(), w.len());
             let rb = kb * bb;
-            for isa in isas() {
+            for isa in available_isas() {
                 let mut got = vec![f32::NAN; m * n];
                 matmul_packed(isa, wt, &packed, n, k, &a, &mut got);
                 for r in 0..m {

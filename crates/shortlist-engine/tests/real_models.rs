@@ -225,6 +225,16 @@ mod serving {
 
     use super::model;
 
+    /// SmolLM2 with the given context, when the models folder has it.
+    fn smollm2(context: Option<usize>) -> Option<Arc<LoadedModel>> {
+        let path = model("smollm2-135m-instruct")?;
+        let options = LoadOptions {
+            context,
+            ..LoadOptions::default()
+        };
+        Some(Arc::new(LoadedModel::open(&path, &options).expect("loads")))
+    }
+
     fn request(
         id: &str,
         prompt: Vec<u32>,
@@ -314,19 +324,9 @@ mod serving {
 
     #[test]
     fn batching_and_prefix_cache_give_the_same_tokens_as_alone() {
-        let Some(path) = model("smollm2-135m-instruct") else {
+        let Some(m) = smollm2(Some(2048)) else {
             return;
         };
-        let m = Arc::new(
-            LoadedModel::open(
-                &path,
-                &LoadOptions {
-                    context: Some(2048),
-                    ..LoadOptions::default()
-                },
-            )
-            .expect("loads"),
-        );
         let ps = prompts(&m);
         let n = 12;
         let alone_cfg = SchedulerConfig {
@@ -391,19 +391,9 @@ mod serving {
     /// prompt is computed in full chunks. The tokens are those of running it alone either way.
     #[test]
     fn a_step_time_target_cuts_prefill_beside_decodes() {
-        let Some(path) = model("smollm2-135m-instruct") else {
+        let Some(m) = smollm2(Some(2048)) else {
             return;
         };
-        let m = Arc::new(
-            LoadedModel::open(
-                &path,
-                &LoadOptions {
-                    context: Some(2048),
-                    ..LoadOptions::default()
-                },
-            )
-            .expect("loads"),
-        );
         let ps = prompts(&m);
         let long: Vec<u32> = ps[..3].concat();
         let cfg = SchedulerConfig {
@@ -446,19 +436,9 @@ mod serving {
 
     #[test]
     fn refuses_over_the_context_and_survives_a_cancelled_request() {
-        let Some(path) = model("smollm2-135m-instruct") else {
+        let Some(m) = smollm2(Some(64)) else {
             return;
         };
-        let m = Arc::new(
-            LoadedModel::open(
-                &path,
-                &LoadOptions {
-                    context: Some(64),
-                    ..LoadOptions::default()
-                },
-            )
-            .expect("loads"),
-        );
         let mut s = Scheduler::new(
             m.clone(),
             SchedulerConfig::default(),
