@@ -1060,6 +1060,25 @@ pub(crate) mod tests {
         }
     }
 
+    /// The first element of `got (m, n)` that differs from [`dot_ref`] on the ggml blocks `w`
+    /// by more than float rounding, as `(row, column, got, want)`.
+    pub(crate) fn mismatch(
+        wt: WeightType,
+        w: &[u8],
+        a: &QuantRows,
+        got: &[f32],
+    ) -> Option<(usize, usize, f32, f32)> {
+        let rb = a.blocks * wt.block_bytes();
+        let n = w.len() / rb;
+        (0..a.rows)
+            .flat_map(|r| (0..n).map(move |j| (r, j)))
+            .find_map(|(r, j)| {
+                let want = dot_ref(wt, &w[j * rb..(j + 1) * rb], a, r);
+                let g = got[r * n + j];
+                ((g - want).abs() > 1e-4 * want.abs().max(1.0)).then_some((r, j, g, want))
+            })
+    }
+
     pub(crate) fn random_rows(m: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
         (0..m * k).map(|_| rng.random_range(-2f32..2.0)).collect()
     }
@@ -1102,20 +1121,11 @@ pub(crate) mod tests {
             let k = kb * BLOCK;
             let w = random_weights(wt, n, kb, &mut rng);
             let a = QuantRows::quantize(&random_rows(m, k, &mut rng), m, k);
-            let rb = kb * wt.block_bytes();
             for isa in available_isas() {
                 let mut got = vec![f32::NAN; m * n];
                 matmul_with(isa, wt, &w, n, k, &a, &mut got);
-                for r in 0..m {
-                    for j in 0..n {
-                        let want = dot_ref(wt, &w[j * rb..(j + 1) * rb], &a, r);
-                        let g = got[r * n + j];
-                        prop_assert!(
-                            (g - want).abs() <= 1e-4 * want.abs().max(1.0),
-                            "{isa:?} {wt:?} m={m} n={n} kb={kb} row {r} col {j}: {g} vs {want}"
-                        );
-                    }
-                }
+                let bad = mismatch(wt, &w, &a, &got);
+                prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
             }
         }
     }
@@ -1128,20 +1138,14 @@ pub(crate) mod tests {
         let kb = 20;
         let k = kb * BLOCK;
         for wt in TYPES {
-            let rb = kb * wt.block_bytes();
-            let n = STREAMED_BYTES.div_ceil(rb) + 3;
+            let n = STREAMED_BYTES.div_ceil(kb * wt.block_bytes()) + 3;
             let w = random_weights(wt, n, kb, &mut rng);
             let a = QuantRows::quantize(&random_rows(1, k, &mut rng), 1, k);
             for isa in available_isas() {
                 let mut got = vec![f32::NAN; n];
                 matmul_with(isa, wt, &w, n, k, &a, &mut got);
-                for (j, g) in got.iter().enumerate() {
-                    let want = dot_ref(wt, &w[j * rb..(j + 1) * rb], &a, 0);
-                    assert!(
-                        (g - want).abs() <= 1e-4 * want.abs().max(1.0),
-                        "{isa:?} {wt:?} row {j}: {g} vs {want}"
-                    );
-                }
+                let bad = mismatch(wt, &w, &a, &got);
+                assert!(bad.is_none(), "{isa:?} {wt:?}: {bad:?}");
             }
         }
     }

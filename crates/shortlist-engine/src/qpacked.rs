@@ -434,8 +434,7 @@ mod kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qmatmul::dot_ref;
-    use crate::qmatmul::tests::{available_isas, random_rows, random_weights};
+    use crate::qmatmul::tests::{available_isas, mismatch, random_rows, random_weights};
     use proptest::prelude::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -460,25 +459,15 @@ mod tests {
             let n = tiles * TILE_ROWS;
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let k = kb * BLOCK;
-            let bb = wt.block_bytes();
             let w = random_weights(wt, n, kb, &mut rng);
             let a = QuantRows::quantize(&random_rows(m, k, &mut rng), m, k);
             let packed = pack(wt, &w, n, k);
             prop_assert_eq!(packed.len(), w.len());
-            let rb = kb * bb;
             for isa in available_isas() {
                 let mut got = vec![f32::NAN; m * n];
                 matmul_packed(isa, wt, &packed, n, k, &a, &mut got);
-                for r in 0..m {
-                    for j in 0..n {
-                        let want = dot_ref(wt, &w[j * rb..(j + 1) * rb], &a, r);
-                        let g = got[r * n + j];
-                        prop_assert!(
-                            (g - want).abs() <= 1e-4 * want.abs().max(1.0),
-                            "{isa:?} {wt:?} m={m} n={n} kb={kb} row {r} col {j}: {g} vs {want}"
-                        );
-                    }
-                }
+                let bad = mismatch(wt, &w, &a, &got);
+                prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
             }
         }
     }
