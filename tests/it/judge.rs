@@ -12,6 +12,15 @@ fn set() -> String {
     data("judge/judged.yaml").display().to_string()
 }
 
+/// `shortlist eval score` of the judge fixture's stored outputs, with `extra` options.
+fn score_outputs(extra: &[&str]) -> std::process::Output {
+    let outputs = data("judge/outputs.jsonl").display().to_string();
+    let set = set();
+    let mut args = vec!["eval", "score", "--evalset", &set, "--outputs", &outputs];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 fn case<'a>(results: &'a Value, id: &str) -> &'a Value {
     results["cases"]
         .as_array()
@@ -167,17 +176,7 @@ fn calibrate_judge_computes_kappa_and_reports_the_gate() {
     assert_eq!(printed["format"], "shortlist.judge-calibration.v1");
 
     // Scoring with that calibration: the judge check is advisory, and says why.
-    let out = run(&[
-        "eval",
-        "score",
-        "--evalset",
-        &set(),
-        "--outputs",
-        &data("judge/outputs.jsonl").display().to_string(),
-        "--judge-calibration",
-        cal.to_str().unwrap(),
-        "--json",
-    ]);
+    let out = score_outputs(&["--judge-calibration", cal.to_str().unwrap(), "--json"]);
     let results: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let gate = &results["judge_checks"][0]["gate"];
     assert_eq!(gate["status"], "advisory", "{results}");
@@ -190,16 +189,7 @@ fn calibrate_judge_computes_kappa_and_reports_the_gate() {
 #[test]
 fn a_calibration_meeting_the_bar_lets_the_judge_check_disqualify() {
     let dir = tempfile::tempdir().unwrap();
-    let outputs = data("judge/outputs.jsonl").display().to_string();
-    let out = run(&[
-        "eval",
-        "score",
-        "--evalset",
-        &set(),
-        "--outputs",
-        &outputs,
-        "--json",
-    ]);
+    let out = score_outputs(&["--json"]);
     let results: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(case(&results, "capital")["outcome"], "pass");
     assert_eq!(case(&results, "greeting")["outcome"], "fail");
@@ -226,16 +216,7 @@ fn a_calibration_meeting_the_bar_lets_the_judge_check_disqualify() {
         "labels": labels,
     });
     std::fs::write(&cal, record.to_string()).unwrap();
-    let out = run(&[
-        "eval",
-        "score",
-        "--evalset",
-        &set(),
-        "--outputs",
-        &outputs,
-        "--judge-calibration",
-        cal.to_str().unwrap(),
-    ]);
+    let out = score_outputs(&["--judge-calibration", cal.to_str().unwrap()]);
     let table = stdout(&out);
     assert!(
         table.contains("may disqualify: calibrated: κ = 1.00 on 24"),
@@ -286,16 +267,7 @@ fn bad_judge_input_is_named_not_panicked_on() {
 
     let bad = cal.path().join("bad.calibration.json");
     std::fs::write(&bad, r#"{"format": "shortlist.judge-calibration.v2", "judge": "smol", "rubric_sha256": "ab", "labels": []}"#).unwrap();
-    let out = run(&[
-        "eval",
-        "score",
-        "--evalset",
-        &set(),
-        "--outputs",
-        &data("judge/outputs.jsonl").display().to_string(),
-        "--judge-calibration",
-        bad.to_str().unwrap(),
-    ]);
+    let out = score_outputs(&["--judge-calibration", bad.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
     let err = stderr(&out);
     assert!(

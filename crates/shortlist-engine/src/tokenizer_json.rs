@@ -540,25 +540,27 @@ impl Reader<'_> {
         Ok(Metaspace::new(replacement, scheme, split))
     }
 
+    /// `ByteLevel`, the same component as a pre-tokenizer and as a decoder.
+    fn byte_level(&self, m: &Map<String, Value>, at: &str) -> Result<ByteLevel> {
+        self.known(
+            m,
+            at,
+            &["type", "add_prefix_space", "trim_offsets", "use_regex"],
+        )?;
+        Ok(ByteLevel::new(
+            self.bool_or(m, at, "add_prefix_space", true)?,
+            self.bool_or(m, at, "trim_offsets", true)?,
+            self.bool_or(m, at, "use_regex", true)?,
+        ))
+    }
+
     fn pre_tokenizer(&self, v: &Value, at: &str) -> Result<Option<PreTokenizerWrapper>> {
         if v.is_null() {
             return Ok(None);
         }
         let (ty, m) = self.typed(v, at)?;
         let p: PreTokenizerWrapper = match ty {
-            "ByteLevel" => {
-                self.known(
-                    m,
-                    at,
-                    &["type", "add_prefix_space", "trim_offsets", "use_regex"],
-                )?;
-                ByteLevel::new(
-                    self.bool_or(m, at, "add_prefix_space", true)?,
-                    self.bool_or(m, at, "trim_offsets", true)?,
-                    self.bool_or(m, at, "use_regex", true)?,
-                )
-                .into()
-            }
+            "ByteLevel" => self.byte_level(m, at)?.into(),
             "Split" => {
                 self.known(m, at, &["type", "pattern", "behavior", "invert"])?;
                 let pattern = match self.pattern(m, at)? {
@@ -616,19 +618,7 @@ impl Reader<'_> {
         }
         let (ty, m) = self.typed(v, at)?;
         Ok(match ty {
-            "ByteLevel" => {
-                self.known(
-                    m,
-                    at,
-                    &["type", "add_prefix_space", "trim_offsets", "use_regex"],
-                )?;
-                ByteLevel::new(
-                    self.bool_or(m, at, "add_prefix_space", true)?,
-                    self.bool_or(m, at, "trim_offsets", true)?,
-                    self.bool_or(m, at, "use_regex", true)?,
-                )
-                .into()
-            }
+            "ByteLevel" => self.byte_level(m, at)?.into(),
             "ByteFallback" => {
                 self.known(m, at, &["type"])?;
                 ByteFallback::new().into()

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{ids, jsonl, model};
+use common::{check_against_llama_cpp, ids, jsonl, model};
 
 use shortlist_engine::engine::{FinishReason, LoadOptions, LoadedModel, load_tokenizer_file};
 use shortlist_engine::model::{KvCache, SeqStep};
@@ -23,36 +23,7 @@ fn check_tokenizer(model_name: &str, reference: &str) {
         return;
     };
     let tok = load_tokenizer_file(&path).expect("tokenizer builds");
-    let refs = jsonl(reference);
-    assert!(refs.len() >= 16, "at least 16 pinned strings");
-    let mut failures = Vec::new();
-    for r in &refs {
-        let text = r["text"].as_str().expect("text");
-        let got = tok.encode(text, true, false).expect("encode");
-        if got != ids(&r["ids"]) {
-            failures.push(format!(
-                "special {text:?}: got {got:?}, llama.cpp {:?}",
-                ids(&r["ids"])
-            ));
-        }
-        let plain = tok.encode(text, false, false).expect("encode");
-        if plain != ids(&r["ids_plain"]) {
-            failures.push(format!(
-                "plain {text:?}: got {plain:?}, llama.cpp {:?}",
-                ids(&r["ids_plain"])
-            ));
-        }
-        let back = tok.decode(&got).expect("decode");
-        if back != text {
-            failures.push(format!("round trip {text:?} -> {back:?}"));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
+    check_against_llama_cpp(&tok, reference);
 }
 
 #[test]

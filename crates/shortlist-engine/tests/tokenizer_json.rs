@@ -849,39 +849,6 @@ fn folder(gguf: &Path, files: &[(&str, &Value)]) -> tempfile::TempDir {
 }
 
 /// The pinned llama.cpp ids, with and without special parsing, and exact round trips.
-fn check_against_llama_cpp(tok: &Tokenizer, reference: &str) {
-    let refs = common::jsonl(reference);
-    assert!(refs.len() >= 16, "at least 16 pinned strings");
-    let mut failures = Vec::new();
-    for r in &refs {
-        let text = r["text"].as_str().expect("text");
-        let got = ids(tok, text);
-        if got != common::ids(&r["ids"]) {
-            failures.push(format!(
-                "special {text:?}: got {got:?}, llama.cpp {}",
-                r["ids"]
-            ));
-        }
-        let plain = plain_ids(tok, text);
-        if plain != common::ids(&r["ids_plain"]) {
-            failures.push(format!(
-                "plain {text:?}: got {plain:?}, llama.cpp {}",
-                r["ids_plain"]
-            ));
-        }
-        let back = tok.decode(&got).expect("decode");
-        if back != text {
-            failures.push(format!("round trip {text:?} -> {back:?}"));
-        }
-    }
-    assert!(
-        failures.is_empty(),
-        "{} mismatches:\n{}",
-        failures.len(),
-        failures.join("\n")
-    );
-}
-
 fn same_specials(json: &Tokenizer, gguf: &Tokenizer) {
     assert_eq!(json.bos(), gguf.bos(), "BOS");
     assert_eq!(json.eos(), gguf.eos(), "EOS");
@@ -912,7 +879,7 @@ fn smollm2_tokenizer_json_matches_llama_cpp() {
     );
     let tok = load_tokenizer_path(dir.path()).expect("folder tokenizer");
     assert_eq!(tok.source(), &json_source(dir.path(), true));
-    check_against_llama_cpp(&tok, "tok_ref_smollm2.jsonl");
+    common::check_against_llama_cpp(&tok, "tok_ref_smollm2.jsonl");
     let from_gguf = load_tokenizer_file(&gguf).expect("GGUF tokenizer");
     assert_eq!(from_gguf.source(), &TokenizerSource::GgufMetadata);
     same_specials(&tok, &from_gguf);
@@ -1011,7 +978,7 @@ fn gemma3_tokenizer_json_matches_llama_cpp() {
     drop((tokenizer, config));
     let tok = load_tokenizer_path(dir.path()).expect("folder tokenizer");
     assert_eq!(tok.source(), &json_source(dir.path(), true));
-    check_against_llama_cpp(&tok, "tok_ref_gemma3.jsonl");
+    common::check_against_llama_cpp(&tok, "tok_ref_gemma3.jsonl");
     let from_gguf = load_tokenizer_file(&gguf).expect("GGUF tokenizer");
     same_specials(&tok, &from_gguf);
     assert_eq!(

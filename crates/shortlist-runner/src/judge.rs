@@ -573,53 +573,39 @@ cases:
         }
     }
 
+    /// The gate the first case's judge check gets from a PASS judge under `calibration`.
+    fn gate_under(calibration: JudgeCalibration) -> shortlist_evals::score::judge::JudgeGate {
+        let set = set();
+        let mut judges =
+            Judges::default().with_calibrations(vec![calibration], GatePolicy::default());
+        judges.insert("big", FixedJudgeTestDouble::new("PASS"));
+        let r = score_with_judges(
+            &set.cases()[0],
+            &Response::text_only("invoice"),
+            &mut judges,
+        )
+        .unwrap();
+        r.judgements[0].gate.clone()
+    }
+
     #[test]
     fn a_calibrated_judge_may_disqualify_only_with_the_model_it_was_calibrated_with() {
         let set = set();
         let CheckKind::Judge(jc) = set.cases()[0].checks()[1].kind() else {
             panic!("judge check")
         };
-        let mut judges = Judges::default().with_calibrations(
-            vec![calibration(jc, Some("fixed-judge-test-double"), 24)],
-            GatePolicy::default(),
-        );
-        judges.insert("big", FixedJudgeTestDouble::new("PASS"));
-        let r = score_with_judges(
-            &set.cases()[0],
-            &Response::text_only("invoice"),
-            &mut judges,
-        )
-        .unwrap();
-        assert_eq!(r.judgements[0].gate.status, GateStatus::MayDisqualify);
-        assert_eq!(r.judgements[0].gate.items, Some(24));
+        let gate = gate_under(calibration(jc, Some("fixed-judge-test-double"), 24));
+        assert_eq!(gate.status, GateStatus::MayDisqualify);
+        assert_eq!(gate.items, Some(24));
 
-        let mut judges = Judges::default().with_calibrations(
-            vec![calibration(jc, Some("another-model"), 24)],
-            GatePolicy::default(),
-        );
-        judges.insert("big", FixedJudgeTestDouble::new("PASS"));
-        let r = score_with_judges(
-            &set.cases()[0],
-            &Response::text_only("invoice"),
-            &mut judges,
-        )
-        .unwrap();
-        let gate = &r.judgements[0].gate;
+        let gate = gate_under(calibration(jc, Some("another-model"), 24));
         assert_eq!(gate.status, GateStatus::Advisory);
         assert!(gate.reason.contains("another-model"), "{gate:?}");
 
         // Too few items: advisory, with the bar in the reason.
-        let mut judges = Judges::default()
-            .with_calibrations(vec![calibration(jc, None, 6)], GatePolicy::default());
-        judges.insert("big", FixedJudgeTestDouble::new("PASS"));
-        let r = score_with_judges(
-            &set.cases()[0],
-            &Response::text_only("invoice"),
-            &mut judges,
-        )
-        .unwrap();
-        assert_eq!(r.judgements[0].gate.status, GateStatus::Advisory);
-        assert!(r.judgements[0].gate.reason.contains("below the bar"));
+        let gate = gate_under(calibration(jc, None, 6));
+        assert_eq!(gate.status, GateStatus::Advisory);
+        assert!(gate.reason.contains("below the bar"));
     }
 
     #[test]

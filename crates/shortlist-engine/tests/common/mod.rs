@@ -48,3 +48,38 @@ pub fn ids(v: &Value) -> Vec<u32> {
         .map(|x| x.as_u64().expect("id") as u32)
         .collect()
 }
+
+/// Holds `tok` to llama.cpp's pinned ids in `reference` (at least 16 strings): with and without
+/// control tokens parsed, and the text back from the ids; reports every mismatch at once.
+pub fn check_against_llama_cpp(tok: &shortlist_engine::tokenizer::Tokenizer, reference: &str) {
+    let refs = jsonl(reference);
+    assert!(refs.len() >= 16, "at least 16 pinned strings");
+    let mut failures = Vec::new();
+    for r in &refs {
+        let text = r["text"].as_str().expect("text");
+        let got = tok.encode(text, true, false).expect("encode");
+        if got != ids(&r["ids"]) {
+            failures.push(format!(
+                "special {text:?}: got {got:?}, llama.cpp {}",
+                r["ids"]
+            ));
+        }
+        let plain = tok.encode(text, false, false).expect("encode");
+        if plain != ids(&r["ids_plain"]) {
+            failures.push(format!(
+                "plain {text:?}: got {plain:?}, llama.cpp {}",
+                r["ids_plain"]
+            ));
+        }
+        let back = tok.decode(&got).expect("decode");
+        if back != text {
+            failures.push(format!("round trip {text:?} -> {back:?}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} mismatches:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
