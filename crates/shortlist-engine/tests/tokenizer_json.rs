@@ -838,6 +838,25 @@ fn gemma3_files(md: &Metadata<'_>) -> (Value, Value) {
 }
 
 /// A model folder: a link to the GGUF file, and the given files.
+/// A model folder for the fetched model `name`: its GGUF file beside the `tokenizer.json` and
+/// `tokenizer_config.json` that `files` converts from the GGUF metadata; `None` when the model
+/// is absent.
+fn converted_folder(
+    name: &str,
+    files: fn(&Metadata<'_>) -> (Value, Value),
+) -> Option<(std::path::PathBuf, tempfile::TempDir)> {
+    let gguf = common::model(name)?;
+    let (tokenizer, config) = with_metadata(&gguf, files);
+    let dir = folder(
+        &gguf,
+        &[
+            ("tokenizer.json", &tokenizer),
+            ("tokenizer_config.json", &config),
+        ],
+    );
+    Some((gguf, dir))
+}
+
 fn folder(gguf: &Path, files: &[(&str, &Value)]) -> tempfile::TempDir {
     let dir = tempfile::tempdir().expect("temp dir");
     std::os::unix::fs::symlink(gguf, dir.path().join(gguf.file_name().expect("name")))
@@ -866,17 +885,9 @@ fn json_source(dir: &Path, config: bool) -> TokenizerSource {
 
 #[test]
 fn smollm2_tokenizer_json_matches_llama_cpp() {
-    let Some(gguf) = common::model("smollm2-135m-instruct") else {
+    let Some((gguf, dir)) = converted_folder("smollm2-135m-instruct", smollm2_files) else {
         return;
     };
-    let (tokenizer, config) = with_metadata(&gguf, smollm2_files);
-    let dir = folder(
-        &gguf,
-        &[
-            ("tokenizer.json", &tokenizer),
-            ("tokenizer_config.json", &config),
-        ],
-    );
     let tok = load_tokenizer_path(dir.path()).expect("folder tokenizer");
     assert_eq!(tok.source(), &json_source(dir.path(), true));
     common::check_against_llama_cpp(&tok, "tok_ref_smollm2.jsonl");
@@ -930,17 +941,9 @@ fn a_tokenizer_json_of_another_vocabulary_is_refused() {
 
 #[test]
 fn smollm2_model_folder_loads_with_its_tokenizer_json() {
-    let Some(gguf) = common::model("smollm2-135m-instruct") else {
+    let Some((gguf, dir)) = converted_folder("smollm2-135m-instruct", smollm2_files) else {
         return;
     };
-    let (tokenizer, config) = with_metadata(&gguf, smollm2_files);
-    let dir = folder(
-        &gguf,
-        &[
-            ("tokenizer.json", &tokenizer),
-            ("tokenizer_config.json", &config),
-        ],
-    );
     let opts = LoadOptions {
         context: Some(512),
         ..LoadOptions::default()
@@ -964,18 +967,9 @@ fn smollm2_model_folder_loads_with_its_tokenizer_json() {
 
 #[test]
 fn gemma3_tokenizer_json_matches_llama_cpp() {
-    let Some(gguf) = common::model("gemma3-270m") else {
+    let Some((gguf, dir)) = converted_folder("gemma3-270m", gemma3_files) else {
         return;
     };
-    let (tokenizer, config) = with_metadata(&gguf, gemma3_files);
-    let dir = folder(
-        &gguf,
-        &[
-            ("tokenizer.json", &tokenizer),
-            ("tokenizer_config.json", &config),
-        ],
-    );
-    drop((tokenizer, config));
     let tok = load_tokenizer_path(dir.path()).expect("folder tokenizer");
     assert_eq!(tok.source(), &json_source(dir.path(), true));
     common::check_against_llama_cpp(&tok, "tok_ref_gemma3.jsonl");
