@@ -178,6 +178,24 @@ pub struct RunResults {
     /// Each judge check (by name, judge and rubric), with its counts and gate.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judge_checks: Vec<JudgeCheckSummary>,
+    /// Cases whose request failed for a reason outside the model (transport, HTTP status,
+    /// timeout) after their retries: not scored, not in any pass rate, and asked again by a
+    /// resumed run. A run with errors is incomplete.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<CaseError>,
+}
+
+/// A case whose request failed outside the model: an infrastructure error, not a failure.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CaseError {
+    /// The case id.
+    pub id: String,
+    /// The category.
+    pub category: String,
+    /// What failed (the last attempt's error).
+    pub error: String,
+    /// Attempts made.
+    pub attempts: u32,
 }
 
 /// Scores one case against one response (or a missing one).
@@ -338,7 +356,14 @@ impl RunResults {
             cases,
             categories,
             overall,
+            errors: Vec::new(),
         }
+    }
+
+    /// These results with the cases that ended in an error outside the model.
+    pub fn with_errors(mut self, errors: Vec<CaseError>) -> Self {
+        self.errors = errors;
+        self
     }
 
     /// Sets every judge check's gate with `gate` (given the check as the set defines it) and

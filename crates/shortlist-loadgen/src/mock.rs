@@ -1,6 +1,11 @@
 //! `shortlist mock serve`: an OpenAI-compatible server that streams a configurable number of
 //! tokens at a configurable speed, for calibration and tests. It does no inference.
 //!
+//! With canned answers ([`Answers`], `mock serve --answers FILE`) it answers chat requests whose
+//! last user message contains an entry's `match` with that entry's content and tool calls — or
+//! with the HTTP error it names — so a quality run against it has real passes, failures and
+//! errors without a model.
+//!
 //! Chat streams open with a role-only chunk sent at once, as real servers do, so a client that
 //! stamps TTFT on the first event is caught: the first *token* comes `ttft` later.
 
@@ -36,6 +41,98 @@ impl Default for MockConfig {
     }
 }
 
+/// One canned answer.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CannedAnswer {
+    /// Text the last user message must contain.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// The answer's text.
+    #[serde(default)]
+    pub content: String,
+    /// Tool calls: `{"name": ..., "arguments": {...}}`.
+    #[serde(default)]
+    pub tool_calls: Vec<serde_json::Value>,
+    /// Answer with this HTTP status instead (an error outside the model).
+    #[serde(default)]
+    pub status: Option<u16>,
+    /// The error message of an error status.
+    #[serde(default)]
+    pub error: Option<String>,
+}
+
+/// Canned answers, tried in order.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answers(Vec<CannedAnswer>);
+
+impl Answers {
+    /// Parse JSON lines of [`CannedAnswer`]s (blank lines and a `{"format": ...}` header are
+    /// skipped); `source` names the file in errors, with the line.
+    pub fn from_jsonl(source: &str, text: &str) -> Result<Answers, crate::LoadgenError> {
+        let mut answers = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() {
+                continue;
+            }
+            let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
+                crate::LoadgenError::option(
+                    "--answers",
+                    format!("{source}:{}: not JSON: {e}", i + 1),
+                )
+            })?;
+            if value.get("format").is_some() {
+                continue;
+            }
+            let answer: CannedAnswer = serde_json::from_value(value).map_err(|e| {
+                crate::LoadgenError::option("--answers", format!("{source}:{}: {e}", i + 1))
+            })?;
+            if answer.pattern.is_empty() {
+                return Err(crate::LoadgenError::option(
+                    "--answers",
+                    format!(
+                        "{source}:{}: `match` is empty: it would match every request",
+                        i + 1
+                    ),
+                ));
+            }
+            answers.push(answer);
+        }
+        Ok(Answers(answers))
+    }
+
+    /// The first answer whose pattern the request's last user message contains.
+    fn find(&self, request: &serde_json::Value) -> Option<&CannedAnswer> {
+        let last_user = request
+            .get("messages")?
+            .as_array()?
+            .iter()
+            .rev()
+            .find(|m| m.get("role").and_then(|r| r.as_str()) == Some("user"))?
+            .get("content")?
+            .as_str()?;
+        self.0.iter().find(|a| last_user.contains(&a.pattern))
+    }
+
+    /// How many answers there are.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+/// What the mock's handlers share.
+#[derive(Debug, Clone)]
+struct MockState {
+    config: MockConfig,
+    answers: std::sync::Arc<Answers>,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Chat,
@@ -45,18 +142,26 @@ enum Kind {
 /// The mock's routes: `POST /v1/chat/completions`, `POST /v1/completions`, `GET /v1/models`,
 /// `GET /health`.
 pub fn router(config: MockConfig) -> Router {
+    router_with(config, Answers::default())
+}
+
+/// [`router`] with canned answers.
+pub fn router_with(config: MockConfig, answers: Answers) -> Router {
     Router::new()
         .route(
             "/v1/chat/completions",
-            post(|s: State<MockConfig>, b: Bytes| answer(s, b, Kind::Chat)),
+            post(|s: State<MockState>, b: Bytes| answer(s, b, Kind::Chat)),
         )
         .route(
             "/v1/completions",
-            post(|s: State<MockConfig>, b: Bytes| answer(s, b, Kind::Completions)),
+            post(|s: State<MockState>, b: Bytes| answer(s, b, Kind::Completions)),
         )
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
-        .with_state(config)
+        .with_state(MockState {
+            config,
+            answers: std::sync::Arc::new(answers),
+        })
 }
 
 /// Serve on `listener` until `shutdown` resolves.
@@ -65,7 +170,17 @@ pub async fn serve(
     config: MockConfig,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router(config))
+    serve_with(listener, config, Answers::default(), shutdown).await
+}
+
+/// [`serve`] with canned answers.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    config: MockConfig,
+    answers: Answers,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router_with(config, answers))
         .with_graceful_shutdown(shutdown)
         .await
 }
@@ -75,11 +190,21 @@ pub async fn serve(
 pub async fn spawn_local(
     config: MockConfig,
 ) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    spawn_at("127.0.0.1:0", config, Answers::default()).await
+}
+
+/// Start the mock with canned answers at `addr` (port 0: a free one) on the current runtime; it
+/// stops when the returned sender is dropped or sent to.
+pub async fn spawn_at(
+    addr: &str,
+    config: MockConfig,
+    answers: Answers,
+) -> std::io::Result<(SocketAddr, tokio::sync::oneshot::Sender<()>)> {
+    let listener = tokio::net::TcpListener::bind(addr).await?;
     let address = listener.local_addr()?;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(async move {
-        let _ = serve(listener, config, async move {
+        let _ = serve_with(listener, config, answers, async move {
             let _ = stopped.await;
         })
         .await;
@@ -137,10 +262,78 @@ fn closing(kind: Kind, usage: Option<(u64, u32)>) -> String {
     text
 }
 
-async fn answer(State(config): State<MockConfig>, body: Bytes, kind: Kind) -> Response {
+/// A canned answer as OpenAI's non-streaming or streaming chat shape.
+fn canned(canned: &CannedAnswer, streaming: bool) -> Response {
+    if let Some(status) = canned.status {
+        let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return error(status, canned.error.as_deref().unwrap_or("canned error"));
+    }
+    let tool_calls: Vec<serde_json::Value> = canned
+        .tool_calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            serde_json::json!({
+                "id": format!("call_{i}"), "type": "function",
+                "function": {"name": c["name"], "arguments": c["arguments"].to_string()},
+            })
+        })
+        .collect();
+    let finish = if tool_calls.is_empty() {
+        "stop"
+    } else {
+        "tool_calls"
+    };
+    let completion = canned.content.split_whitespace().count().max(1);
+    if !streaming {
+        let mut message = serde_json::json!({"role": "assistant", "content": canned.content});
+        if !tool_calls.is_empty() {
+            message["tool_calls"] = serde_json::Value::Array(tool_calls);
+        }
+        let body = serde_json::json!({
+            "id": "mock", "model": "mock",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": completion, "total_tokens": completion + 1},
+        });
+        return (
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    let mut text = String::new();
+    for word in canned.content.split_inclusive(' ') {
+        let chunk = serde_json::json!({"id": "mock", "object": "chat.completion.chunk", "model": "mock",
+            "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": null}]});
+        text.push_str(&format!("data: {chunk}\n\n"));
+    }
+    let last = serde_json::json!({"id": "mock", "object": "chat.completion.chunk", "model": "mock",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]});
+    text.push_str(&format!("data: {last}\n\ndata: [DONE]\n\n"));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(Body::from(text))
+        .unwrap_or_else(|_| error(StatusCode::INTERNAL_SERVER_ERROR, "response build failed"))
+}
+
+async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Response {
+    let config = state.config;
     let Ok(request) = serde_json::from_slice::<serde_json::Value>(&body) else {
         return error(StatusCode::BAD_REQUEST, "the body is not JSON");
     };
+    if kind == Kind::Chat
+        && let Some(c) = state.answers.find(&request)
+    {
+        let streaming = request
+            .get("stream")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+        // A canned answer takes the configured time to first token, as a model would.
+        if !config.ttft.is_zero() {
+            tokio::time::sleep(config.ttft).await;
+        }
+        return canned(c, streaming);
+    }
     let asked = request
         .get("max_tokens")
         .or_else(|| request.get("max_completion_tokens"))

@@ -86,6 +86,35 @@ pub async fn run<T: Target>(
     extra: serde_json::Map<String, serde_json::Value>,
     stop: watch::Receiver<bool>,
 ) -> Result<RunResult, LoadgenError> {
+    run_observed(target, workload, options, slo, output, extra, stop, |_| {}).await
+}
+
+/// How far a run has come, as [`run_observed`] reports it after each batch of records.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RunProgress {
+    /// Attempts finished (one record each, retries included).
+    pub finished: u64,
+    /// Requests in the workload.
+    pub total: u64,
+    /// Attempts that did not end `ok`.
+    pub failed: u64,
+    /// Seconds since the run started, and the workload's own length.
+    pub elapsed_s: f64,
+    pub duration_s: f64,
+}
+
+/// [`run`], calling `observe` with the run's progress after each batch of finished records.
+#[allow(clippy::too_many_arguments)] // `run`'s arguments and the observer.
+pub async fn run_observed<T: Target>(
+    target: Arc<T>,
+    workload: Arc<Workload>,
+    options: RunOptions,
+    slo: Slo,
+    output: RunOutput,
+    extra: serde_json::Map<String, serde_json::Value>,
+    stop: watch::Receiver<bool>,
+    mut observe: impl FnMut(RunProgress) + Send,
+) -> Result<RunResult, LoadgenError> {
     let mut header = initial_header(&target.describe(), &workload, &options, extra);
     let mut file = match &output.path {
         Some(path) => Some(RecordsFile::create(path, &header)?),
@@ -128,6 +157,13 @@ pub async fn run<T: Target>(
         {
             write_error = Some(e);
         }
+        observe(RunProgress {
+            finished: live.attempts(),
+            total: workload.arrivals().len() as u64,
+            failed: live.attempts() - live.ok(),
+            elapsed_s: clock.now_s(),
+            duration_s: workload.duration_s(),
+        });
     }
     let outcome = driver
         .await

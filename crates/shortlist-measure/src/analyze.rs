@@ -34,8 +34,19 @@ pub struct AnalyzeOptions {
     pub slo: Slo,
     /// Override the header's window (seconds since run start).
     pub window: Option<(f64, f64)>,
-    /// A schedule-lag p99 above this marks the run client-bound (default 1 ms).
+    /// The client-bound rule: a schedule-lag p99 above max(this floor, `client_bound_fraction`
+    /// of the mean inter-arrival time at the offered rate) marks the run client-bound (default
+    /// floor 1 ms).
     pub client_bound_lag_s: f64,
+    /// The share of the mean inter-arrival time a lag may reach before it is material to the
+    /// offered rate (default 1 %).
+    pub client_bound_fraction: f64,
+    /// Sent attempts needed before the lag's p99 is judged (default 100: below it the p99 is the
+    /// maximum, one scheduling hiccup, and only the sent-rate check applies).
+    pub client_bound_min_samples: u64,
+    /// The run is client-bound when the rate actually sent falls below this share of the offered
+    /// rate (default 99 %).
+    pub client_bound_sent_share: f64,
     /// A gap above this is a stall (default 250 ms, or the SLO's `stall_ms`).
     pub stall_s: f64,
     /// Little's-law mismatch that triggers a warning (default 10 %).
@@ -58,6 +69,9 @@ impl AnalyzeOptions {
             slo,
             window: None,
             client_bound_lag_s: 0.001,
+            client_bound_fraction: 0.01,
+            client_bound_min_samples: 100,
+            client_bound_sent_share: 0.99,
             stall_s,
             littles_tolerance: 0.10,
             token_disagreement_share: 0.01,
@@ -109,6 +123,12 @@ pub struct Analyzer {
     prefix_hit_tokens: u64,
     prefix_hits: u64,
     misses: [u64; 6],
+    // The client-bound and reachability checks: scheduled and sent instants of original
+    // attempts, and whether the target answered anything.
+    sched_span: Span,
+    sent_span: Span,
+    answered: u64,
+    first_error: Option<String>,
     // Latency samples.
     schedule_lag: RequestSamples,
     cap_queue: RequestSamples,
@@ -170,6 +190,10 @@ impl Analyzer {
             prefix_hit_tokens: 0,
             prefix_hits: 0,
             misses: [0; 6],
+            sched_span: Span::default(),
+            sent_span: Span::default(),
+            answered: 0,
+            first_error: None,
             schedule_lag: RequestSamples::default(),
             cap_queue: RequestSamples::default(),
             ttft: RequestSamples::default(),
@@ -294,6 +318,23 @@ impl Analyzer {
 
         let s = a.scheduled_s;
         self.last_arrival = self.last_arrival.max(s);
+        if a.is_original() {
+            self.sched_span.add(s);
+            // With a concurrency cap, the wait for a slot delays the send on purpose: the
+            // client's own pace is the send less that wait.
+            if let Some(sent) = a.sent_s {
+                self.sent_span.add(sent - a.cap_queue_s.unwrap_or(0.0));
+            }
+        }
+        if a.status == Status::Ok || !a.chunks.is_empty() {
+            self.answered += 1;
+        } else if self.first_error.is_none() && matches!(a.status, Status::Error | Status::Timeout)
+        {
+            self.first_error = Some(match &a.error {
+                Some(e) => e.to_string(),
+                None => format!("{:?}", a.status).to_lowercase(),
+            });
+        }
         if let Some(sent) = a.sent_s {
             // With a concurrency cap, the wait for a slot is the cap's queue, reported on its own;
             // the schedule lag is what remains: the client's own delay in sending.
@@ -468,17 +509,39 @@ impl Analyzer {
                 self.cap_queue.into_vec(),
             )
         });
-        let lag_p99 = schedule_lag.p99;
-        let client_bound = lag_p99.is_some_and(|p| p > self.opts.client_bound_lag_s);
-        if client_bound {
+        let unreachable = (self.attempts > 0 && self.answered == 0).then(|| Unreachable {
+            failed: self.attempts,
+            first_error: self
+                .first_error
+                .clone()
+                .unwrap_or_else(|| "no attempt was answered".to_owned()),
+        });
+        let detail = client_bound_check(
+            &self.opts,
+            self.sched_span,
+            self.sent_span,
+            &schedule_lag,
+            unreachable.is_some(),
+        );
+        let client_bound = detail.client_bound;
+        if let Some(u) = &unreachable {
             warnings.insert(
                 0,
                 format!(
-                    "CLIENT-BOUND: schedule-lag p99 {} exceeds {}; the client fell behind its schedule, so this run measures the client, and it cannot qualify a candidate",
-                    crate::error::Millis(lag_p99.unwrap_or_default()),
-                    crate::error::Millis(self.opts.client_bound_lag_s)
+                    "UNREACHABLE: none of the {} attempts was answered; the first error: {}",
+                    u.failed, u.first_error
                 ),
             );
+        } else if client_bound {
+            warnings.insert(
+                0,
+                format!(
+                    "CLIENT-BOUND: {}; the client did not deliver the load it claims, so this run measures the client, and it cannot qualify a candidate",
+                    detail.rule
+                ),
+            );
+        } else if !detail.lag_judged && schedule_lag.count > 0 {
+            warnings.push(detail.rule.clone());
         }
 
         // Little's law over the window: Q time-averaged from the records vs λ·W.
@@ -719,11 +782,8 @@ impl Analyzer {
             checks: Checks {
                 littles_law: littles,
                 client_bound,
-                client_bound_detail: ClientBound {
-                    schedule_lag_p99_s: lag_p99,
-                    threshold_s: self.opts.client_bound_lag_s,
-                    rule: "a schedule-lag p99 above the threshold marks the run client-bound: it measured the client, not the target".to_owned(),
-                },
+                client_bound_detail: detail,
+                unreachable,
                 token_counts: TokenCounts {
                     compared: self.token_compared,
                     disagree: self.token_disagree,
@@ -732,6 +792,100 @@ impl Analyzer {
                 },
             },
             warnings,
+        }
+    }
+}
+
+/// The first and last of a set of instants, and how many.
+#[derive(Debug, Clone, Copy, Default)]
+struct Span {
+    first: f64,
+    last: f64,
+    count: u64,
+}
+
+impl Span {
+    fn add(&mut self, t: f64) {
+        if self.count == 0 {
+            self.first = t;
+            self.last = t;
+        } else {
+            self.first = self.first.min(t);
+            self.last = self.last.max(t);
+        }
+        self.count += 1;
+    }
+
+    /// Events per second between the first and the last (`None` below two or with no span).
+    fn rate(&self) -> Option<f64> {
+        let span = self.last - self.first;
+        (self.count >= 2 && span > 0.0).then(|| (self.count - 1) as f64 / span)
+    }
+}
+
+/// The client-bound check of METRICS.md: a lag material to the offered rate (p99, with enough
+/// samples for a p99 to be a tail) or a sent rate short of the offered one. A run whose target
+/// answered nothing is not client-bound: the target is.
+fn client_bound_check(
+    o: &AnalyzeOptions,
+    sched: Span,
+    sent: Span,
+    lag: &Distribution,
+    unreachable: bool,
+) -> ClientBound {
+    {
+        let offered = sched.rate();
+        let sent = sent.rate();
+        let threshold = offered.map_or(o.client_bound_lag_s, |r| {
+            o.client_bound_lag_s.max(o.client_bound_fraction / r)
+        });
+        let samples = lag.count;
+        let lag_judged = samples >= o.client_bound_min_samples;
+        let lag_over = lag_judged && lag.p99.is_some_and(|p| p > threshold);
+        let short = match (offered, sent) {
+            (Some(offered), Some(sent)) => sent < o.client_bound_sent_share * offered,
+            _ => false,
+        };
+        let client_bound = !unreachable && (lag_over || short);
+        let ms = |v: f64| crate::error::Millis(v).to_string();
+        let lag_text = match (lag.p99, lag_judged) {
+            (Some(p), true) => format!(
+                "schedule-lag p99 {} over {samples} sent attempts against an allowance of {} (the larger of {} and {:.0} % of the mean inter-arrival time)",
+                ms(p),
+                ms(threshold),
+                ms(o.client_bound_lag_s),
+                o.client_bound_fraction * 100.0
+            ),
+            (Some(p), false) => format!(
+                "schedule lag not judged: {samples} sent attempts, fewer than the {} a p99 needs (the p99 of so few is their maximum, {}: one scheduling hiccup, not a client that fell behind)",
+                o.client_bound_min_samples,
+                ms(p)
+            ),
+            (None, _) => "no attempt was sent".to_owned(),
+        };
+        let rate_text = match (offered, sent) {
+            (Some(offered), Some(sent)) => format!(
+                "sent {sent:.3} req/s of {offered:.3} req/s offered ({:.2} %, at least {:.0} % needed)",
+                100.0 * sent / offered,
+                o.client_bound_sent_share * 100.0
+            ),
+            _ => "sent rate not judged (fewer than two sends)".to_owned(),
+        };
+        let rule = if unreachable {
+            "not judged: the target answered no attempt, so the run measured the target's failure, not the client".to_owned()
+        } else {
+            format!("{lag_text}; {rate_text}")
+        };
+        ClientBound {
+            client_bound,
+            schedule_lag_p99_s: lag.p99,
+            threshold_s: threshold,
+            samples,
+            min_samples: o.client_bound_min_samples,
+            lag_judged,
+            offered_rps: offered,
+            sent_rps: sent,
+            rule,
         }
     }
 }
@@ -807,7 +961,7 @@ impl Report {
             (Some(_), None) => false,
             (None, _) => true,
         };
-        target_met && !self.checks.client_bound
+        target_met && !self.checks.client_bound && self.checks.unreachable.is_none()
     }
 }
 
@@ -900,6 +1054,8 @@ pub struct Checks {
     pub littles_law: Option<LittlesLaw>,
     pub client_bound: bool,
     pub client_bound_detail: ClientBound,
+    /// Set when the target answered no attempt: the run measured its failure.
+    pub unreachable: Option<Unreachable>,
     pub token_counts: TokenCounts,
 }
 
@@ -916,11 +1072,33 @@ pub struct LittlesLaw {
     pub warning: Option<String>,
 }
 
+/// The client-bound check with the figures it read.
 #[derive(Debug, Clone, Serialize)]
 pub struct ClientBound {
+    /// The verdict (also `checks.client_bound`).
+    #[serde(skip)]
+    pub client_bound: bool,
     pub schedule_lag_p99_s: Option<f64>,
+    /// The lag allowance at this run's offered rate: max(1 ms, 1 % of the mean inter-arrival).
     pub threshold_s: f64,
+    /// Sent attempts the lag was measured over.
+    pub samples: u64,
+    /// Sent attempts needed before the lag's p99 is judged.
+    pub min_samples: u64,
+    /// Whether the lag was judged (enough samples).
+    pub lag_judged: bool,
+    /// The offered and the sent rate of original attempts, first to last (req/s).
+    pub offered_rps: Option<f64>,
+    pub sent_rps: Option<f64>,
+    /// The check in words, with its figures.
     pub rule: String,
+}
+
+/// A target that answered no attempt of the window.
+#[derive(Debug, Clone, Serialize)]
+pub struct Unreachable {
+    pub failed: u64,
+    pub first_error: String,
 }
 
 #[derive(Debug, Clone, Serialize)]

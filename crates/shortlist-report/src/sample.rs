@@ -56,6 +56,7 @@ fn sweep() -> Vec<SweepRow> {
                 throughput_rps: throughput,
                 attainment: Some(attainment),
                 attainment_lower_bound: Some((attainment - 0.03).max(0.0)),
+                excluded: None,
             }
         })
         .collect()
@@ -254,6 +255,8 @@ pub fn sample_record() -> SelectionRecord {
         generated_at: "2026-11-29T11:02:10Z".into(),
         code_version: "shortlist 0.1.0 (df49dfb)".into(),
         machine: "x86_64, 2 vCPU, 8 GiB".into(),
+        generation: None,
+        incomplete: Vec::new(),
         record_sha256: String::new(),
     }
     .seal()

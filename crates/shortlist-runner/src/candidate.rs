@@ -82,13 +82,87 @@ pub struct Generated {
 pub trait Generator {
     /// A name for results and records.
     fn name(&self) -> String;
-    /// Answer one chat request. A per-case failure (context too long, HTTP 400) is an `Ok`
-    /// with the error in `finish_reason`, so that the case is scored as failed and the run goes on.
+    /// Answer one chat request. The candidate's own refusal of a case it cannot hold (the prompt
+    /// is over its context) is an `Ok` with the error in `finish_reason`: scored as failed. A
+    /// request that failed outside the model (transport, another HTTP status, a timeout) is a
+    /// [`RunError::Request`]: never scored.
     fn generate(
         &mut self,
         request: &ChatRequest,
         decoding: &Decoding,
     ) -> Result<Generated, RunError>;
+}
+
+/// How a case's request is retried when it fails outside the model.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AskPolicy {
+    /// Attempts in all (at least 1); only retryable failures are tried again.
+    pub attempts: u32,
+    /// Wait before the second attempt; doubled for each further one.
+    pub backoff: std::time::Duration,
+}
+
+impl Default for AskPolicy {
+    fn default() -> Self {
+        AskPolicy {
+            attempts: 3,
+            backoff: std::time::Duration::from_millis(500),
+        }
+    }
+}
+
+/// What asking a case came to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Asked {
+    /// The model answered: score it.
+    Answered(Generated),
+    /// Every attempt failed outside the model: an error, not a failure.
+    Failed {
+        error: String,
+        attempts: u32,
+        /// The server was never reached (connection refused, DNS, reset): no HTTP status.
+        transport: bool,
+    },
+}
+
+/// Ask `request` under `policy`: retryable failures (transport, timeouts, 429, 5xx) are tried
+/// again with backoff; other errors of the run itself (a broken engine) are returned.
+pub fn ask(
+    generator: &mut dyn Generator,
+    request: &ChatRequest,
+    decoding: &Decoding,
+    policy: AskPolicy,
+) -> Result<Asked, RunError> {
+    let mut wait = policy.backoff;
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match generator.generate(request, decoding) {
+            Ok(generated) => return Ok(Asked::Answered(generated)),
+            Err(RunError::Request {
+                url,
+                status,
+                why,
+                retryable,
+            }) => {
+                if retryable && attempt < policy.attempts.max(1) {
+                    std::thread::sleep(wait);
+                    wait *= 2;
+                    continue;
+                }
+                let error = match status {
+                    Some(code) => format!("{url}: HTTP {code}: {why}"),
+                    None => format!("{url}: {why}"),
+                };
+                return Ok(Asked::Failed {
+                    error,
+                    attempts: attempt,
+                    transport: status.is_none(),
+                });
+            }
+            Err(other) => return Err(other),
+        }
+    }
 }
 
 /// A GGUF model on the local engine. Tools are described in the system prompt and calls are
@@ -232,25 +306,53 @@ impl Generator for EndpointGenerator {
             .post(&endpoint)
             .json(&body)
             .send()
-            .map_err(|e| RunError::Endpoint {
+            .map_err(|e| RunError::Request {
                 url: endpoint.clone(),
-                why: e.to_string(),
+                status: None,
+                why: transport_error(&e),
+                retryable: true,
             })?;
         let status = response.status();
-        let value: Value = response.json().unwrap_or(Value::Null);
+        let text = response.text().map_err(|e| RunError::Request {
+            url: endpoint.clone(),
+            status: Some(status.as_u16()),
+            why: format!("reading the answer: {}", transport_error(&e)),
+            retryable: true,
+        })?;
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !status.is_success() {
-            // A refused case (e.g. context too long) is the candidate's failure, not the run's.
             let why = value["error"]["message"]
                 .as_str()
-                .unwrap_or("no error message")
-                .to_owned();
-            return Ok(Generated {
-                text: String::new(),
-                tool_calls: Vec::new(),
-                finish_reason: Some(format!("error: HTTP {status}: {why}")),
-                prompt_tokens: None,
-                output_tokens: Some(0),
-                latency_s: started.elapsed().as_secs_f64(),
+                .map_or_else(|| text.chars().take(200).collect(), str::to_owned);
+            // The candidate's own limit (the prompt does not fit its context) is its failure on
+            // this case; any other refusal is a failed request, not an answer.
+            if value["error"]["code"] == "context_length_exceeded" {
+                return Ok(Generated {
+                    text: String::new(),
+                    tool_calls: Vec::new(),
+                    finish_reason: Some(format!("error: context_length_exceeded: {why}")),
+                    prompt_tokens: None,
+                    output_tokens: Some(0),
+                    latency_s: started.elapsed().as_secs_f64(),
+                });
+            }
+            let code = status.as_u16();
+            return Err(RunError::Request {
+                url: endpoint,
+                status: Some(code),
+                why,
+                retryable: code == 408 || code == 429 || code >= 500,
+            });
+        }
+        if value.is_null() {
+            return Err(RunError::Request {
+                url: endpoint,
+                status: Some(status.as_u16()),
+                why: format!(
+                    "the answer is not JSON: {}",
+                    text.chars().take(200).collect::<String>()
+                ),
+                retryable: true,
             });
         }
         let choice = &value["choices"][0];
@@ -277,6 +379,23 @@ impl Generator for EndpointGenerator {
             output_tokens: value["usage"]["completion_tokens"].as_u64(),
             latency_s: started.elapsed().as_secs_f64(),
         })
+    }
+}
+
+/// A transport error in words: the innermost cause (e.g. "Connection refused (os error 111)").
+fn transport_error(e: &reqwest::Error) -> String {
+    let mut source: Option<&dyn std::error::Error> = Some(e);
+    let mut last = e.to_string();
+    while let Some(s) = source {
+        last = s.to_string();
+        source = s.source();
+    }
+    if e.is_timeout() {
+        format!("timed out ({last})")
+    } else if e.is_connect() {
+        format!("cannot connect: {last}")
+    } else {
+        last
     }
 }
 

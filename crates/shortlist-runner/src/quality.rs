@@ -5,6 +5,11 @@
 //! progress file skips every case already there. The file's first line pins the eval set version,
 //! the candidate, the decoding and the judges, and a resume with different ones is refused. Judge
 //! checks are asked of the run's judges case by case ([`crate::judge::score_with_judges`]).
+//!
+//! A case whose request failed outside the model (transport, HTTP status, timeout) after its
+//! retries is an error, not a failure: it is reported in the results' `errors`, never scored and
+//! never written to the progress file, so a rerun asks it again. Three such failures in a row
+//! that never reached the server stop the run (the endpoint is down).
 
 use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
@@ -15,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use shortlist_evals::results::{CaseResult, RunResults};
 use shortlist_evals::{EvalSet, FinishReason, Response};
 
-use crate::candidate::{Decoding, Generator};
+use crate::candidate::{AskPolicy, Asked, Decoding, Generator, ask};
 use crate::error::RunError;
 use crate::judge::{Judges, score_with_judges};
 use crate::prompt::ChatRequest;
@@ -192,12 +197,15 @@ pub fn run_quality(
         decoding,
         progress,
         on_case,
+        |_, _, _, _| {},
     )
 }
 
 /// Like [`run_quality`], over the cases `select` keeps (by position in the set), with `judges`
 /// asked for the judge checks; the results hold only the selected cases, and their table says how
 /// many. Every case's judge gates, resumed ones included, are decided by `judges`' calibrations.
+/// `on_error(position, total, case, error)` hears each case that failed outside the model.
+#[allow(clippy::too_many_arguments)] // The run's inputs and its two observers.
 pub fn run_quality_on(
     set: &EvalSet,
     select: &dyn Fn(usize) -> bool,
@@ -206,6 +214,7 @@ pub fn run_quality_on(
     decoding: &Decoding,
     progress: &mut Progress,
     mut on_case: impl FnMut(Tick<'_>),
+    mut on_error: impl FnMut(usize, usize, &str, &str),
 ) -> Result<RunResults, RunError> {
     let chosen: Vec<&shortlist_evals::Case> = set
         .cases()
@@ -216,6 +225,8 @@ pub fn run_quality_on(
         .collect();
     let total = chosen.len();
     let mut results = Vec::with_capacity(total);
+    let mut errors = Vec::new();
+    let mut transport_in_a_row = 0;
     for (index, case) in chosen.into_iter().enumerate() {
         if let Some(done) = progress.done.get(case.id()) {
             results.push(done.clone());
@@ -228,7 +239,33 @@ pub fn run_quality_on(
             continue;
         }
         let request = ChatRequest::from_case(case);
-        let generated = generator.generate(&request, decoding)?;
+        let generated = match ask(generator, &request, decoding, AskPolicy::default())? {
+            Asked::Answered(generated) => {
+                transport_in_a_row = 0;
+                generated
+            }
+            Asked::Failed {
+                error,
+                attempts,
+                transport,
+            } => {
+                on_error(index + 1, total, case.id(), &error);
+                errors.push(shortlist_evals::results::CaseError {
+                    id: case.id().to_owned(),
+                    category: case.category().as_string(),
+                    error: error.clone(),
+                    attempts,
+                });
+                transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
+                if transport_in_a_row >= 3 {
+                    return Err(RunError::Endpoint {
+                        url: generator.name(),
+                        why: format!("3 cases in a row could not reach it; the last: {error}"),
+                    });
+                }
+                continue;
+            }
+        };
         let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
         let response = Response::new(generated.text, generated.tool_calls, finish);
         let mut result = score_with_judges(case, &response, judges)?;
@@ -246,7 +283,7 @@ pub fn run_quality_on(
         });
         results.push(result);
     }
-    let mut results = RunResults::new(set, Some(generator.name()), results);
+    let mut results = RunResults::new(set, Some(generator.name()), results).with_errors(errors);
     judges.regate(&mut results, set);
     Ok(results)
 }

@@ -8,8 +8,9 @@ use std::path::Path;
 use shortlist_evals::results::{CaseOutcome, score_case};
 use shortlist_evals::stats::McNemar;
 use shortlist_evals::{EvalSet, Response};
-use shortlist_runner::study::{JobPayload, StudyRunner};
-use shortlist_store::runs::{CaseResult, RunKind, RunSpec};
+use shortlist_runner::config::Config;
+use shortlist_runner::service::{RunParams, StudyService};
+use shortlist_store::runs::{CaseResult, Executor, RunKind, RunSpec};
 
 const ANSWERS: [(&str, &str, &str); 6] = [
     // (case, candidate a, candidate b)
@@ -29,8 +30,8 @@ const ANSWERS: [(&str, &str, &str); 6] = [
     ),
 ];
 
-#[test]
-fn the_record_pairs_two_candidates_case_by_case() {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_record_pairs_two_candidates_case_by_case() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/data/study");
     let set_path = root.join("mini.yaml");
     let yaml = std::fs::read_to_string(&set_path).unwrap();
@@ -45,27 +46,40 @@ fn the_record_pairs_two_candidates_case_by_case() {
     let path = dir.path().join("mini.study.toml");
     std::fs::write(&path, study).unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("s.db").display());
-    let runner = StudyRunner::connect(&url).unwrap();
-    runner.create(&path).unwrap();
-    runner.lock("mini", None, "2026-11-29T00:00:00Z").unwrap();
-
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
+    let mut config = Config::from_env(Some(1));
+    config.database_url = url;
+    let service = StudyService::connect(config).await.unwrap();
+    service.create_study(&path).await.unwrap();
+    service
+        .lock("mini", None, "2026-11-29T00:00:00Z")
+        .await
         .unwrap();
+    let requested = service
+        .request_run("mini", None, &RunParams::default())
+        .await
+        .unwrap();
+    assert_eq!(requested.generation, 1);
+
     let mut outcomes = Vec::new();
     for (candidate, pick) in [("smol", 1usize), ("other", 2)] {
-        let store = runner.store();
-        let run = rt
-            .block_on(store.open_run(&RunSpec {
+        let store = service.store();
+        let run = store
+            .open_run(&RunSpec {
                 study: "mini".into(),
                 study_version: 1,
+                generation: 1,
                 candidate: candidate.into(),
                 kind: RunKind::Quality,
                 label: "quality".into(),
-            }))
+            })
+            .await
             .unwrap();
-        rt.block_on(store.start_run(run.id)).unwrap();
+        let executor = Executor {
+            worker: "test".into(),
+            machine: serde_json::json!({}),
+            code_version: "test".into(),
+        };
+        store.start_run(run.id, &executor).await.unwrap();
         let mut mine = Vec::new();
         for answer in ANSWERS {
             let text = if pick == 1 { answer.1 } else { answer.2 };
@@ -81,23 +95,20 @@ fn the_record_pairs_two_candidates_case_by_case() {
                 output_tokens: 5,
                 latency_s: 0.1,
             };
-            rt.block_on(store.put_case_result(run.id, &stored)).unwrap();
+            store.put_case_result(run.id, &stored).await.unwrap();
         }
-        rt.block_on(store.finish_run(run.id, Ok(()))).unwrap();
+        store.finish_run(run.id, Ok(())).await.unwrap();
         outcomes.push(mine);
     }
     // The answers were written to make capital and arithmetic discordant in both directions.
     assert!(outcomes[0][0] && !outcomes[1][0]);
     assert!(!outcomes[0][1] && outcomes[1][1]);
 
-    let record = runner
-        .assemble_record(&JobPayload {
-            study: "mini".into(),
-            version: 1,
-            candidate: "smol".into(),
-            max_tokens: 16,
-        })
+    let record = service
+        .assemble_record("mini", None, "smol", 1, 16)
+        .await
         .unwrap();
+    assert_eq!(record.generation, Some(1));
     let paired = record.quality.paired.expect("a paired comparison");
     let expected =
         McNemar::from_pairs(outcomes[0].iter().copied().zip(outcomes[1].iter().copied()));

@@ -71,6 +71,46 @@ pub enum StoreError {
     },
 }
 
+impl StoreError {
+    /// Whether trying again later could succeed: the database could not be reached, was busy
+    /// or shutting down, or a connection broke mid-statement. Bad input, missing rows, locked
+    /// studies and corrupt rows never get better on retry.
+    pub fn is_transient(&self) -> bool {
+        match self {
+            StoreError::Connect { source, .. } | StoreError::Sql { source, .. } => {
+                transient_sql(source)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether a stored row could not be read back (its table, row and column are named).
+    pub fn is_corrupt(&self) -> bool {
+        matches!(self, StoreError::Corrupt { .. })
+    }
+}
+
+fn transient_sql(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_)
+        | sqlx::Error::PoolTimedOut
+        | sqlx::Error::PoolClosed
+        | sqlx::Error::WorkerCrashed
+        | sqlx::Error::Protocol(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|code| {
+            // SQLite: SQLITE_BUSY (5) and SQLITE_LOCKED (6) with their extended codes.
+            // PostgreSQL: serialization failure, deadlock, connection exceptions (08…), and
+            // operator intervention (57P…: shutdown, cannot connect now).
+            matches!(
+                &*code,
+                "5" | "6" | "261" | "262" | "517" | "40001" | "40P01"
+            ) || code.starts_with("08")
+                || code.starts_with("57P")
+        }),
+        _ => false,
+    }
+}
+
 /// A `map_err` adaptor that names the operation.
 pub(crate) fn sql(op: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreError {
     let op = op.into();

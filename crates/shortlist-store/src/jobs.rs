@@ -54,14 +54,63 @@ pub struct Job {
     pub max_attempts: u32,
     pub claimed_by: Option<String>,
     pub last_error: Option<String>,
+    /// The study version, generation and candidate the job belongs to (`None` for jobs queued
+    /// without them).
+    pub study: Option<String>,
+    pub study_version: Option<u32>,
+    pub generation: Option<u32>,
+    pub candidate: Option<String>,
+    /// The job this one waits for: it is claimed only once that one is done or failed.
+    pub depends_on: Option<i64>,
+    /// A retried job is not claimed before this instant (Unix milliseconds).
+    pub not_before_ms: Option<i64>,
+    /// Unix milliseconds.
+    pub created_at_ms: i64,
+    pub heartbeat_ms: Option<i64>,
+    pub finished_at_ms: Option<i64>,
 }
 
-const JOB_COLUMNS: &str =
-    "id, kind, payload_json, state, attempts, max_attempts, claimed_by, last_error";
+/// A job to queue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub kind: String,
+    pub payload: serde_json::Value,
+    pub study: String,
+    pub study_version: u32,
+    pub generation: u32,
+    pub candidate: String,
+    pub depends_on: Option<i64>,
+    pub max_attempts: u32,
+}
+
+/// What becomes of a failed job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// It failed for good (bad input does not get better on retry).
+    Never,
+    /// Back to the queue, claimable again after this long, while attempts are left.
+    After(Duration),
+}
+
+const JOB_COLUMNS: &str = "id, kind, payload_json, state, attempts, max_attempts, claimed_by, \
+     last_error, study, study_version, generation, candidate, depends_on, not_before_ms, \
+     created_at_ms, heartbeat_ms, finished_at_ms";
 
 fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
     let id: i64 = col(row, "jobs", &"?", "id")?;
     let state: String = col(row, "jobs", &id, "state")?;
+    let opt_u32 = |column: &'static str| -> Result<Option<u32>, StoreError> {
+        let v: Option<i64> = col(row, "jobs", &id, column)?;
+        v.map(|v| {
+            u32::try_from(v).map_err(|_| StoreError::Corrupt {
+                table: "jobs",
+                key: id.to_string(),
+                column,
+                why: format!("{v} is out of range"),
+            })
+        })
+        .transpose()
+    };
     Ok(Job {
         id,
         kind: col(row, "jobs", &id, "kind")?,
@@ -76,8 +125,25 @@ fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
         max_attempts: crate::col_u(row, "jobs", &id, "max_attempts")?,
         claimed_by: col(row, "jobs", &id, "claimed_by")?,
         last_error: col(row, "jobs", &id, "last_error")?,
+        study: col(row, "jobs", &id, "study")?,
+        study_version: opt_u32("study_version")?,
+        generation: opt_u32("generation")?,
+        candidate: col(row, "jobs", &id, "candidate")?,
+        depends_on: col(row, "jobs", &id, "depends_on")?,
+        not_before_ms: col(row, "jobs", &id, "not_before_ms")?,
+        created_at_ms: col(row, "jobs", &id, "created_at_ms")?,
+        heartbeat_ms: col(row, "jobs", &id, "heartbeat_ms")?,
+        finished_at_ms: col(row, "jobs", &id, "finished_at_ms")?,
     })
 }
+
+/// The claimable jobs, oldest first: queued, past their backoff, and not waiting for an
+/// unfinished job. `$2` is now.
+const CLAIMABLE: &str = "SELECT j.id FROM jobs j WHERE j.state = 'queued' \
+     AND (j.not_before_ms IS NULL OR j.not_before_ms <= $2) \
+     AND (j.depends_on IS NULL OR EXISTS (SELECT 1 FROM jobs d WHERE d.id = j.depends_on \
+          AND d.state IN ('done', 'failed'))) \
+     ORDER BY j.id LIMIT 1";
 
 impl Store {
     /// Queue a job; returns its id.
@@ -113,30 +179,65 @@ impl Store {
         col(&row, "jobs", &op, "id")
     }
 
-    /// Claim the oldest queued job for `worker`, or `None` when the queue is empty. Never
-    /// returns a job another worker holds.
+    /// Queue a job of a study generation; returns its id.
+    pub async fn enqueue(&self, job: &NewJob) -> Result<i64, StoreError> {
+        let op = format!("queueing a `{}` job of `{}`", job.kind, job.candidate);
+        check_name(&op, "kind", &job.kind)?;
+        let row = sqlx::query(
+            "INSERT INTO jobs (kind, payload_json, state, attempts, max_attempts, created_at_ms, \
+             study, study_version, generation, candidate, depends_on) \
+             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+        )
+        .bind(&job.kind)
+        .bind(job.payload.to_string())
+        .bind(i64::from(job.max_attempts.max(1)))
+        .bind(now_ms())
+        .bind(&job.study)
+        .bind(i64::from(job.study_version))
+        .bind(i64::from(job.generation))
+        .bind(&job.candidate)
+        .bind(job.depends_on)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(sql(&op))?;
+        col(&row, "jobs", &op, "id")
+    }
+
+    /// The jobs of a study version (every generation), oldest first.
+    pub async fn jobs_of_study(&self, study: &str, version: u32) -> Result<Vec<Job>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE study = $1 AND study_version = $2 ORDER BY id"
+        )))
+        .bind(study)
+        .bind(i64::from(version))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "listing the jobs of study `{study}` v{version}"
+        )))?;
+        rows.iter().map(job_row).collect()
+    }
+
+    /// Claim the oldest claimable job for `worker` (queued, past its retry backoff, and not
+    /// waiting for an unfinished job), or `None` when there is none. Never returns a job another
+    /// worker holds.
     pub async fn claim_next_job(&self, worker: &str) -> Result<Option<Job>, StoreError> {
         let op = format!("claiming a job for worker `{worker}`");
         check_name(&op, "worker", worker)?;
         let sql_text = match self.backend {
-            Backend::Postgres => {
+            Backend::Postgres => format!(
                 "UPDATE jobs SET state = 'running', attempts = attempts + 1, claimed_by = $1, \
                  claimed_at_ms = $2, heartbeat_ms = $2 \
-                 WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1 \
-                             FOR UPDATE SKIP LOCKED) \
-                 RETURNING id, kind, payload_json, state, attempts, max_attempts, claimed_by, \
-                 last_error"
-            }
-            Backend::Sqlite => {
+                 WHERE id = ({CLAIMABLE} FOR UPDATE SKIP LOCKED) RETURNING {JOB_COLUMNS}"
+            ),
+            Backend::Sqlite => format!(
                 "UPDATE jobs SET state = 'running', attempts = attempts + 1, claimed_by = $1, \
                  claimed_at_ms = $2, heartbeat_ms = $2 \
-                 WHERE id = (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT 1) \
-                 RETURNING id, kind, payload_json, state, attempts, max_attempts, claimed_by, \
-                 last_error"
-            }
+                 WHERE id = ({CLAIMABLE}) RETURNING {JOB_COLUMNS}"
+            ),
         };
         let mut tx = self.write_tx(&op).await?;
-        let row = sqlx::query(sql_text)
+        let row = sqlx::query(sqlx::AssertSqlSafe(sql_text))
             .bind(worker)
             .bind(now_ms())
             .fetch_optional(&mut *tx)
@@ -208,27 +309,34 @@ impl Store {
         self.held_or_error(id, worker, done.rows_affected()).await
     }
 
-    /// Record a failure. With `retry` and attempts left, the job goes back to the queue;
-    /// otherwise it fails for good.
+    /// Record a failure. With [`Retry::After`] and attempts left, the job goes back to the
+    /// queue, claimable after the backoff; otherwise it fails for good.
     pub async fn fail_job(
         &self,
         id: i64,
         worker: &str,
         error: &str,
-        retry: bool,
+        retry: Retry,
     ) -> Result<JobState, StoreError> {
+        let (retry, backoff_ms) = match retry {
+            Retry::Never => (0i64, 0i64),
+            Retry::After(d) => (1, i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)),
+        };
+        let now = now_ms();
         let done = sqlx::query(
             "UPDATE jobs SET last_error = $1, claimed_by = NULL, claimed_at_ms = NULL, \
              heartbeat_ms = NULL, \
              state = CASE WHEN $2 = 1 AND attempts < max_attempts THEN 'queued' ELSE 'failed' END, \
-             finished_at_ms = CASE WHEN $2 = 1 AND attempts < max_attempts THEN NULL ELSE $3 END \
+             finished_at_ms = CASE WHEN $2 = 1 AND attempts < max_attempts THEN NULL ELSE $3 END, \
+             not_before_ms = CASE WHEN $2 = 1 AND attempts < max_attempts THEN $6 ELSE NULL END \
              WHERE id = $4 AND state = 'running' AND claimed_by = $5",
         )
         .bind(error)
-        .bind(i64::from(retry))
-        .bind(now_ms())
+        .bind(retry)
+        .bind(now)
         .bind(id)
         .bind(worker)
+        .bind(now.saturating_add(backoff_ms))
         .execute(&self.pool)
         .await
         .map_err(sql(format!("failing job {id}")))?;
@@ -271,6 +379,22 @@ impl Store {
             tracing::info!(requeued, failed, "stale jobs handed back");
         }
         Ok((requeued, failed))
+    }
+
+    /// Hand a running job back to the queue without counting the attempt (a worker asked to
+    /// stop between cases).
+    pub async fn release_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
+        let done = sqlx::query(
+            "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_at_ms = NULL, \
+             heartbeat_ms = NULL, attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END \
+             WHERE id = $1 AND state = 'running' AND claimed_by = $2",
+        )
+        .bind(id)
+        .bind(worker)
+        .execute(&self.pool)
+        .await
+        .map_err(sql(format!("releasing job {id}")))?;
+        self.held_or_error(id, worker, done.rows_affected()).await
     }
 
     async fn held_or_error(&self, id: i64, worker: &str, affected: u64) -> Result<(), StoreError> {

@@ -13,10 +13,15 @@
 //! - Studies are drafts until [`Store::lock_study`] stores a [`shortlist_study::study::LockedStudy`];
 //!   from then on the store and the database (a trigger) refuse to change the row, and
 //!   [`Store::verify_study`] recomputes its hash.
-//! - A [`runs::Run`] of a locked study holds per-case [`runs::CaseResult`]s (idempotent per case)
-//!   and [`runs::LoadResult`]s; selection records are stored sealed ([`Store::put_record`]).
+//! - A locked study version is run as numbered [`generations::Generation`]s (manual, scheduled or
+//!   through the API); a [`runs::Run`] belongs to one generation, names the worker, machine and
+//!   code version that executed it, and holds per-case [`runs::CaseResult`]s (idempotent per
+//!   case) and [`runs::LoadResult`]s; selection records are stored sealed with their generation
+//!   ([`Store::put_record`]).
 //! - [`jobs::Job`] rows are the work queue: [`Store::claim_next_job`] never hands one job to two
-//!   workers (`FOR UPDATE SKIP LOCKED` on PostgreSQL, `BEGIN IMMEDIATE` on SQLite).
+//!   workers (`FOR UPDATE SKIP LOCKED` on PostgreSQL, `BEGIN IMMEDIATE` on SQLite); a job may wait
+//!   for another ([`jobs::NewJob::depends_on`]) and a retried one for its backoff. Each job's
+//!   typed progress is appended as [`progress::ProgressRow`]s that any process can follow.
 //!
 //! ```
 //! # tokio::runtime::Runtime::new().unwrap().block_on(async {
@@ -34,7 +39,9 @@
 
 pub mod content;
 pub mod error;
+pub mod generations;
 pub mod jobs;
+pub mod progress;
 pub mod records;
 pub mod runs;
 pub mod studies;
@@ -84,31 +91,58 @@ impl Backend {
 
 /// The schema, one list per dialect with the same versions. The SQL is compiled in, so a
 /// released binary migrates any database it opens.
-const SQLITE_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../../migrations/sqlite/0001_init.sql"),
-)];
-const POSTGRES_MIGRATIONS: &[(i64, &str, &str)] = &[(
-    1,
-    "init",
-    include_str!("../../../migrations/postgres/0001_init.sql"),
-)];
+///
+/// The fourth value says whether the migration manages its own transaction: SQLite's 0002 rebuilds
+/// `runs` with foreign keys off, which SQLite only allows outside a transaction.
+const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../../migrations/sqlite/0001_init.sql"),
+        false,
+    ),
+    (
+        2,
+        "generations",
+        include_str!("../../../migrations/sqlite/0002_generations.sql"),
+        true,
+    ),
+];
+const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
+    (
+        1,
+        "init",
+        include_str!("../../../migrations/postgres/0001_init.sql"),
+        false,
+    ),
+    (
+        2,
+        "generations",
+        include_str!("../../../migrations/postgres/0002_generations.sql"),
+        false,
+    ),
+];
 
 fn migrator(backend: Backend) -> Migrator {
+    migrator_up_to(backend, i64::MAX)
+}
+
+/// The migrations up to `version`: a test builds a database of an older schema with it.
+fn migrator_up_to(backend: Backend, version: i64) -> Migrator {
     let list = match backend {
         Backend::Sqlite => SQLITE_MIGRATIONS,
         Backend::Postgres => POSTGRES_MIGRATIONS,
     };
     Migrator::with_migrations(
         list.iter()
-            .map(|&(version, description, sql)| {
+            .filter(|m| m.0 <= version)
+            .map(|&(version, description, sql, no_tx)| {
                 Migration::new(
                     version,
                     Cow::Borrowed(description),
                     MigrationType::Simple,
                     SqlStr::from_static(sql),
-                    false,
+                    no_tx,
                 )
             })
             .collect(),
@@ -186,6 +220,28 @@ impl Store {
             })?;
         tracing::debug!(backend = backend.name(), "store opened and migrated");
         Ok(Store { pool, backend })
+    }
+
+    /// A store whose schema stops at `version` (a database written by an older release).
+    #[cfg(test)]
+    pub(crate) async fn connect_at_schema(url: &str, version: i64) -> Store {
+        let backend = Backend::of_url(url).unwrap();
+        install_default_drivers();
+        let pool = AnyPoolOptions::new()
+            .max_connections(2)
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    if conn.backend_name() == Backend::Sqlite.name() {
+                        conn.execute(SQLITE_PRAGMAS).await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&normalize_url(backend, url))
+            .await
+            .unwrap();
+        migrator_up_to(backend, version).run(&pool).await.unwrap();
+        Store { pool, backend }
     }
 
     /// Which database this is.

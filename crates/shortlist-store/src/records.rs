@@ -10,6 +10,8 @@ use crate::{Store, StoreError, col, now_ms};
 pub struct StoredRecord {
     pub id: i64,
     pub candidate: String,
+    /// The generation of the study version whose runs it was assembled from.
+    pub generation: u32,
     pub record: SelectionRecord,
     /// Unix milliseconds.
     pub created_at_ms: i64,
@@ -40,15 +42,20 @@ fn record_row(row: &sqlx::any::AnyRow) -> Result<StoredRecord, StoreError> {
     Ok(StoredRecord {
         id,
         candidate: col(row, "selection_records", &id, "candidate")?,
+        generation: crate::col_u(row, "selection_records", &id, "generation")?,
         created_at_ms: col(row, "selection_records", &id, "created_at_ms")?,
         record,
     })
 }
 
 impl Store {
-    /// Store a sealed record of the study it names (which must be stored and locked). The same
-    /// record stored twice is kept once; returns its id.
-    pub async fn put_record(&self, record: &SelectionRecord) -> Result<i64, StoreError> {
+    /// Store a sealed record of the study it names (which must be stored and locked), assembled
+    /// from the runs of `generation`. The same record stored twice is kept once; returns its id.
+    pub async fn put_record(
+        &self,
+        record: &SelectionRecord,
+        generation: u32,
+    ) -> Result<i64, StoreError> {
         let candidate = &record.identity.candidate;
         let (study, version) = (&record.study.name, record.study.version);
         let op = format!("storing the record of `{candidate}` in study `{study}` v{version}");
@@ -79,13 +86,15 @@ impl Store {
         })?;
         sqlx::query(
             "INSERT INTO selection_records (study_id, candidate, record_json, record_sha256, \
-             created_at_ms) VALUES ($1, $2, $3, $4, $5) ON CONFLICT (record_sha256) DO NOTHING",
+             created_at_ms, generation) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (record_sha256) DO NOTHING",
         )
         .bind(study_id)
         .bind(candidate)
         .bind(&json)
         .bind(&record.record_sha256)
         .bind(now_ms())
+        .bind(i64::from(generation))
         .execute(&self.pool)
         .await
         .map_err(sql(&op))?;
@@ -105,7 +114,7 @@ impl Store {
         candidate: &str,
     ) -> Result<StoredRecord, StoreError> {
         let row = sqlx::query(
-            "SELECT r.id, r.candidate, r.record_json, r.record_sha256, r.created_at_ms \
+            "SELECT r.id, r.candidate, r.record_json, r.record_sha256, r.created_at_ms, r.generation \
              FROM selection_records r JOIN studies s ON s.id = r.study_id \
              WHERE s.name = $1 AND s.version = $2 AND r.candidate = $3 \
              ORDER BY r.id DESC LIMIT 1",
@@ -124,6 +133,26 @@ impl Store {
         record_row(&row)
     }
 
+    /// The latest record of a candidate assembled from one generation of a study version.
+    pub async fn record_of_generation(
+        &self,
+        study: &str,
+        version: u32,
+        candidate: &str,
+        generation: u32,
+    ) -> Result<StoredRecord, StoreError> {
+        self.records_of_study(study, version)
+            .await?
+            .into_iter()
+            .rev()
+            .find(|r| r.candidate == candidate && r.generation == generation)
+            .ok_or_else(|| StoreError::NotFound {
+                what: format!(
+                    "a record of `{candidate}` in study `{study}` v{version} generation {generation}"
+                ),
+            })
+    }
+
     /// Every record of a study version, oldest first.
     pub async fn records_of_study(
         &self,
@@ -131,7 +160,7 @@ impl Store {
         version: u32,
     ) -> Result<Vec<StoredRecord>, StoreError> {
         let rows = sqlx::query(
-            "SELECT r.id, r.candidate, r.record_json, r.record_sha256, r.created_at_ms \
+            "SELECT r.id, r.candidate, r.record_json, r.record_sha256, r.created_at_ms, r.generation \
              FROM selection_records r JOIN studies s ON s.id = r.study_id \
              WHERE s.name = $1 AND s.version = $2 ORDER BY r.id",
         )

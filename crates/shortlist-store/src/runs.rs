@@ -1,10 +1,12 @@
-//! Runs of a locked study, their per-case results (stored once per case, so a resumed run never
-//! duplicates one) and their load results (serialized histograms and the raw records).
+//! Runs of a locked study's generations, their per-case results (stored once per case, so a
+//! resumed run never duplicates one) and their load results (serialized histograms and the raw
+//! records). A run names the worker, machine and code version that executed it.
 
 use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::error::sql;
+use crate::generations::Trigger;
 use crate::{Store, StoreError, check_name, col, col_json, col_u, now_ms, to_i64};
 
 /// What a run measures.
@@ -77,30 +79,54 @@ impl RunState {
     }
 }
 
-/// The identity of a run: which study, which candidate, what, and a label that tells apart
-/// runs of one kind (e.g. each rate of a sweep; empty when there is one).
+/// The identity of a run: which study version and generation, which candidate, what, and a label
+/// that tells apart runs of one kind (e.g. each rate of a sweep; empty when there is one).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunSpec {
     pub study: String,
     pub study_version: u32,
+    pub generation: u32,
     pub candidate: String,
     pub kind: RunKind,
     pub label: String,
 }
 
+/// Who executed a run: the worker, its machine fingerprint and its code version.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Executor {
+    pub worker: String,
+    /// The runner's machine fingerprint (CPU or GPU, driver, engine build), as JSON.
+    pub machine: serde_json::Value,
+    pub code_version: String,
+}
+
 /// A stored run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Run {
     pub id: i64,
     pub study_id: i64,
+    pub generation: u32,
+    pub trigger: Trigger,
     pub candidate: String,
     pub kind: RunKind,
     pub label: String,
     pub state: RunState,
     pub error: Option<String>,
+    /// Who executed it last (`None` before it started).
+    pub executor: Option<Executor>,
     /// Unix milliseconds.
+    pub created_at_ms: i64,
     pub started_at_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
+}
+
+/// `a, b` as `p.a, p.b`.
+fn prefixed(prefix: &str, columns: &str) -> String {
+    columns
+        .split(',')
+        .map(|c| format!("{prefix}.{}", c.trim()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One eval case's outcome in a quality run.
@@ -135,16 +161,48 @@ pub struct LoadResult {
     pub records: RecordsRef,
 }
 
-const RUN_COLUMNS: &str =
-    "id, study_id, candidate, kind, label, state, error, started_at_ms, finished_at_ms";
+const RUN_COLUMNS: &str = "id, study_id, generation, run_trigger, candidate, kind, label, state, \
+     error, worker, machine_json, code_version, created_at_ms, started_at_ms, finished_at_ms";
 
 fn run_row(row: &sqlx::any::AnyRow) -> Result<Run, StoreError> {
     let id: i64 = col(row, "runs", &"?", "id")?;
     let kind: String = col(row, "runs", &id, "kind")?;
     let state: String = col(row, "runs", &id, "state")?;
+    let trigger: String = col(row, "runs", &id, "run_trigger")?;
+    let worker: Option<String> = col(row, "runs", &id, "worker")?;
+    let executor = match worker {
+        None => None,
+        Some(worker) => {
+            let machine: Option<String> = col(row, "runs", &id, "machine_json")?;
+            let machine = match machine {
+                Some(text) => serde_json::from_str(&text).map_err(|e| StoreError::Corrupt {
+                    table: "runs",
+                    key: id.to_string(),
+                    column: "machine_json",
+                    why: format!("not JSON: {e}"),
+                })?,
+                None => serde_json::Value::Null,
+            };
+            let code: Option<String> = col(row, "runs", &id, "code_version")?;
+            Some(Executor {
+                worker,
+                machine,
+                code_version: code.unwrap_or_default(),
+            })
+        }
+    };
     Ok(Run {
         id,
         study_id: col(row, "runs", &id, "study_id")?,
+        generation: col_u(row, "runs", &id, "generation")?,
+        trigger: Trigger::parse(&trigger).ok_or_else(|| StoreError::Corrupt {
+            table: "runs",
+            key: id.to_string(),
+            column: "run_trigger",
+            why: format!("unknown trigger `{trigger}`"),
+        })?,
+        executor,
+        created_at_ms: col(row, "runs", &id, "created_at_ms")?,
         candidate: col(row, "runs", &id, "candidate")?,
         kind: RunKind::parse(&kind).ok_or_else(|| StoreError::Corrupt {
             table: "runs",
@@ -167,12 +225,20 @@ fn run_row(row: &sqlx::any::AnyRow) -> Result<Run, StoreError> {
 
 impl Store {
     /// The run with this identity, created (pending) if it does not exist yet, so a resumed
-    /// runner finds the run it started. Only a locked study has runs.
+    /// runner finds the run it started. Only a locked study has runs; the run takes its trigger
+    /// from its generation (manual when the generation was never registered).
     pub async fn open_run(&self, spec: &RunSpec) -> Result<Run, StoreError> {
         let op = format!(
-            "opening the {} run `{}` of `{}` in study `{}` v{}",
-            spec.kind, spec.label, spec.candidate, spec.study, spec.study_version
+            "opening the {} run `{}` of `{}` in study `{}` v{} generation {}",
+            spec.kind, spec.label, spec.candidate, spec.study, spec.study_version, spec.generation
         );
+        if spec.generation == 0 {
+            return Err(StoreError::Invalid {
+                op,
+                field: "generation",
+                why: "generations are numbered from 1".to_owned(),
+            });
+        }
         check_name(&op, "candidate", &spec.candidate)?;
         // Runs start only on a locked study whose content still matches its hash, and only for
         // a candidate it names.
@@ -196,25 +262,37 @@ impl Store {
         let study_id = self
             .locked_study_id(&spec.study, spec.study_version)
             .await?;
+        let trigger =
+            sqlx::query("SELECT run_trigger FROM generations WHERE study_id = $1 AND number = $2")
+                .bind(study_id)
+                .bind(i64::from(spec.generation))
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(sql(&op))?
+                .map(|r| col::<String>(&r, "generations", &spec.generation, "run_trigger"))
+                .transpose()?
+                .unwrap_or_else(|| Trigger::Manual.as_str().to_owned());
         sqlx::query(
-            "INSERT INTO runs (study_id, candidate, kind, label, state, created_at_ms) \
-             VALUES ($1, $2, $3, $4, 'pending', $5) \
-             ON CONFLICT (study_id, candidate, kind, label) DO NOTHING",
+            "INSERT INTO runs (study_id, generation, candidate, kind, label, state, run_trigger, \
+             created_at_ms) VALUES ($1, $2, $3, $4, $5, 'pending', $6, $7) \
+             ON CONFLICT (study_id, generation, candidate, kind, label) DO NOTHING",
         )
         .bind(study_id)
+        .bind(i64::from(spec.generation))
         .bind(&spec.candidate)
         .bind(spec.kind.as_str())
         .bind(&spec.label)
+        .bind(&trigger)
         .bind(now_ms())
         .execute(&self.pool)
         .await
         .map_err(sql(&op))?;
-        let row = sqlx::query(
-            "SELECT id, study_id, candidate, kind, label, state, error, started_at_ms, \
-             finished_at_ms FROM runs \
-             WHERE study_id = $1 AND candidate = $2 AND kind = $3 AND label = $4",
-        )
+        let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE study_id = $1 AND generation = $2 \
+             AND candidate = $3 AND kind = $4 AND label = $5"
+        )))
         .bind(study_id)
+        .bind(i64::from(spec.generation))
         .bind(&spec.candidate)
         .bind(spec.kind.as_str())
         .bind(&spec.label)
@@ -239,13 +317,13 @@ impl Store {
         run_row(&row)
     }
 
-    /// Every run of a study version, in creation order.
+    /// Every run of a study version, all generations, in creation order.
     pub async fn runs_of_study(&self, name: &str, version: u32) -> Result<Vec<Run>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT r.id, r.study_id, r.candidate, r.kind, r.label, r.state, r.error, \
-             r.started_at_ms, r.finished_at_ms FROM runs r JOIN studies s ON s.id = r.study_id \
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {} FROM runs r JOIN studies s ON s.id = r.study_id \
              WHERE s.name = $1 AND s.version = $2 ORDER BY r.id",
-        )
+            prefixed("r", RUN_COLUMNS)
+        )))
         .bind(name)
         .bind(i64::from(version))
         .fetch_all(&self.pool)
@@ -254,13 +332,33 @@ impl Store {
         rows.iter().map(run_row).collect()
     }
 
-    /// Mark a run running (the first start time is kept across resumes).
-    pub async fn start_run(&self, id: i64) -> Result<(), StoreError> {
+    /// The runs of one generation of a study version, in creation order.
+    pub async fn runs_of_generation(
+        &self,
+        name: &str,
+        version: u32,
+        generation: u32,
+    ) -> Result<Vec<Run>, StoreError> {
+        Ok(self
+            .runs_of_study(name, version)
+            .await?
+            .into_iter()
+            .filter(|r| r.generation == generation)
+            .collect())
+    }
+
+    /// Mark a run running by `executor` (the first start time is kept across resumes; the
+    /// executor is the last one that worked on it).
+    pub async fn start_run(&self, id: i64, executor: &Executor) -> Result<(), StoreError> {
         let done = sqlx::query(
             "UPDATE runs SET state = 'running', error = NULL, \
-             started_at_ms = COALESCE(started_at_ms, $1) WHERE id = $2",
+             started_at_ms = COALESCE(started_at_ms, $1), worker = $2, machine_json = $3, \
+             code_version = $4 WHERE id = $5",
         )
         .bind(now_ms())
+        .bind(&executor.worker)
+        .bind(executor.machine.to_string())
+        .bind(&executor.code_version)
         .bind(id)
         .execute(&self.pool)
         .await
@@ -354,6 +452,74 @@ impl Store {
                     latency_s: col(r, "case_results", &key, "latency_s")?,
                     case_id,
                 })
+            })
+            .collect()
+    }
+
+    /// Record that a case's request failed outside the model after `attempts` attempts (it is
+    /// not a result: a resumed run asks it again). Replaces an earlier error of the case.
+    pub async fn put_case_error(
+        &self,
+        run: i64,
+        case_id: &str,
+        attempts: u32,
+        error: &str,
+    ) -> Result<(), StoreError> {
+        let op = format!("storing the error of case `{case_id}` of run {run}");
+        check_name(&op, "case_id", case_id)?;
+        let mut tx = self.write_tx(&op).await?;
+        sqlx::query("DELETE FROM case_errors WHERE run_id = $1 AND case_id = $2")
+            .bind(run)
+            .bind(case_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql(&op))?;
+        sqlx::query(
+            "INSERT INTO case_errors (run_id, case_id, attempts, error, at_ms) \
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(run)
+        .bind(case_id)
+        .bind(i64::from(attempts))
+        .bind(error)
+        .bind(now_ms())
+        .execute(&mut *tx)
+        .await
+        .map_err(sql(&op))?;
+        tx.commit().await.map_err(sql(&op))
+    }
+
+    /// Forget a case's error (it has been answered since).
+    pub async fn clear_case_error(&self, run: i64, case_id: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM case_errors WHERE run_id = $1 AND case_id = $2")
+            .bind(run)
+            .bind(case_id)
+            .execute(&self.pool)
+            .await
+            .map_err(sql(format!(
+                "clearing the error of case `{case_id}` of run {run}"
+            )))?;
+        Ok(())
+    }
+
+    /// The cases of a run whose last attempt failed outside the model: `(case, attempts, error)`.
+    pub async fn case_errors(&self, run: i64) -> Result<Vec<(String, u32, String)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT case_id, attempts, error FROM case_errors WHERE run_id = $1 ORDER BY case_id",
+        )
+        .bind(run)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(format!("loading the case errors of run {run}")))?;
+        rows.iter()
+            .map(|r| {
+                let case: String = col(r, "case_errors", &run, "case_id")?;
+                let key = format!("run {run} case {case}");
+                Ok((
+                    case,
+                    col_u(r, "case_errors", &key, "attempts")?,
+                    col(r, "case_errors", &key, "error")?,
+                ))
             })
             .collect()
     }

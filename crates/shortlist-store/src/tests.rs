@@ -12,8 +12,11 @@ use shortlist_study::study::{LockedStudy, Study};
 use sqlx::{AnyPool, AssertSqlSafe, Executor};
 
 use crate::content::{ContentHash, WorkloadKind};
-use crate::jobs::JobState;
-use crate::runs::{CaseResult, LoadResult, RecordsRef, RunKind, RunSpec, RunState};
+use crate::generations::Trigger;
+use crate::jobs::{JobState, NewJob, Retry};
+use crate::runs::{
+    CaseResult, Executor as RunExecutor, LoadResult, RecordsRef, RunKind, RunSpec, RunState,
+};
 use crate::studies::StoredStudy;
 use crate::{Backend, Store, StoreError};
 
@@ -80,6 +83,15 @@ where
         .await
         .unwrap();
     outcome.unwrap();
+}
+
+/// Who executes the runs of these tests.
+fn executor() -> RunExecutor {
+    RunExecutor {
+        worker: "test-worker".to_owned(),
+        machine: serde_json::json!({"cpu_model": "test CPU", "cores": 2}),
+        code_version: "0.0.0-test".to_owned(),
+    }
 }
 
 /// One contract test, run on both databases.
@@ -338,6 +350,7 @@ async fn tampering_is_refused_then_detected(store: Store) {
     let spec = RunSpec {
         study: "support".to_owned(),
         study_version: 1,
+        generation: 1,
         candidate: "small".to_owned(),
         kind: RunKind::Quality,
         label: String::new(),
@@ -353,6 +366,7 @@ async fn runs_and_results(store: Store) {
     let spec = RunSpec {
         study: "support".to_owned(),
         study_version: 1,
+        generation: 1,
         candidate: "small".to_owned(),
         kind: RunKind::Quality,
         label: String::new(),
@@ -378,7 +392,7 @@ async fn runs_and_results(store: Store) {
         })
     ));
     assert_eq!(store.open_run(&spec).await.unwrap().id, run.id);
-    store.start_run(run.id).await.unwrap();
+    store.start_run(run.id, &executor()).await.unwrap();
     let started = store.run(run.id).await.unwrap();
     assert_eq!(started.state, RunState::Running);
     assert!(started.started_at_ms.is_some());
@@ -462,10 +476,10 @@ async fn selection_records(store: Store) {
     let locked = study().lock("2026-11-29T10:00:00Z");
     let rec = record(&locked);
     // The study must be stored and locked first.
-    assert!(store.put_record(&rec).await.is_err());
+    assert!(store.put_record(&rec, 1).await.is_err());
     store.lock_study(&locked).await.unwrap();
-    let id = store.put_record(&rec).await.unwrap();
-    assert_eq!(store.put_record(&rec).await.unwrap(), id);
+    let id = store.put_record(&rec, 1).await.unwrap();
+    assert_eq!(store.put_record(&rec, 1).await.unwrap(), id);
     let back = store.latest_record("support", 1, "small").await.unwrap();
     assert_eq!(back.record, rec);
     assert_eq!(store.records_of_study("support", 1).await.unwrap().len(), 1);
@@ -473,7 +487,7 @@ async fn selection_records(store: Store) {
     let mut foreign = rec.clone();
     foreign.study.lock_sha256 = "f".repeat(64);
     assert!(matches!(
-        store.put_record(&foreign.seal()).await,
+        store.put_record(&foreign.seal(), 1).await,
         Err(StoreError::Invalid {
             field: "study.lock_sha256",
             ..
@@ -482,7 +496,7 @@ async fn selection_records(store: Store) {
     let mut unsealed = rec.clone();
     unsealed.machine = "elsewhere".to_owned();
     assert!(matches!(
-        store.put_record(&unsealed).await,
+        store.put_record(&unsealed, 1).await,
         Err(StoreError::Invalid {
             field: "record_sha256",
             ..
@@ -556,7 +570,10 @@ async fn job_failures_and_stale_claims(store: Store) {
     store.heartbeat_job(id, "a").await.unwrap();
     // A retryable failure with attempts left goes back to the queue.
     assert_eq!(
-        store.fail_job(id, "a", "timeout", true).await.unwrap(),
+        store
+            .fail_job(id, "a", "timeout", Retry::After(Duration::ZERO))
+            .await
+            .unwrap(),
         JobState::Queued
     );
     let again = store.claim_next_job("b").await.unwrap().unwrap();
@@ -610,7 +627,10 @@ async fn job_failures_and_stale_claims(store: Store) {
         .unwrap();
     store.claim_next_job("e").await.unwrap().unwrap();
     assert_eq!(
-        store.fail_job(id3, "e", "no GGUF", false).await.unwrap(),
+        store
+            .fail_job(id3, "e", "no GGUF", Retry::Never)
+            .await
+            .unwrap(),
         JobState::Failed
     );
 }
@@ -624,6 +644,7 @@ async fn many_concurrent_writers(store: Store) {
         .open_run(&RunSpec {
             study: "support".to_owned(),
             study_version: 1,
+            generation: 1,
             candidate: "small".to_owned(),
             kind: RunKind::Quality,
             label: String::new(),
@@ -744,4 +765,300 @@ fn both_dialects_have_the_same_migrations() {
         let files = std::fs::read_dir(root.join(dialect)).unwrap().count();
         assert_eq!(files, sqlite.len(), "migrations/{dialect}");
     }
+}
+
+/// A locked study version runs as numbered generations; each has its own runs (the same kind and
+/// label again), records name theirs, and a run names who executed it.
+async fn generations_keep_runs_apart(store: Store) {
+    locked_study(&store).await;
+    let g1 = store
+        .new_generation(
+            "support",
+            1,
+            Trigger::Manual,
+            &serde_json::json!({"max_tokens": 8}),
+        )
+        .await
+        .unwrap();
+    let g2 = store
+        .new_generation("support", 1, Trigger::Schedule, &serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!((g1.number, g2.number), (1, 2));
+    let spec = |generation| RunSpec {
+        study: "support".to_owned(),
+        study_version: 1,
+        generation,
+        candidate: "small".to_owned(),
+        kind: RunKind::Quality,
+        label: "quality".to_owned(),
+    };
+    let r1 = store.open_run(&spec(1)).await.unwrap();
+    let r2 = store.open_run(&spec(2)).await.unwrap();
+    assert_ne!(
+        r1.id, r2.id,
+        "the same run of another generation is another row"
+    );
+    assert_eq!(r2.trigger, Trigger::Schedule);
+    assert!(r2.executor.is_none());
+    store.start_run(r2.id, &executor()).await.unwrap();
+    let started = store.run(r2.id).await.unwrap();
+    assert_eq!(started.executor, Some(executor()));
+    assert_eq!(started.generation, 2);
+    assert_eq!(
+        store
+            .runs_of_generation("support", 1, 1)
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.id)
+            .collect::<Vec<_>>(),
+        [r1.id]
+    );
+    let listed = store.generations("support", 1).await.unwrap();
+    assert_eq!(listed.len(), 2);
+    assert_eq!(listed[0].params["max_tokens"], 8);
+    assert!(matches!(
+        store.open_run(&spec(0)).await,
+        Err(StoreError::Invalid {
+            field: "generation",
+            ..
+        })
+    ));
+
+    // Case errors are not results: listed apart, cleared once answered.
+    store
+        .put_case_error(r2.id, "c1", 3, "connection refused")
+        .await
+        .unwrap();
+    store
+        .put_case_error(r2.id, "c1", 2, "HTTP 503")
+        .await
+        .unwrap();
+    assert_eq!(
+        store.case_errors(r2.id).await.unwrap(),
+        [("c1".to_owned(), 2, "HTTP 503".to_owned())]
+    );
+    assert!(store.finished_cases(r2.id).await.unwrap().is_empty());
+    store.clear_case_error(r2.id, "c1").await.unwrap();
+    assert!(store.case_errors(r2.id).await.unwrap().is_empty());
+}
+contract!(generations_keep_runs_apart);
+
+/// A job waits for the one it depends on (until that one is done or failed for good), a retried
+/// job waits for its backoff, a released one keeps its attempt, and progress events follow.
+async fn job_dependencies_backoff_and_progress(store: Store) {
+    let new = |kind: &str, depends_on| NewJob {
+        kind: kind.to_owned(),
+        payload: serde_json::json!({"kind": kind}),
+        study: "support".to_owned(),
+        study_version: 1,
+        generation: 1,
+        candidate: "small".to_owned(),
+        depends_on,
+        max_attempts: 3,
+    };
+    let fit = store.enqueue(&new("fit", None)).await.unwrap();
+    let quality = store.enqueue(&new("quality", Some(fit))).await.unwrap();
+    let claimed = store.claim_next_job("w").await.unwrap().unwrap();
+    assert_eq!(claimed.id, fit);
+    assert_eq!(claimed.study.as_deref(), Some("support"));
+    assert_eq!(claimed.depends_on, None);
+    assert!(
+        store.claim_next_job("w2").await.unwrap().is_none(),
+        "quality waits for fit"
+    );
+    // Progress of the running job, readable by any process.
+    for (i, done) in [1, 2].into_iter().enumerate() {
+        store
+            .put_progress(fit, 1_000 + i as i64, &serde_json::json!({"done": done}))
+            .await
+            .unwrap();
+    }
+    let after = store.progress_after("support", 1, 0, 10).await.unwrap();
+    assert_eq!(after.len(), 2);
+    assert_eq!(after[1].event["done"], 2);
+    let latest = store.latest_progress("support", 1).await.unwrap();
+    assert_eq!(
+        (latest.len(), latest[0].event["done"].clone()),
+        (1, serde_json::json!(2))
+    );
+    assert!(
+        store
+            .progress_after("support", 1, after[1].id, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // A transient failure: back to the queue, but not before its backoff.
+    assert_eq!(
+        store
+            .fail_job(fit, "w", "busy", Retry::After(Duration::from_secs(3600)))
+            .await
+            .unwrap(),
+        JobState::Queued
+    );
+    assert!(store.claim_next_job("w").await.unwrap().is_none());
+    let job = store.job(fit).await.unwrap();
+    assert!(job.not_before_ms.is_some());
+    assert_eq!(job.last_error.as_deref(), Some("busy"));
+    // Bad input fails for good; the job waiting for it may then run.
+    let fit2 = store.enqueue(&new("fit", None)).await.unwrap();
+    let q2 = store.enqueue(&new("quality", Some(fit2))).await.unwrap();
+    assert_eq!(store.claim_next_job("w").await.unwrap().unwrap().id, fit2);
+    store
+        .fail_job(fit2, "w", "no such file", Retry::Never)
+        .await
+        .unwrap();
+    let next = store.claim_next_job("w").await.unwrap().unwrap();
+    assert_eq!(next.id, q2);
+    assert_ne!(
+        next.id, quality,
+        "the first quality still waits for its fit"
+    );
+    // Released (the worker stops between cases): queued again, the attempt not counted.
+    store.release_job(q2, "w").await.unwrap();
+    let again = store.job(q2).await.unwrap();
+    assert_eq!((again.state, again.attempts), (JobState::Queued, 0));
+    assert_eq!(store.jobs_of_study("support", 1).await.unwrap().len(), 4);
+}
+contract!(job_dependencies_backoff_and_progress);
+
+/// A database written by the schema before generations (version 1) upgrades in place when it is
+/// opened: its runs become generation 1, its records and jobs keep everything, nothing is lost.
+async fn upgrade_in_place(url: String) {
+    let old = Store::connect_at_schema(&url, 1).await;
+    let locked = locked_study(&old).await;
+    let exec = |sql: String| {
+        let pool = old.pool().clone();
+        async move { pool.execute(AssertSqlSafe(sql)).await.unwrap() }
+    };
+    let study_id: i64 = {
+        use sqlx::Row as _;
+        sqlx::query("SELECT id FROM studies WHERE name = 'support'")
+            .fetch_one(old.pool())
+            .await
+            .unwrap()
+            .get(0)
+    };
+    exec(format!(
+        "INSERT INTO runs (study_id, candidate, kind, label, state, created_at_ms, started_at_ms, \
+         finished_at_ms) VALUES ({study_id}, 'small', 'quality', 'quality', 'done', 1, 2, 3)"
+    ))
+    .await;
+    exec(
+        "INSERT INTO case_results (run_id, case_id, passed, output, scores_json, input_tokens, \
+         output_tokens, latency_s, created_at_ms) VALUES (1, 'c1', 1, 'Paris', '{}', 10, 2, 0.5, 4)"
+            .to_owned(),
+    )
+    .await;
+    let rec = record(&locked);
+    let json = serde_json::to_string(&rec).unwrap().replace('\'', "''");
+    exec(format!(
+        "INSERT INTO selection_records (study_id, candidate, record_json, record_sha256, \
+         created_at_ms) VALUES ({study_id}, 'small', '{json}', '{}', 5)",
+        rec.record_sha256
+    ))
+    .await;
+    exec(
+        "INSERT INTO jobs (kind, payload_json, state, attempts, max_attempts, created_at_ms) \
+         VALUES ('record', '{\"study\":\"support\",\"version\":1,\"candidate\":\"small\",\"max_tokens\":8}', \
+         'done', 1, 3, 6)"
+            .to_owned(),
+    )
+    .await;
+    old.close().await;
+
+    let store = Store::connect(&url).await.unwrap();
+    store.verify_study("support", 1).await.unwrap();
+    let runs = store.runs_of_study("support", 1).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(
+        (
+            runs[0].generation,
+            runs[0].trigger,
+            runs[0].state,
+            runs[0].started_at_ms
+        ),
+        (1, Trigger::Manual, RunState::Done, Some(2))
+    );
+    let cases = store.case_results(runs[0].id).await.unwrap();
+    assert_eq!((cases.len(), cases[0].output.as_str()), (1, "Paris"));
+    let generations = store.generations("support", 1).await.unwrap();
+    assert_eq!(generations.len(), 1);
+    assert_eq!(generations[0].number, 1);
+    let kept = store.latest_record("support", 1, "small").await.unwrap();
+    assert_eq!((kept.record, kept.generation), (rec, 1));
+    let jobs = store.jobs_of_study("support", 1).await.unwrap();
+    assert_eq!(
+        jobs.len(),
+        1,
+        "the old job is found by its study, read from its payload"
+    );
+    assert_eq!(
+        (jobs[0].candidate.as_deref(), jobs[0].generation),
+        (Some("small"), Some(1))
+    );
+    // And the upgraded database takes the next generation's run beside the old one.
+    let g2 = store
+        .new_generation("support", 1, Trigger::Manual, &serde_json::json!({}))
+        .await
+        .unwrap();
+    assert_eq!(g2.number, 2);
+    let again = store
+        .open_run(&RunSpec {
+            study: "support".to_owned(),
+            study_version: 1,
+            generation: 2,
+            candidate: "small".to_owned(),
+            kind: RunKind::Quality,
+            label: "quality".to_owned(),
+        })
+        .await
+        .unwrap();
+    assert_ne!(again.id, runs[0].id);
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_upgrades_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("old.db").display());
+    upgrade_in_place(url).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_upgrades_in_place() {
+    let Ok(admin_url) = std::env::var(POSTGRES_ENV) else {
+        use std::io::Write as _;
+        let _ = writeln!(
+            std::io::stderr(),
+            "\n*** SKIPPED: postgres_upgrades_in_place: {POSTGRES_ENV} is not set. ***\n"
+        );
+        return;
+    };
+    let db = format!("shortlist_up_{}", std::process::id());
+    sqlx::any::install_default_drivers();
+    let admin = AnyPool::connect(&admin_url).await.unwrap();
+    admin
+        .execute(AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {db} WITH (FORCE)"
+        )))
+        .await
+        .unwrap();
+    admin
+        .execute(AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .await
+        .unwrap();
+    let (base, rest) = admin_url.rsplit_once('/').unwrap();
+    let query = rest
+        .split_once('?')
+        .map_or(String::new(), |(_, q)| format!("?{q}"));
+    let outcome = tokio::spawn(upgrade_in_place(format!("{base}/{db}{query}"))).await;
+    admin
+        .execute(AssertSqlSafe(format!("DROP DATABASE {db} WITH (FORCE)")))
+        .await
+        .unwrap();
+    outcome.unwrap();
 }

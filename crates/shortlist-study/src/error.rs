@@ -4,9 +4,11 @@
 #[derive(Debug, thiserror::Error)]
 pub enum StudyError {
     /// A field has an unusable value.
-    #[error("{source_name}: field `{field}`: {why}")]
+    #[error("{source_name}{}: field `{field}`: {why}", line.map(|l| format!(":{l}")).unwrap_or_default())]
     Invalid {
         source_name: String,
+        /// The field's line in the study file, where it is known.
+        line: Option<u64>,
         field: String,
         why: String,
     },
@@ -32,4 +34,24 @@ pub enum StudyError {
         "study `{name}` v{version} is not locked: runs start only on locked studies (`shortlist study lock`)"
     )]
     NotLocked { name: String, version: u32 },
+}
+
+impl StudyError {
+    /// The error with the line of its field in `text` (the study file) filled in, where known.
+    pub fn with_line_from(self, text: &str) -> StudyError {
+        match self {
+            StudyError::Invalid {
+                source_name,
+                line: None,
+                field,
+                why,
+            } => StudyError::Invalid {
+                line: crate::study::line_of(text, &field),
+                source_name,
+                field,
+                why,
+            },
+            other => other,
+        }
+    }
 }

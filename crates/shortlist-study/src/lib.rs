@@ -10,6 +10,9 @@
 //!   [`rule::RuleVerdict`] (pass, trip, or not measured) with its evidence.
 //! - [`memory::fit`] and [`cost::estimate`] do the arithmetic of sections 4 and 7.
 //! - [`record::SelectionRecord`] holds the seven sections; `seal` stamps its own hash.
+//! - [`performance::Measured`] turns analyzed load steps into section 5 (knee, capacity,
+//!   overload, excluded steps), and [`assemble::assemble_record`] builds the whole record from
+//!   typed inputs: the locked study, the candidate, what one generation's runs measured.
 //!
 //! ```
 //! use shortlist_study::study::Study;
@@ -39,9 +42,11 @@
 //! locked.verify().unwrap();
 //! ```
 
+pub mod assemble;
 pub mod cost;
 pub mod error;
 pub mod memory;
+pub mod performance;
 pub mod record;
 pub mod rule;
 pub mod study;

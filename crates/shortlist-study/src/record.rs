@@ -105,6 +105,10 @@ pub struct SweepRow {
     pub throughput_rps: f64,
     pub attainment: Option<f64>,
     pub attainment_lower_bound: Option<f64>,
+    /// Why this step judges nothing (e.g. client-bound), when it does not; its figures are
+    /// still shown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub excluded: Option<String>,
 }
 
 /// Section 5: latency and goodput under the target workload.
@@ -174,19 +178,28 @@ pub struct SelectionRecord {
     pub operations: Operations,
     pub cost: Cost,
     pub verdict: Verdict,
-    /// When the record was assembled (RFC 3339), the code version and the machine.
+    /// When the record was assembled (RFC 3339), the code version and the machine the runs
+    /// were executed on.
     pub generated_at: String,
     pub code_version: String,
     pub machine: String,
+    /// The generation of the study version whose runs the record was assembled from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+    /// What is missing or unresolved, when the verdict is incomplete: cases that ended in an
+    /// error outside the model, steps not run. Empty for a complete record.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incomplete: Vec<String>,
     /// SHA-256 of the canonical JSON of everything above (with this field empty).
     pub record_sha256: String,
 }
 
-/// The verdict that the rule outcomes imply.
-pub fn verdict_of(rules: &[RuleVerdict], client_bound: bool) -> Verdict {
+/// The verdict that the rule outcomes imply; `unresolved` (errors outside the model, a
+/// client-bound load run) makes a record that trips nothing incomplete.
+pub fn verdict_of(rules: &[RuleVerdict], unresolved: bool) -> Verdict {
     if rules.iter().any(|r| r.outcome == Outcome::Trip) {
         Verdict::Disqualified
-    } else if client_bound || rules.iter().any(|r| r.outcome == Outcome::NotMeasured) {
+    } else if unresolved || rules.iter().any(|r| r.outcome == Outcome::NotMeasured) {
         Verdict::Incomplete
     } else {
         Verdict::Qualifies

@@ -208,6 +208,7 @@ impl Rule {
         let field = |f: &str| format!("disqualifier[{index}].{f}");
         let metric = Metric::from_name(&file.metric).ok_or_else(|| StudyError::Invalid {
             source_name: source.to_owned(),
+            line: None,
             field: field("metric"),
             why: format!(
                 "unknown metric `{}`; known metrics: {}",
@@ -221,6 +222,7 @@ impl Rule {
         })?;
         let bad = |f: &str, why: String| StudyError::Invalid {
             source_name: source.to_owned(),
+            line: None,
             field: field(f),
             why,
         };

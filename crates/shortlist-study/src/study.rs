@@ -10,6 +10,8 @@
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use shortlist_measure::slo::Slo;
+
 use crate::error::StudyError;
 use crate::rule::{Rule, RuleFile};
 
@@ -55,12 +57,62 @@ pub struct EvalSetRef {
     pub sha256: String,
 }
 
+/// What a study's workload is: a recorded trace, or one of the practice shapes synthesized from
+/// a spec and a seed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WorkloadKind {
+    Trace,
+    Uniform,
+    Bursts,
+    PrefixGroups,
+}
+
+impl WorkloadKind {
+    /// The name a study file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkloadKind::Trace => "trace",
+            WorkloadKind::Uniform => "uniform",
+            WorkloadKind::Bursts => "bursts",
+            WorkloadKind::PrefixGroups => "prefix-groups",
+        }
+    }
+}
+
+impl std::fmt::Display for WorkloadKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The load loop a study names. Only an open loop can run: a study's load run and capacity
+/// sweep measure goodput at offered rates, and a closed loop's offered load falls as the server
+/// slows. `closed` is read so that a study naming it is refused with that reason.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LoadLoop {
+    #[default]
+    Open,
+    Closed,
+}
+
+impl LoadLoop {
+    /// The name a study file uses.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LoadLoop::Open => "open",
+            LoadLoop::Closed => "closed",
+        }
+    }
+}
+
 /// The workload: a trace pinned by hash, or a synthesis spec with its seed.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkloadRef {
     /// `trace` or a practice shape (`uniform`, `bursts`, `prefix-groups`).
-    pub kind: String,
+    pub kind: WorkloadKind,
     #[serde(default)]
     pub path: Option<String>,
     #[serde(default)]
@@ -75,13 +127,9 @@ pub struct WorkloadRef {
     pub rate_rps: Option<f64>,
     #[serde(default)]
     pub seed: Option<u64>,
-    /// `open` or `closed`.
-    #[serde(default = "open_loop")]
-    pub load_loop: String,
-}
-
-fn open_loop() -> String {
-    "open".to_owned()
+    /// `open` (the only loop a study can run; `closed` is refused with the reason).
+    #[serde(default)]
+    pub load_loop: LoadLoop,
 }
 
 /// Traffic the product must carry.
@@ -146,12 +194,14 @@ pub struct CandidateRef {
     pub fallback: Option<String>,
 }
 
-/// A checked study.
+/// A checked study: its wire form with the parsed SLO and disqualifier rules beside it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Study {
     file: StudyFile,
     #[serde(skip)]
     rules: Vec<Rule>,
+    #[serde(skip)]
+    slo: Slo,
 }
 
 impl Study {
@@ -165,13 +215,14 @@ impl Study {
                 .unwrap_or(0),
             why: e.message().trim().to_owned(),
         })?;
-        Study::from_file(source, file)
+        Study::from_file(source, file).map_err(|e| e.with_line_from(text))
     }
 
     /// Check a study's wire form.
     pub fn from_file(source: &str, file: StudyFile) -> Result<Study, StudyError> {
         let bad = |field: &str, why: String| StudyError::Invalid {
             source_name: source.to_owned(),
+            line: None,
             field: field.to_owned(),
             why,
         };
@@ -198,44 +249,79 @@ impl Study {
                 format!("`{}` is not a SHA-256 in hex", file.evalset.sha256),
             ));
         }
-        match file.workload.kind.as_str() {
-            "trace" => {
-                if file.workload.path.is_none() || file.workload.sha256.is_none() {
+        let w = &file.workload;
+        match w.kind {
+            WorkloadKind::Trace => {
+                if w.path.is_none() || w.sha256.is_none() {
                     return Err(bad(
                         "workload",
                         "a trace workload needs `path` and `sha256`".to_owned(),
                     ));
                 }
             }
-            "uniform" | "bursts" | "prefix-groups" => {
-                if file.workload.seed.is_none() {
+            WorkloadKind::Uniform | WorkloadKind::Bursts | WorkloadKind::PrefixGroups => {
+                if w.seed.is_none() {
                     return Err(bad(
                         "workload.seed",
                         "a synthesized workload needs its seed".to_owned(),
                     ));
                 }
             }
-            other => {
+        }
+        for (field, v) in [
+            ("workload.requests", w.requests),
+            ("workload.input_tokens", w.input_tokens),
+            ("workload.output_tokens", w.output_tokens),
+        ] {
+            if v == Some(0) {
                 return Err(bad(
-                    "workload.kind",
-                    format!("`{other}`; expected trace, uniform, bursts or prefix-groups"),
+                    field,
+                    "0: a workload needs at least one request and one token each way".to_owned(),
                 ));
             }
         }
-        if !matches!(file.workload.load_loop.as_str(), "open" | "closed") {
+        if let (Some(requests), Some(tokens)) = (w.requests, w.input_tokens)
+            && tokens < requests
+        {
             return Err(bad(
-                "workload.load_loop",
-                format!("`{}`; expected open or closed", file.workload.load_loop),
+                "workload.input_tokens",
+                format!("{tokens} input tokens cannot give each of {requests} requests one token"),
             ));
         }
-        // The SLO must parse as an SLO file would.
+        if let (Some(requests), Some(tokens)) = (w.requests, w.output_tokens)
+            && tokens < requests
+        {
+            return Err(bad(
+                "workload.output_tokens",
+                format!("{tokens} output tokens cannot give each of {requests} requests one token"),
+            ));
+        }
+        if let Some(r) = w.rate_rps
+            && !(r.is_finite() && r > 0.0)
+        {
+            return Err(bad(
+                "workload.rate_rps",
+                format!("{r} is not a positive rate (requests per second)"),
+            ));
+        }
+        if w.load_loop == LoadLoop::Closed {
+            return Err(bad(
+                "workload.load_loop",
+                "`closed`: a study's load run and capacity sweep are open loop — a closed loop's \
+                 offered load falls as the server slows, so it cannot measure goodput at a target \
+                 rate (use `shortlist bench --loop closed` for a closed-loop measurement)"
+                    .to_owned(),
+            ));
+        }
+        // The SLO must parse as an SLO file would; it is kept parsed.
         let slo_text = toml::to_string(&file.slo).map_err(|e| bad("slo", e.to_string()))?;
-        shortlist_measure::slo::Slo::from_toml(&format!("{source} [slo]"), &slo_text)
+        let slo = Slo::from_toml(&format!("{source} [slo]"), &slo_text)
             .map_err(|e| bad("slo", e.to_string()))?;
         let t = &file.traffic;
         for (field, v) in [
             ("traffic.ordinary_rps", t.ordinary_rps),
             ("traffic.peak_rps", t.peak_rps),
+            ("traffic.target_rps", t.target_rps.unwrap_or(t.peak_rps)),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return Err(bad(field, format!("{v} is not a positive rate")));
@@ -310,7 +396,7 @@ impl Study {
             .enumerate()
             .map(|(i, r)| Rule::from_file(source, i, r))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(Study { file, rules })
+        Ok(Study { file, rules, slo })
     }
 
     /// The study's wire form.
@@ -328,6 +414,10 @@ impl Study {
     /// The checked disqualifiers.
     pub fn rules(&self) -> &[Rule] {
         &self.rules
+    }
+    /// The SLO, parsed.
+    pub fn slo(&self) -> &Slo {
+        &self.slo
     }
     /// The target rate of the load run.
     pub fn target_rps(&self) -> f64 {
@@ -399,6 +489,7 @@ impl LockedStudy {
     ) -> Result<LockedStudy, StudyError> {
         let file: StudyFile = serde_json::from_str(canonical).map_err(|e| StudyError::Invalid {
             source_name: source.to_owned(),
+            line: None,
             field: "canonical".to_owned(),
             why: e.to_string(),
         })?;
@@ -437,4 +528,37 @@ impl LockedStudy {
 /// SHA-256 of bytes, lower-case hex.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
+}
+
+/// The line (1-based) of a dotted field (`workload.rate_rps`, `candidate[1].name`,
+/// `disqualifier[0]`) in a study file's TOML text, where the text has it.
+pub fn line_of(text: &str, field: &str) -> Option<u64> {
+    let table = toml::de::DeTable::parse(text).ok()?;
+    let mut span = table.span();
+    let mut value: Option<&toml::de::DeValue<'_>> = None;
+    let mut current = table.get_ref();
+    for part in field.split('.') {
+        let (key, index) = match part.split_once('[') {
+            Some((k, rest)) => (k, rest.trim_end_matches(']').parse::<usize>().ok()),
+            None => (part, None),
+        };
+        let (_, v) = current.iter().find(|(k, _)| k.get_ref().as_ref() == key)?;
+        span = v.span();
+        let mut inner = v.get_ref();
+        if let Some(i) = index {
+            let toml::de::DeValue::Array(items) = inner else {
+                break;
+            };
+            let item = items.get(i)?;
+            span = item.span();
+            inner = item.get_ref();
+        }
+        value = Some(inner);
+        match inner {
+            toml::de::DeValue::Table(t) => current = t,
+            _ => break,
+        }
+    }
+    value?;
+    Some(text[..span.start.min(text.len())].matches('\n').count() as u64 + 1)
 }

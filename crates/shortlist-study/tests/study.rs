@@ -213,6 +213,7 @@ fn example_record() -> SelectionRecord {
                 throughput_rps: 7.68,
                 attainment: Some(0.81),
                 attainment_lower_bound: Some(0.74),
+                excluded: None,
             }],
             knee_rps: Some(8.0),
             capacity_rps: None,
@@ -226,6 +227,8 @@ fn example_record() -> SelectionRecord {
         generated_at: "2026-11-29T12:00:00Z".into(),
         code_version: "test".into(),
         machine: "test".into(),
+        generation: Some(1),
+        incomplete: Vec::new(),
         record_sha256: String::new(),
     }
     .seal()

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use shortlist_loadgen::calibrate::{Calibration, calibrate};
+
 use shortlist_loadgen::driver::{LoadSpec, Pacing, RunOptions, ThinkTime};
 use shortlist_loadgen::http::{OpenAiTarget, RequestIds};
 use shortlist_loadgen::run::{
@@ -21,6 +21,11 @@ use shortlist_loadgen::sim::{SimConfig, SimTarget};
 use shortlist_loadgen::workload::Workload;
 use shortlist_measure::analyze::{AnalyzeOptions, analyze};
 use shortlist_measure::slo::Slo;
+use shortlist_runner::candidate::CandidateSpec;
+use shortlist_runner::capacity::{
+    LoadTarget, calibrate_for, calibration_tokens, describe_calibration, refuses,
+};
+use shortlist_runner::serving::Served;
 
 use super::Outcome;
 use super::output::{open, print_json, read_text};
@@ -105,66 +110,49 @@ pub(crate) struct Args {
     quiet: bool,
 }
 
-/// What kind of target a `--target` names.
-pub(crate) enum TargetKind {
-    Http(OpenAiTarget),
-    Sim(SimConfig),
-}
-
-/// Load `model` (a GGUF path or a MODELS.md name) into this process's engine and serve it on a
-/// free loopback port from its own threads; returns the URL. The engine keeps its compute threads
-/// off the load generator's runtime, and its per-request stage timings join the records.
-fn start_engine(model: &str) -> anyhow::Result<String> {
-    use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features};
-    use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
-    check_cpu_features()?;
-    let path = super::engine::resolve_model(model)?;
-    let loaded = LoadedModel::open(&path, &LoadOptions::default())
-        .with_context(|| format!("loading {}", path.display()))?;
-    eprintln!(
-        "loaded {} in {:.2} s",
-        loaded.name(),
-        loaded.load_time().as_secs_f64()
-    );
-    let engine = EngineHandle::spawn(Arc::new(loaded), SchedulerConfig::default(), 1024)?;
-    let (ready, address) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name("shortlist-engine-http".to_owned())
-        .spawn(move || {
-            let served = shortlist_engine::http::serve_blocking(engine, "127.0.0.1:0", 1, |addr| {
-                let _ = ready.send(addr);
-            });
-            if let Err(e) = served {
-                tracing::error!(error = %e, "the in-process engine server stopped");
-            }
-        })
-        .context("starting the engine's HTTP thread")?;
-    let address = address
-        .recv_timeout(Duration::from_secs(30))
-        .context("the in-process engine server did not start listening")?;
-    Ok(format!("http://{address}"))
-}
-
-pub(crate) fn parse_target(args: &TargetArgs) -> anyhow::Result<TargetKind> {
+/// The target a `--target` names, and the in-process server of `engine:MODEL` (kept alive as
+/// long as the returned value).
+pub(crate) fn load_target(args: &TargetArgs) -> anyhow::Result<(LoadTarget, Option<Served>)> {
     let spec = args.target.as_str();
     if spec == "sim" || spec.starts_with("sim:") {
-        return Ok(TargetKind::Sim(SimConfig::parse(spec)?));
+        return Ok((LoadTarget::Sim(SimConfig::parse(spec)?), None));
     }
     if let Some(model) = spec.strip_prefix("engine:") {
         if model.is_empty() {
             bail!(
-                "target `{spec}`: name a model (a GGUF path or a MODELS.md name) after `engine:`"
+                "target `{spec}`: name a model (a GGUF path or a docs/models.md name) after `engine:`"
             );
         }
-        let url = start_engine(model)?;
-        return Ok(TargetKind::Http(
-            OpenAiTarget::new(&url, &args.model, args.ignore_eos)?
-                .with_request_ids(args.request_ids),
-        ));
+        let path = super::engine::resolve_model(model)?;
+        let threads = std::env::var("CANDLE_NUM_THREADS")
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(1);
+        // The engine's errors name the file themselves.
+        let served = Served::start(&CandidateSpec::Gguf(path.clone()), model, threads)?;
+        eprintln!("loaded {} in {:.2} s", served.model, served.load_s);
+        let target = OpenAiTarget::new(&served.url, &args.model, args.ignore_eos)?
+            .with_request_ids(args.request_ids);
+        return Ok((LoadTarget::Http(target), Some(served)));
     }
-    Ok(TargetKind::Http(
-        OpenAiTarget::new(spec, &args.model, args.ignore_eos)?.with_request_ids(args.request_ids),
+    Ok((
+        LoadTarget::Http(
+            OpenAiTarget::new(spec, &args.model, args.ignore_eos)?
+                .with_request_ids(args.request_ids),
+        ),
+        None,
     ))
+}
+
+/// `--timeout-s` as a duration.
+pub(crate) fn step_timeout(args: &TargetArgs) -> anyhow::Result<Duration> {
+    if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
+        bail!(
+            "--timeout-s {}: needs a positive number of seconds",
+            args.timeout_s
+        );
+    }
+    Ok(Duration::from_secs_f64(args.timeout_s))
 }
 
 pub(crate) fn read_slo(path: Option<&Path>) -> anyhow::Result<Slo> {
@@ -180,15 +168,9 @@ pub(crate) fn run_options(
     seed: u64,
     pacing: Pacing,
 ) -> anyhow::Result<RunOptions> {
-    if !(args.timeout_s.is_finite() && args.timeout_s > 0.0) {
-        bail!(
-            "--timeout-s {}: needs a positive number of seconds",
-            args.timeout_s
-        );
-    }
     Ok(RunOptions {
         load,
-        timeout: Duration::from_secs_f64(args.timeout_s),
+        timeout: step_timeout(args)?,
         retries: args.retries,
         retry_backoff: Duration::from_millis(100),
         seed,
@@ -196,80 +178,12 @@ pub(crate) fn run_options(
     })
 }
 
-/// Measure the client's ceiling, enough to judge a trace peaking at `peak_rps`: from 100 req/s
-/// (or 1,000 for busy traces) doubling up to the peak, stopping at the first rate that breaks the
-/// lag bound, so that a hopeless trace costs a few short steps rather than its own load.
-pub(crate) async fn calibrate_for(peak_rps: f64, tokens: u32) -> anyhow::Result<Calibration> {
-    eprintln!("calibrating this client against an in-process mock ({tokens} tokens per answer)…");
-    let peak = peak_rps.max(100.0);
-    let start = peak.min(1000.0);
-    let found = calibrate(start, peak, Duration::from_millis(500), tokens, 0.001)
-        .await
-        .context("self-calibration against the in-process mock")?;
-    if found.ceiling_rps >= peak {
-        eprintln!(
-            "client ceiling on this host: at least {:.0} req/s with schedule-lag p99 ≤ 1 ms",
-            found.ceiling_rps
-        );
-    } else {
-        let failing = found.steps.last().map_or(0.0, |s| s.offered_rps);
-        let best = found
-            .steps
-            .iter()
-            .filter(|s| s.offered_rps == failing)
-            .map(|s| s.lag_p99_s)
-            .fold(f64::INFINITY, f64::min);
-        eprintln!(
-            "client ceiling on this host: {:.0} req/s; at {failing:.0} req/s the schedule-lag p99 was {:.2} ms (bound 1 ms)",
-            found.ceiling_rps,
-            best * 1000.0
-        );
-    }
-    Ok(found)
-}
-
-/// Judge a trace's peak against the calibration: `Ok(flag)` where flag says "client-bound".
-pub(crate) fn judge_ceiling(
-    peak_rps: f64,
-    calibration: &Calibration,
-    allow: bool,
-) -> anyhow::Result<bool> {
-    if peak_rps <= calibration.ceiling_rps {
-        return Ok(false);
-    }
-    if !allow {
-        let tried = calibration.steps.last().map_or(0.0, |s| s.offered_rps);
-        let ceiling = if calibration.ceiling_rps > 0.0 {
-            format!(
-                "its calibrated ceiling of {:.0} req/s",
-                calibration.ceiling_rps
-            )
-        } else {
-            format!(
-                "what it could send at {tried:.0} req/s with schedule-lag p99 ≤ 1 ms (it could not)"
-            )
-        };
-        bail!(
-            "refusing to run: the workload peaks at {peak_rps:.0} req/s (busiest second), beyond this \
-             client's {ceiling} on this host; its figures would describe the client, not the server. \
-             Use --allow-client-bound to run it anyway, flagged client-bound"
-        );
-    }
-    eprintln!("warning: running beyond the client's ceiling; the records are flagged client-bound");
-    Ok(true)
-}
-
-fn mean_output_tokens(workload: &Workload) -> u32 {
-    let n = workload.arrivals().len().max(1) as u64;
-    let total: u64 = workload
-        .arrivals()
-        .iter()
-        .map(|a| u64::from(a.request.max_tokens()))
-        .sum();
-    (total / n).clamp(1, 64) as u32
-}
-
 pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
+    let mut inputs = vec![("trace", args.trace.as_path())];
+    if let Some(slo) = &args.slo {
+        inputs.push(("SLO", slo.as_path()));
+    }
+    super::output::refuse_overwriting_input("-o", &args.output, &inputs)?;
     let slo = read_slo(args.slo.as_deref())?;
     let mut workload = Workload::from_path(&args.trace)?;
     if let Some(rate) = args.rate {
@@ -305,7 +219,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
             }
         }
     };
-    let target = parse_target(&args.target)?;
+    let (target, _served) = load_target(&args.target)?;
     let workload = Arc::new(workload);
     let output = RunOutput {
         path: Some(args.output.clone()),
@@ -313,7 +227,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
         progress: !args.quiet,
     };
     let result: RunResult = match target {
-        TargetKind::Sim(config) => {
+        LoadTarget::Sim(config) => {
             let options = run_options(&args.target, load, args.seed, Pacing::Virtual)?;
             let mut extra = serde_json::Map::new();
             extra.insert("clock".into(), "virtual (simulated target)".into());
@@ -332,22 +246,33 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
                 .await
             })?
         }
-        TargetKind::Http(http) => {
+        LoadTarget::Http(http) => {
             let options = run_options(&args.target, load, args.seed, Pacing::Precise)?;
             let runtime = real_runtime().context("starting the runtime")?;
             runtime.block_on(async {
                 let mut extra = serde_json::Map::new();
-                if !args.target.no_calibrate {
-                    let calibration =
-                        calibrate_for(workload.peak_rate_1s(), mean_output_tokens(&workload))
-                            .await?;
-                    let bound = match load {
-                        LoadSpec::Open { .. } => judge_ceiling(
-                            workload.peak_rate_1s(),
-                            &calibration,
-                            args.target.allow_client_bound,
-                        )?,
-                        LoadSpec::Closed { .. } => false,
+                // A closed loop offers what its clients can: no rate to calibrate against.
+                if !args.target.no_calibrate && matches!(load, LoadSpec::Open { .. }) {
+                    let peak = workload.peak_rate_1s();
+                    eprintln!("calibrating this client against an in-process mock…");
+                    let calibration = calibrate_for(
+                        peak,
+                        workload.mean_rate(),
+                        calibration_tokens(&workload),
+                    )
+                    .await?;
+                    eprintln!("{}", describe_calibration(&calibration, peak));
+                    let bound = match refuses(&calibration, peak) {
+                        Some(why) if !args.target.allow_client_bound => bail!(
+                            "refusing to run: {why}. Use --allow-client-bound to run it anyway, flagged client-bound"
+                        ),
+                        Some(_) => {
+                            eprintln!(
+                                "warning: running beyond the client's ceiling; the records are flagged client-bound"
+                            );
+                            true
+                        }
+                        None => false,
                     };
                     extra.insert("calibration".into(), serde_json::to_value(&calibration)?);
                     extra.insert("client_bound_by_calibration".into(), bound.into());
@@ -380,6 +305,13 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
         print_json(&report)?;
     } else {
         print!("{}", super::analyze::render(&source, &report));
+    }
+    if let Some(u) = &report.checks.unreachable {
+        eprintln!(
+            "UNREACHABLE: the target answered none of the {} requests; the first error: {}",
+            u.failed, u.first_error
+        );
+        return Ok(Outcome::CheckFailed);
     }
     let flagged = result
         .header

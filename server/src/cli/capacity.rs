@@ -1,26 +1,19 @@
 //! `shortlist capacity`: sweep the offered rate (open loop), measure goodput at each step, and
 //! report the knee and the highest rate whose attainment meets the target with its binomial
-//! lower confidence bound. Capacity always travels with its workload and SLO.
+//! lower confidence bound. Capacity always travels with its workload and SLO. The sweep, its
+//! calibration and its client-bound refusal are the application's one capacity policy
+//! (`shortlist_runner::capacity`), the same a study's load job follows.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use anyhow::{Context as _, bail};
 use serde::Serialize;
-use shortlist_loadgen::driver::{LoadSpec, Pacing};
-use shortlist_loadgen::run::{
-    RunOutput, analyze_records, real_runtime, run as run_load, stop_on_ctrl_c, stop_signal,
-    virtual_runtime,
-};
-use shortlist_loadgen::sim::SimTarget;
 use shortlist_loadgen::workload::Workload;
 use shortlist_measure::capacity::{CapacityFinding, SweepPoint, find_capacity};
-use shortlist_measure::slo::Slo;
+use shortlist_runner::capacity::{Plan, StepOptions, StepVerdict, Sweep, next_rate};
 
 use super::Outcome;
-use super::bench::{
-    TargetArgs, TargetKind, calibrate_for, judge_ceiling, parse_target, read_slo, run_options,
-};
+use super::bench::{TargetArgs, load_target, read_slo, step_timeout};
 use super::output::print_json;
 
 #[derive(Debug, clap::Args)]
@@ -89,121 +82,8 @@ struct CapacityReport {
     search: bool,
 }
 
-/// One step: replay the trace at `rate` and judge it.
-struct Sweeper {
-    target: TargetKind,
-    args: TargetArgs,
-    workload: Workload,
-    slo: Slo,
-    output: Option<PathBuf>,
-    confidence: f64,
-    ceiling: Option<shortlist_loadgen::calibrate::Calibration>,
-    runtime: shortlist_loadgen::run::Runtime,
-}
-
-impl Sweeper {
-    fn step(&mut self, rate: f64) -> anyhow::Result<Step> {
-        if !(rate.is_finite() && rate > 0.0) {
-            bail!("rate {rate}: needs a positive number of requests per second");
-        }
-        let workload = Arc::new(self.workload.at_rate(rate));
-        let path = self
-            .output
-            .as_ref()
-            .map(|dir| dir.join(format!("rate-{rate}.records.jsonl")));
-        let output = RunOutput {
-            path: path.clone(),
-            keep: true,
-            progress: false,
-        };
-        let mut extra = serde_json::Map::new();
-        extra.insert("sweep_offered_rps".into(), rate.into());
-        let mut flagged = false;
-        let slo = self.slo.clone();
-        let result = match &self.target {
-            TargetKind::Sim(config) => {
-                let options =
-                    run_options(&self.args, LoadSpec::Open { cap: None }, 0, Pacing::Virtual)?;
-                // A fresh virtual clock per step: each starts from an idle server at time zero.
-                let runtime = virtual_runtime().context("starting the runtime")?;
-                let config = config.clone();
-                runtime.block_on(async {
-                    let (_keep, stop) = stop_signal();
-                    run_load(
-                        SimTarget::spawn(config),
-                        workload,
-                        options,
-                        slo,
-                        output,
-                        extra,
-                        stop,
-                    )
-                    .await
-                })?
-            }
-            TargetKind::Http(http) => {
-                let options =
-                    run_options(&self.args, LoadSpec::Open { cap: None }, 0, Pacing::Precise)?;
-                if let Some(calibration) = &self.ceiling {
-                    flagged = judge_ceiling(
-                        workload.peak_rate_1s(),
-                        calibration,
-                        self.args.allow_client_bound,
-                    )?;
-                    extra.insert("client_bound_by_calibration".into(), flagged.into());
-                }
-                let http = Arc::new(http.clone());
-                self.runtime.block_on(async {
-                    let stop = stop_on_ctrl_c();
-                    run_load(http, workload, options, slo, output, extra, stop).await
-                })?
-            }
-        };
-        let report = analyze_records(&result.header, &result.records, self.slo.clone())?;
-        let point = SweepPoint {
-            offered_rps: rate,
-            goodput_rps: report.goodput.requests_per_s,
-            scheduled: report.requests.scheduled,
-            qualified: report.requests.qualified,
-        };
-        let step = Step {
-            offered_rps: rate,
-            goodput_rps: point.goodput_rps,
-            throughput_rps: report.throughput.requests_per_s,
-            attainment: point.attainment(),
-            attainment_lower_bound: point.attainment_lower_bound(self.confidence),
-            scheduled: point.scheduled,
-            qualified: point.qualified,
-            ttft_p99_s: report.latency.ttft.p99,
-            schedule_lag_p99_s: report.latency.schedule_lag.p99,
-            client_bound: flagged || report.checks.client_bound,
-            records: path.map(|p| p.display().to_string()),
-        };
-        eprintln!(
-            "offered {:>8.2} req/s: goodput {:>8.2} req/s, attainment {} (lower bound {}){}",
-            rate,
-            step.goodput_rps,
-            percent(step.attainment),
-            percent(step.attainment_lower_bound),
-            if step.client_bound {
-                ", CLIENT-BOUND"
-            } else {
-                ""
-            }
-        );
-        if result.outcome.stopped_at_s.is_some() {
-            bail!("stopped (Ctrl-C) during the step at {rate} req/s");
-        }
-        Ok(step)
-    }
-}
-
 fn percent(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), |v| format!("{:.1} %", v * 100.0))
-}
-
-fn meets(step: &Step, target: f64) -> bool {
-    step.attainment_lower_bound.is_some_and(|lb| lb >= target) && !step.client_bound
 }
 
 pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
@@ -218,6 +98,9 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
             args.confidence
         );
     }
+    if let Some(r) = args.rates.iter().find(|r| !(r.is_finite() && **r > 0.0)) {
+        bail!("--rates {r}: needs positive numbers of requests per second");
+    }
     let workload = Workload::from_path(&args.trace)?;
     if workload.arrivals().is_empty() {
         bail!("{}: the trace has no requests", args.trace.display());
@@ -226,47 +109,86 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot create", dir.display()))?;
     }
-    let target = parse_target(&args.target)?;
-    let runtime = real_runtime().context("starting the runtime")?;
-    let burstiness = workload.peak_rate_1s() / workload.mean_rate();
-    let highest = if args.search {
-        f64::INFINITY
-    } else {
-        args.rates.iter().copied().fold(0.0, f64::max)
+    let (target, _served) = load_target(&args.target)?;
+    let options = StepOptions {
+        timeout: step_timeout(&args.target)?,
+        retries: args.target.retries,
+        calibrate: !args.target.no_calibrate,
+        allow_client_bound: args.target.allow_client_bound,
+        host: shortlist_runner::config::hostname(),
+        backend: None,
     };
-    let ceiling = match (&target, args.target.no_calibrate) {
-        (TargetKind::Http(_), false) => {
-            let peak = if highest.is_finite() {
-                highest * burstiness
+    let plan = if args.search {
+        Plan::Search {
+            start: workload.mean_rate(),
+            bisections: args.search_steps,
+        }
+    } else {
+        Plan::Rates(args.rates.clone())
+    };
+    let mut sweep = Sweep::new(target, workload, slo.clone(), options);
+    let stop = super::app::ctrl_c_watch();
+    let mut measured: Vec<(f64, StepVerdict)> = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
+    let mut unreachable = None;
+    while let Some(rate) = next_rate(&plan, &measured) {
+        let label = format!("rate-{rate}");
+        let result = sweep.step(rate, &label, stop.clone(), |_| {})?;
+        let path = args
+            .output
+            .as_ref()
+            .map(|dir| dir.join(format!("{label}.records.jsonl")));
+        if let Some(path) = &path {
+            super::output::write_atomically(path, result.records.as_bytes())?;
+        }
+        let point = result.point();
+        let report = &result.report;
+        let step = Step {
+            offered_rps: rate,
+            goodput_rps: point.goodput_rps,
+            throughput_rps: report.throughput.requests_per_s,
+            attainment: point.attainment(),
+            attainment_lower_bound: point.attainment_lower_bound(args.confidence),
+            scheduled: point.scheduled,
+            qualified: point.qualified,
+            ttft_p99_s: report.latency.ttft.p99,
+            schedule_lag_p99_s: report.latency.schedule_lag.p99,
+            client_bound: result.client_bound(),
+            records: path.map(|p| p.display().to_string()),
+        };
+        eprintln!(
+            "offered {:>8.2} req/s: goodput {:>8.2} req/s, attainment {} (lower bound {}){}",
+            rate,
+            step.goodput_rps,
+            percent(step.attainment),
+            percent(step.attainment_lower_bound),
+            if step.client_bound {
+                ", CLIENT-BOUND (excluded)"
             } else {
-                20_000.0
-            };
-            Some(runtime.block_on(calibrate_for(peak, 16))?)
+                ""
+            }
+        );
+        if let Some(u) = &report.checks.unreachable {
+            unreachable = Some(format!(
+                "the target answered none of the {} requests at {rate} req/s; the first error: {}",
+                u.failed, u.first_error
+            ));
         }
-        _ => None,
-    };
-    let mut sweeper = Sweeper {
-        target,
-        args: args.target.clone(),
-        workload,
-        slo: slo.clone(),
-        output: args.output.clone(),
-        confidence: args.confidence,
-        ceiling,
-        runtime,
-    };
-    let mut steps = Vec::new();
-    if args.search {
-        search(
-            &mut sweeper,
-            target_attainment,
-            args.search_steps,
-            &mut steps,
-        )?;
-    } else {
-        for &rate in &args.rates {
-            steps.push(sweeper.step(rate)?);
+        measured.push((
+            rate,
+            StepVerdict::of(&result, target_attainment, args.confidence),
+        ));
+        steps.push(step);
+        if result.stopped {
+            bail!("stopped (Ctrl-C) during the step at {rate} req/s");
         }
+        if unreachable.is_some() {
+            break;
+        }
+    }
+    if let Some(why) = unreachable {
+        eprintln!("UNREACHABLE: {why}");
+        return Ok(Outcome::CheckFailed);
     }
     steps.sort_by(|a, b| a.offered_rps.total_cmp(&b.offered_rps));
     let points: Vec<SweepPoint> = steps
@@ -300,60 +222,6 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
     } else {
         Outcome::CheckFailed
     })
-}
-
-/// Double from the trace's own rate until the target fails, then bisect between the last rate
-/// that met it and the first that did not.
-fn search(
-    sweeper: &mut Sweeper,
-    target: f64,
-    bisections: u32,
-    steps: &mut Vec<Step>,
-) -> anyhow::Result<()> {
-    let start = sweeper.workload.mean_rate();
-    let first = sweeper.step(start)?;
-    let (mut good, mut bad) = if meets(&first, target) {
-        (Some(start), None)
-    } else {
-        (None, Some(start))
-    };
-    steps.push(first);
-    for _ in 0..12 {
-        match (good, bad) {
-            (Some(g), None) => {
-                let step = sweeper.step(g * 2.0)?;
-                if meets(&step, target) {
-                    good = Some(g * 2.0)
-                } else {
-                    bad = Some(g * 2.0)
-                }
-                steps.push(step);
-            }
-            (None, Some(b)) => {
-                let step = sweeper.step(b / 2.0)?;
-                if meets(&step, target) {
-                    good = Some(b / 2.0)
-                } else {
-                    bad = Some(b / 2.0)
-                }
-                steps.push(step);
-            }
-            _ => break,
-        }
-    }
-    if let (Some(mut g), Some(mut b)) = (good, bad) {
-        for _ in 0..bisections {
-            let middle = (g + b) / 2.0;
-            let step = sweeper.step(middle)?;
-            if meets(&step, target) {
-                g = middle
-            } else {
-                b = middle
-            }
-            steps.push(step);
-        }
-    }
-    Ok(())
 }
 
 fn render(report: &CapacityReport) -> String {

@@ -154,6 +154,11 @@ pub(crate) fn load_set(path: &Path) -> anyhow::Result<EvalSet> {
 }
 
 fn run_import(a: ImportArgs) -> anyhow::Result<Outcome> {
+    let mut inputs = vec![("source file", a.input.as_path())];
+    if let Some(answers) = &a.answers {
+        inputs.push(("answers file", answers.as_path()));
+    }
+    super::output::refuse_overwriting_input("-o", &a.output, &inputs)?;
     let text = read_text(&a.input)?;
     let file = name_of(&a.input);
     let name = a.name.clone().unwrap_or_else(|| {
@@ -197,7 +202,8 @@ fn run_import(a: ImportArgs) -> anyhow::Result<Outcome> {
     }
     let out_name = name_of(&a.output);
     let yaml = imported.to_yaml(&out_name)?;
-    std::fs::write(&a.output, &yaml).with_context(|| format!("{out_name}: cannot write"))?;
+    super::output::write_atomically(&a.output, yaml.as_bytes())
+        .with_context(|| format!("{out_name}: cannot write"))?;
     let set = EvalSet::from_yaml(&out_name, &yaml)?;
     for u in &imported.unmapped {
         eprintln!("unmapped: case {}: {}: {}", u.case, u.what, u.reason);
@@ -278,6 +284,18 @@ fn run_show(a: ShowArgs) -> anyhow::Result<Outcome> {
 }
 
 fn run_score(a: ScoreArgs) -> anyhow::Result<Outcome> {
+    if let Some(output) = &a.output {
+        let mut inputs = vec![
+            ("eval set", a.evalset.as_path()),
+            ("outputs file", a.outputs.as_path()),
+        ];
+        inputs.extend(
+            a.judge_calibrations
+                .iter()
+                .map(|p| ("judge calibration", p.as_path())),
+        );
+        super::output::refuse_overwriting_input("-o", output, &inputs)?;
+    }
     let set = load_set(&a.evalset)?;
     let file = name_of(&a.outputs);
     let mut outputs = parse_outputs(&file, &read_text(&a.outputs)?)?;
@@ -305,13 +323,23 @@ pub(crate) fn emit_results(
 ) -> anyhow::Result<Outcome> {
     if let Some(path) = output {
         let text = serde_json::to_string_pretty(results)?;
-        std::fs::write(path, text + "\n")
-            .with_context(|| format!("{}: cannot write", path.display()))?;
+        super::output::write_atomically(path, (text + "\n").as_bytes())?;
     }
     if json {
         print_json(results)?;
     } else {
         print!("{}", results.table());
+    }
+    if !results.errors.is_empty() {
+        // Errors are not failures: they were never scored, and a rerun asks them again.
+        eprintln!(
+            "INCOMPLETE: {} cases failed outside the model and are not scored (a rerun with the same progress file asks them again):",
+            results.errors.len()
+        );
+        for e in &results.errors {
+            eprintln!("  {} ({} attempts): {}", e.id, e.attempts, e.error);
+        }
+        return Ok(Outcome::CheckFailed);
     }
     Ok(if results.failed() == 0 {
         Outcome::Success

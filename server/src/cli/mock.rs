@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use shortlist_loadgen::mock::{MockConfig, serve};
+use shortlist_loadgen::mock::{Answers, MockConfig, serve_with};
 
 use super::Outcome;
 
@@ -68,6 +68,11 @@ pub(crate) struct ServeArgs {
     /// Worker threads of the server (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
+    /// Canned answers (JSON lines: `{"match": TEXT, "content": ANSWER, "tool_calls": [...]}`, or
+    /// `{"match": TEXT, "status": 503, "error": WHY}`): a chat request whose last user message
+    /// contains `match` gets that answer; others get the token stream.
+    #[arg(long)]
+    answers: Option<std::path::PathBuf>,
 }
 
 fn millis(flag: &str, value: f64) -> anyhow::Result<Duration> {
@@ -117,6 +122,20 @@ fn calibrate_command(args: CalibrateArgs) -> anyhow::Result<Outcome> {
             None => bail_io("--growth other than 2 needs --target (a mock in its own process)"),
         }
     })?;
+    // A target that failed every calibration request was never measured: it is unreachable,
+    // not a client with a ceiling of 0 req/s.
+    let answered = found.steps.iter().any(|s| s.failed < s.requests);
+    if !answered {
+        let what = args.target.as_deref().unwrap_or("the in-process mock");
+        eprintln!(
+            "UNREACHABLE: {what} answered none of the {} calibration requests; no ceiling was measured",
+            found.steps.iter().map(|s| s.requests).sum::<u64>()
+        );
+        if args.json {
+            super::output::print_json(&found)?;
+        }
+        return Ok(Outcome::CheckFailed);
+    }
     if args.json {
         super::output::print_json(&found)?;
     } else {
@@ -154,6 +173,13 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<Outcome> {
         Some(s) => bail!("--max-seconds {s}: needs a positive number of seconds"),
         None => None,
     };
+    let answers = match &args.answers {
+        Some(path) => Answers::from_jsonl(
+            &path.display().to_string(),
+            &super::output::read_text(path)?,
+        )?,
+        None => Answers::default(),
+    };
     let runtime = shortlist_loadgen::run::real_runtime_with_threads(args.threads)
         .context("starting the runtime")?;
     runtime.block_on(async {
@@ -165,7 +191,9 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<Outcome> {
             config.tokens, args.ttft_ms, args.itl_ms
         );
         let shutdown = shortlist_loadgen::run::ctrl_c_or_after(limit);
-        serve(listener, config, shutdown).await.context("serving")
+        serve_with(listener, config, answers, shutdown)
+            .await
+            .context("serving")
     })?;
     Ok(Outcome::Success)
 }

@@ -1,14 +1,18 @@
 //! Command-line parsing (clap) and dispatch; each subcommand group lives in its own module.
 //!
-//! Exit status (FORMATS.md): 0 success, 1 the check the command performs failed, 2 bad input or
-//! usage. Every error reaches `main` as an `anyhow::Error` with its context chain and is printed
-//! once, without a backtrace.
+//! Exit status (docs/formats.md): 0 success, 1 the check the command performs failed, 2 bad input
+//! or usage, 3 a failure that may pass on retry (database unreachable or busy, network, a crashed
+//! engine or load generator), 4 stored data that is corrupt. Every error reaches `main` as an
+//! `anyhow::Error` with its context chain, is printed once without a backtrace, and its class
+//! (from the application's error types in the chain) decides the status.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use shortlist_runner::ErrorClass;
 
 mod analyze;
+mod app;
 mod bench;
 mod capacity;
 mod engine;
@@ -17,6 +21,7 @@ mod hist;
 mod mock;
 mod models;
 mod output;
+mod progress;
 mod quality;
 mod record;
 mod report;
@@ -76,6 +81,7 @@ pub(crate) enum Outcome {
 }
 
 pub(crate) fn main() -> ExitCode {
+    restore_sigpipe();
     init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -86,6 +92,8 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // Resolved once; commands take what they need from it.
+    let config = shortlist_runner::config::Config::from_env(None);
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
@@ -97,16 +105,53 @@ pub(crate) fn main() -> ExitCode {
         Command::Engine(cmd) => engine::run(cmd),
         Command::Models(cmd) => models::run(cmd),
         Command::Report(args) => report::run(args),
-        Command::Study(cmd) => study::run(cmd),
-        Command::Record(args) => record::run(args),
+        Command::Study(cmd) => study::run(cmd, &config),
+        Command::Record(args) => record::run(args, &config),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,
         Ok(Outcome::CheckFailed) => ExitCode::from(1),
         Err(err) => {
+            let class = class_of(&err);
             eprintln!("error: {err:#}");
-            ExitCode::from(2)
+            ExitCode::from(class.exit_code())
         }
+    }
+}
+
+/// The class of an error: that of the first application error in its chain, else bad input.
+fn class_of(err: &anyhow::Error) -> ErrorClass {
+    for cause in err.chain() {
+        if let Some(e) = cause.downcast_ref::<shortlist_runner::ServiceError>() {
+            return e.class();
+        }
+        if let Some(e) = cause.downcast_ref::<shortlist_runner::RunError>() {
+            return e.class();
+        }
+        if let Some(e) = cause.downcast_ref::<shortlist_store::StoreError>() {
+            return shortlist_runner::ServiceError::class_of_store(e);
+        }
+        if let Some(e) = cause.downcast_ref::<std::io::Error>()
+            && matches!(
+                e.kind(),
+                std::io::ErrorKind::ConnectionRefused
+                    | std::io::ErrorKind::ConnectionReset
+                    | std::io::ErrorKind::TimedOut
+            )
+        {
+            return ErrorClass::Transient;
+        }
+    }
+    ErrorClass::BadInput
+}
+
+/// Writing to a closed pipe (`shortlist study show S | head -1`) ends the process quietly, as
+/// Unix tools do, instead of a panic in `println!`: Rust starts programs with SIGPIPE ignored.
+fn restore_sigpipe() {
+    // SAFETY: called first thing in `main`, before any other thread exists; resetting a signal
+    // to its default disposition has no other effect on this program's state.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }
 

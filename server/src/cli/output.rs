@@ -46,3 +46,51 @@ pub(crate) fn ms(seconds: Option<f64>) -> String {
 pub(crate) fn pct(fraction: Option<f64>) -> String {
     fraction.map_or_else(|| "—".to_owned(), |f| format!("{:.1} %", f * 100.0))
 }
+
+/// A path made absolute and normalized (through the file system where it exists), to compare
+/// an output with the inputs.
+fn resolved(path: &Path) -> std::path::PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    // A new output: its folder may exist even if it does not.
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    match (absolute.parent(), absolute.file_name()) {
+        (Some(dir), Some(name)) => dir
+            .canonicalize()
+            .map_or_else(|_| absolute.clone(), |d| d.join(name)),
+        _ => absolute,
+    }
+}
+
+/// Refuse (exit 2) an output that would overwrite one of the command's inputs.
+pub(crate) fn refuse_overwriting_input(
+    flag: &str,
+    output: &Path,
+    inputs: &[(&str, &Path)],
+) -> anyhow::Result<()> {
+    let out = resolved(output);
+    for (name, input) in inputs {
+        if resolved(input) == out {
+            anyhow::bail!(
+                "{flag} {}: that is the {name} this command reads; writing there would destroy it (choose another output path)",
+                output.display()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Write `bytes` to `path` through a file beside it that is renamed over it when complete, so a
+/// failure never leaves a half-written output.
+pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
+    let name = path
+        .file_name()
+        .map_or_else(|| "output".into(), |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).with_context(|| format!("{}: cannot write", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| {
+        let _ = std::fs::remove_file(&tmp);
+        format!("{}: cannot write", path.display())
+    })
+}

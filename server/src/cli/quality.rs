@@ -34,9 +34,9 @@ pub(crate) struct RunArgs {
     /// where it stopped. Default: OUTPUT with `.progress.jsonl`, else `eval-run.progress.jsonl`.
     #[arg(long)]
     progress: Option<PathBuf>,
-    /// Most tokens generated per case.
-    #[arg(long, default_value_t = 256)]
-    max_tokens: usize,
+    /// Most tokens generated per case (at least 1).
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    max_tokens: u64,
     /// Sample with this temperature instead of greedy decoding (needs --seed).
     #[arg(long, requires = "seed")]
     temperature: Option<f32>,
@@ -162,8 +162,17 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     let source = a.evalset.display().to_string();
     let set = EvalSet::from_yaml(&source, &read_text(&a.evalset)?)?;
     let spec = CandidateSpec::parse(&a.candidate)?;
+    if let Some(output) = &a.output {
+        let mut inputs = vec![("eval set", a.evalset.as_path())];
+        inputs.extend(
+            a.judge_calibrations
+                .iter()
+                .map(|p| ("judge calibration", p.as_path())),
+        );
+        super::output::refuse_overwriting_input("-o", output, &inputs)?;
+    }
     let decoding = Decoding {
-        max_tokens: a.max_tokens,
+        max_tokens: a.max_tokens as usize,
         sampling: match (a.temperature, a.seed) {
             (Some(t), Some(seed)) if t > 0.0 => Some((t, seed)),
             _ => None,
@@ -173,6 +182,18 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         Some(out) => out.with_extension("progress.jsonl"),
         None => PathBuf::from("eval-run.progress.jsonl"),
     });
+    super::output::refuse_overwriting_input(
+        "--progress",
+        &progress_path,
+        &[("eval set", a.evalset.as_path())],
+    )?;
+    if let Some(output) = &a.output {
+        super::output::refuse_overwriting_input(
+            "-o",
+            output,
+            &[("progress file", progress_path.as_path())],
+        )?;
+    }
     let judge_specs = parse_judges(&a.judges)?;
     let calibrations = load_calibrations(&a.judge_calibrations)?;
     let loading = Instant::now();
@@ -226,6 +247,12 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
                 "{passed}/{decided} passed, last {} ({})",
                 tick.result.id,
                 if tick.resumed { "resumed" } else { "ran" }
+            ));
+        },
+        |position, _total, case, error| {
+            bar.set_position(position as u64);
+            bar.println(format!(
+                "case {case}: failed outside the model, not scored: {error}"
             ));
         },
     )?;

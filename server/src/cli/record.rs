@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use shortlist_report::{PaperSize, render_pdf};
-use shortlist_runner::study::StudyRunner;
+use shortlist_runner::config::Config;
 use shortlist_study::cost::CostAt;
 use shortlist_study::record::{Cost, SelectionRecord};
 use shortlist_study::rule::Outcome as RuleOutcome;
@@ -31,6 +31,9 @@ pub(crate) struct Args {
     /// The study version (default: the latest).
     #[arg(long)]
     version: Option<u32>,
+    /// The generation whose record to show (default: the newest record).
+    #[arg(long)]
+    generation: Option<u32>,
     /// Write the one-page PDF here.
     #[arg(long)]
     pdf: Option<PathBuf>,
@@ -42,15 +45,16 @@ pub(crate) struct Args {
     json: bool,
 }
 
-pub(crate) fn run(a: Args) -> anyhow::Result<Outcome> {
-    let url = std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "sqlite://shortlist.db?mode=rwc".to_owned());
-    let runner = StudyRunner::connect(&url).context("opening the database (DATABASE_URL)")?;
-    let record = runner
-        .stored_record(&a.study, a.version, &a.candidate)
-        .with_context(|| format!("no record yet? run `shortlist study run {}` first", a.study))?;
+pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
+    let rt = super::app::runtime()?;
+    let view = rt.block_on(async {
+        let service = super::app::service(config).await?;
+        service
+            .record(&a.study, a.version, &a.candidate, a.generation)
+            .await
+            .with_context(|| format!("no record yet? run `shortlist study run {}` first", a.study))
+    })?;
+    let record = view.record;
     if !record.verify() {
         bail!(
             "the stored record of {} has hash {} but its content hashes to {}",
@@ -78,9 +82,17 @@ pub(crate) fn run(a: Args) -> anyhow::Result<Outcome> {
 
 fn print_text(r: &SelectionRecord) {
     println!(
-        "{} in study {} v{} — {:?}",
-        r.identity.candidate, r.study.name, r.study.version, r.verdict
+        "{} in study {} v{}{} — {:?}",
+        r.identity.candidate,
+        r.study.name,
+        r.study.version,
+        r.generation
+            .map_or_else(String::new, |g| format!(" generation {g}")),
+        r.verdict
     );
+    for missing in &r.incomplete {
+        println!("  incomplete: {missing}");
+    }
     println!("  question: {}", r.study.question);
     println!(
         "  study locked at {} under {}",
@@ -193,6 +205,9 @@ fn print_text(r: &SelectionRecord) {
                 row.attainment_lower_bound
                     .map_or_else(|| "-".to_owned(), |a| format!("{:.1} %", a * 100.0)),
             );
+            if let Some(why) = &row.excluded {
+                println!("      excluded: {why}");
+            }
         }
         println!(
             "    knee {}, capacity {} (measured on {})",

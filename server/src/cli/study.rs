@@ -1,14 +1,19 @@
 //! `shortlist study create|lock|verify|run|show`: studies fixed in advance, stored in the
-//! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs.
+//! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs. Every
+//! subcommand parses its arguments, calls the application service and prints its view.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use serde_json::json;
-use shortlist_runner::study::{Created, Event, Outcome as JobOutcome, StudyRunner, now_rfc3339};
+use shortlist_runner::config::Config;
+use shortlist_runner::service::views::{Created, StudyView};
+use shortlist_runner::service::{RunParams, StudyService, Trigger};
+use shortlist_runner::time::now_rfc3339;
+use shortlist_runner::worker::{Outcome as JobOutcome, Worker};
 
 use super::Outcome;
+use super::app::{runtime, service};
 use super::output::print_json;
 
 #[derive(Debug, clap::Subcommand)]
@@ -20,11 +25,33 @@ pub(crate) enum Command {
     Lock(NameArgs),
     /// Recompute a locked study's hash (exit 1 when it no longer matches).
     Verify(NameArgs),
-    /// Queue a locked study's jobs (memory fit, quality run, record per candidate) and work
-    /// through the queue; a rerun resumes where a killed one stopped.
+    /// Queue a locked study's jobs (per candidate: memory fit, quality run, load run with its
+    /// capacity sweep, record) and work through the queue; a rerun resumes where a killed one
+    /// stopped, `--again` runs a complete study again as a new generation.
     Run(RunArgs),
     /// Print a study as stored.
     Show(NameArgs),
+    /// Where a study's runs stand: each generation's jobs with their latest progress, the runs
+    /// with the worker and machine that executed them, the records made (from the database
+    /// alone, so it follows runs of other processes).
+    Status(StatusArgs),
+}
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct StatusArgs {
+    /// The study's name.
+    name: String,
+    /// The version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// Also list the stored progress events after this event id (0: all).
+    #[arg(long)]
+    events_after: Option<i64>,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -73,6 +100,13 @@ pub(crate) struct RunArgs {
     /// assembled again from the stored runs (earlier records stay stored).
     #[arg(long)]
     refresh_records: bool,
+    /// Run a complete study version again as a new generation (earlier runs and records stay
+    /// as they are).
+    #[arg(long)]
+    again: bool,
+    /// Only queue the jobs; leave them to `shortlist serve` or other workers.
+    #[arg(long)]
+    queue_only: bool,
     /// Compute threads of the candidates' engine (default: cores - 1, at least 1, so that one
     /// core is left to the load generator and the HTTP server during load runs).
     #[arg(long)]
@@ -82,40 +116,34 @@ pub(crate) struct RunArgs {
     json: bool,
 }
 
-fn connect() -> anyhow::Result<StudyRunner> {
-    let url = shortlist_store_url();
-    StudyRunner::connect(&url).with_context(|| "opening the database (DATABASE_URL)")
-}
-
-/// `DATABASE_URL`, else a SQLite file `shortlist.db` in the working directory.
-fn shortlist_store_url() -> String {
-    std::env::var("DATABASE_URL")
-        .ok()
-        .filter(|u| !u.trim().is_empty())
-        .unwrap_or_else(|| "sqlite://shortlist.db?mode=rwc".to_owned())
-}
-
-pub(crate) fn run(cmd: Command) -> anyhow::Result<Outcome> {
-    match cmd {
-        Command::Create(a) => create(a),
-        Command::Lock(a) => lock(a),
-        Command::Verify(a) => verify(a),
-        Command::Run(a) => run_study(a),
-        Command::Show(a) => show(a),
+pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
+    let mut config = config.clone();
+    if let Command::Run(a) = &cmd
+        && let Some(threads) = a.threads
+    {
+        config.threads = threads.max(1);
     }
+    let rt = runtime()?;
+    rt.block_on(async move {
+        let service = service(&config).await?;
+        match cmd {
+            Command::Create(a) => create(&service, a).await,
+            Command::Lock(a) => lock(&service, a).await,
+            Command::Verify(a) => verify(&service, a).await,
+            Command::Run(a) => run_study(&service, a).await,
+            Command::Show(a) => show(&service, a).await,
+            Command::Status(a) => status(&service, a).await,
+        }
+    })
 }
 
-fn create(a: CreateArgs) -> anyhow::Result<Outcome> {
-    let runner = connect()?;
-    let created = runner.create(&a.file)?;
-    let (name, version, state, previous) = match &created {
-        Created::Saved { name, version } => (name, *version, "saved", None),
-        Created::NewVersion {
-            name,
-            version,
-            previous,
-        } => (name, *version, "new-version", Some(previous.clone())),
-        Created::Unchanged { name, version } => (name, *version, "unchanged", None),
+async fn create(service: &StudyService, a: CreateArgs) -> anyhow::Result<Outcome> {
+    let created = service.create_study(&a.file).await?;
+    let (name, version) = created.name_version();
+    let (state, previous) = match &created {
+        Created::Saved { .. } => ("saved", None),
+        Created::NewVersion { previous, .. } => ("new-version", Some(previous.clone())),
+        Created::Unchanged { .. } => ("unchanged", None),
     };
     if a.json {
         print_json(
@@ -136,32 +164,29 @@ fn create(a: CreateArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-fn lock(a: NameArgs) -> anyhow::Result<Outcome> {
-    let runner = connect()?;
-    let (locked, now) = runner.lock(&a.name, a.version, &now_rfc3339())?;
-    let version = locked.study.version();
+async fn lock(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> {
+    let locked = service.lock(&a.name, a.version, &now_rfc3339()).await?;
     if a.json {
-        print_json(&json!({
-            "name": a.name, "version": version, "sha256": locked.sha256,
-            "locked_at": locked.locked_at, "locked_now": now,
-        }))?;
-    } else if now {
-        println!(
-            "study {} v{version}: locked at {} under {}",
-            a.name, locked.locked_at, locked.sha256
-        );
+        print_json(&locked)?;
     } else {
         println!(
-            "study {} v{version}: already locked at {} under {}",
-            a.name, locked.locked_at, locked.sha256
+            "study {} v{}: {} at {} under {}",
+            a.name,
+            locked.version,
+            if locked.locked_now {
+                "locked"
+            } else {
+                "already locked"
+            },
+            locked.locked_at,
+            locked.sha256
         );
     }
     Ok(Outcome::Success)
 }
 
-fn verify(a: NameArgs) -> anyhow::Result<Outcome> {
-    let runner = connect()?;
-    match runner.verify(&a.name, a.version) {
+async fn verify(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> {
+    match service.verify(&a.name, a.version).await {
         Ok(locked) => {
             if a.json {
                 print_json(&json!({
@@ -191,151 +216,263 @@ fn verify(a: NameArgs) -> anyhow::Result<Outcome> {
     }
 }
 
-fn show(a: NameArgs) -> anyhow::Result<Outcome> {
-    let runner = connect()?;
-    let view = runner.show(&a.name, a.version)?;
+async fn show(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> {
+    let view = service.show(&a.name, a.version).await?;
     if a.json {
         print_json(&view)?;
-        return Ok(Outcome::Success);
+    } else {
+        print_view(&view);
     }
+    Ok(Outcome::Success)
+}
+
+fn print_view(view: &StudyView) {
     println!(
         "study {} v{} ({})",
-        view["name"].as_str().unwrap_or_default(),
-        view["version"],
-        view["state"].as_str().unwrap_or_default()
+        view.name,
+        view.version,
+        serde_json::to_value(view.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
     );
-    if let Some(sha) = view["lock_sha256"].as_str() {
-        println!(
-            "  locked at {} under {sha}",
-            view["locked_at"].as_str().unwrap_or_default()
-        );
+    if let (Some(sha), Some(at)) = (&view.lock_sha256, &view.locked_at) {
+        println!("  locked at {at} under {sha}");
     }
-    let study = &view["study"];
-    println!(
-        "  question: {}",
-        study["question"].as_str().unwrap_or_default()
-    );
+    let study = &view.study;
+    println!("  question: {}", study.question);
     println!(
         "  eval set: {} ({})",
-        study["evalset"]["path"].as_str().unwrap_or_default(),
-        study["evalset"]["sha256"].as_str().unwrap_or_default()
+        study.evalset.path, study.evalset.sha256
     );
     println!(
         "  traffic: ordinary {} req/s, peak {} req/s",
-        study["traffic"]["ordinary_rps"], study["traffic"]["peak_rps"]
+        study.traffic.ordinary_rps, study.traffic.peak_rps
     );
-    for c in view["candidates"].as_array().into_iter().flatten() {
-        let id = &c["stored"]["gguf"]["identity"];
+    for c in &view.candidates {
+        let id = &c.stored["gguf"]["identity"];
         println!(
-            "  candidate {}: {} {} params, {}, license {}, weights {}",
-            c["name"].as_str().unwrap_or_default(),
+            "  candidate {}: {} {} params, {}, license {}, weights {}{}",
+            c.name,
             id["architecture"].as_str().unwrap_or("?"),
             id["parameters"],
             id["quantization"].as_str().unwrap_or("?"),
             id["license"].as_str().unwrap_or("?"),
             id["weights_sha256"].as_str().unwrap_or("?"),
+            c.verdict
+                .map_or_else(String::new, |v| format!(" — verdict {v:?}")),
         );
     }
-    for r in study["disqualifier"]
-        .as_array()
-        .or(study["disqualifiers"].as_array())
-        .into_iter()
-        .flatten()
-    {
+    for r in &study.disqualifiers {
         println!(
             "  disqualify when {} {} {}",
-            r["metric"].as_str().unwrap_or_default(),
-            r["op"].as_str().unwrap_or_default(),
-            if r["values"].is_null() {
-                r["value"].to_string()
+            r.metric,
+            serde_json::to_value(r.op)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            r.values.as_ref().map_or_else(
+                || r.value.as_ref().map_or_else(String::new, |v| v.to_string()),
+                |v| format!("{v:?}")
+            )
+        );
+    }
+}
+
+async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Result<Outcome> {
+    let progress = service.run_progress(&a.name, a.version).await?;
+    let events = match a.events_after {
+        Some(after) => Some(
+            service
+                .progress_after(&a.name, progress.version, after)
+                .await?
+                .into_iter()
+                .map(|(id, event)| json!({"id": id, "event": event}))
+                .collect::<Vec<_>>(),
+        ),
+        None => None,
+    };
+    if a.json {
+        let mut doc = serde_json::to_value(&progress)?;
+        if let Some(events) = events {
+            doc["events"] = serde_json::Value::Array(events);
+        }
+        print_json(&doc)?;
+        return Ok(Outcome::Success);
+    }
+    println!(
+        "study {} v{}: {:?}",
+        progress.study, progress.version, progress.state
+    );
+    for g in &progress.generations {
+        println!(
+            "  generation {} ({}, {}): records of {}",
+            g.number,
+            g.trigger,
+            g.created_at,
+            if g.records.is_empty() {
+                "none yet".to_owned()
             } else {
-                r["values"].to_string()
+                g.records.join(", ")
             }
         );
+        for j in &g.jobs {
+            let progress = j.progress.as_ref().map_or_else(String::new, |p| {
+                let done = p
+                    .fraction()
+                    .map_or_else(String::new, |f| format!(" {:.0} %", f * 100.0));
+                format!(
+                    "{done}{}",
+                    p.message
+                        .as_ref()
+                        .map_or_else(String::new, |m| format!(" — {m}"))
+                )
+            });
+            println!(
+                "    job {:>4} {:<8} {:<12} {:<8} attempt {}/{}{}{}",
+                j.id,
+                j.kind.as_str(),
+                j.candidate,
+                j.state,
+                j.attempts,
+                j.max_attempts,
+                progress,
+                j.last_error
+                    .as_ref()
+                    .map_or_else(String::new, |e| format!(" (last error: {e})"))
+            );
+        }
+        for r in &g.runs {
+            println!(
+                "    run {:>4} {:<8} {:<10} {:<8} on {} ({})",
+                r.id,
+                r.kind,
+                r.candidate,
+                r.state,
+                r.machine.as_deref().unwrap_or("-"),
+                r.worker.as_deref().unwrap_or("-")
+            );
+        }
     }
     Ok(Outcome::Success)
 }
 
-fn run_study(a: RunArgs) -> anyhow::Result<Outcome> {
-    super::engine::set_compute_threads(a.threads);
-    let runner = connect()?;
-    let version = runner.version_of(&a.name, a.version)?;
-    let queued = runner.enqueue_with(&a.name, version, a.max_tokens, a.refresh_records)?;
-    if queued > 0 {
-        eprintln!("study {} v{version}: {queued} jobs queued", a.name);
+async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome> {
+    let params = RunParams {
+        max_tokens: a.max_tokens,
+        trigger: Trigger::Manual,
+        again: a.again,
+        refresh_records: a.refresh_records,
+    };
+    let requested = service.request_run(&a.name, a.version, &params).await?;
+    let (name, version, generation) = (&a.name, requested.version, requested.generation);
+    if requested.queued > 0 {
+        eprintln!(
+            "study {name} v{version} generation {generation}: {} jobs queued",
+            requested.queued
+        );
     } else {
-        eprintln!("study {} v{version}: jobs already queued; resuming", a.name);
+        eprintln!("study {name} v{version} generation {generation}: jobs already queued; resuming");
     }
-    let (requeued, failed) = runner.requeue_stale(Duration::from_secs(a.stale_after))?;
+    if a.queue_only {
+        if a.json {
+            print_json(&requested)?;
+        }
+        return Ok(Outcome::Success);
+    }
+    let (requeued, failed) = service
+        .requeue_stale(Duration::from_secs(a.stale_after))
+        .await?;
     if requeued + failed > 0 {
         eprintln!("{requeued} stale jobs requeued, {failed} out of attempts");
     }
+    let bars = tokio::spawn(super::progress::draw(service.subscribe()));
+    let worker = Worker::new(service.clone());
     let mut done = Vec::new();
     let mut failures = Vec::new();
-    let mut on_event = |e: Event<'_>| match e {
-        Event::CaseDone {
-            candidate,
-            case,
-            passed,
-            done,
-            total,
-        } => eprintln!(
-            "{candidate}: case {case} done ({}) {done}/{total}",
-            match passed {
-                Some(true) => "pass",
-                Some(false) => "fail",
-                None => "unscored",
-            }
-        ),
-        Event::Resumed {
-            candidate,
-            done,
-            total,
-        } => eprintln!("{candidate}: resuming, {done}/{total} cases already stored"),
-        Event::Note(note) => eprintln!("{note}"),
-    };
+    // Work until nothing of this study is left queued: a job requeued after a transient failure
+    // waits for its backoff, and is then run here too.
+    let mut outcomes = Vec::new();
     loop {
-        if a.max_jobs.is_some_and(|m| done.len() + failures.len() >= m) {
+        let left = a.max_jobs.map(|m| m.saturating_sub(outcomes.len()));
+        if left == Some(0) {
             break;
         }
-        match runner.try_execute_next_job(&mut on_event)? {
-            JobOutcome::Idle => break,
+        outcomes.extend(worker.run_until_idle(left, |_| {}).await?);
+        service
+            .requeue_stale(Duration::from_secs(a.stale_after))
+            .await?;
+        let progress = service.run_progress(&a.name, Some(version)).await?;
+        let queued = progress
+            .generations
+            .iter()
+            .flat_map(|g| &g.jobs)
+            .any(|j| j.state == "queued");
+        if !queued {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for outcome in outcomes {
+        match outcome {
             JobOutcome::Done {
                 id,
                 kind,
                 candidate,
-            } => {
-                eprintln!("job {id} ({kind} {candidate}) done");
-                done.push(json!({"id": id, "kind": kind, "candidate": candidate}));
-            }
+                note,
+            } => done.push(json!({"id": id, "kind": kind, "candidate": candidate, "note": note})),
             JobOutcome::Failed {
                 id,
                 kind,
                 candidate,
                 why,
-                state,
-            } => {
-                eprintln!(
-                    "job {id} ({kind} {candidate}) failed ({}): {why}",
-                    state.as_str()
-                );
-                failures.push(json!({"id": id, "kind": kind, "candidate": candidate, "why": why, "state": state.as_str()}));
-            }
+                class,
+                requeued,
+            } => failures.push(json!({
+                "id": id, "kind": kind, "candidate": candidate, "why": why,
+                "class": class, "state": if requeued { "queued" } else { "failed" },
+            })),
+            JobOutcome::Released { .. } | JobOutcome::Idle => {}
         }
     }
+    bars.abort();
+    // Jobs requeued after a transient failure wait for their backoff: say so, they are not lost.
+    let progress = service.run_progress(&a.name, Some(version)).await?;
+    let waiting = progress
+        .generations
+        .first()
+        .map_or(0, |g| g.jobs.iter().filter(|j| j.state == "queued").count());
     if a.json {
-        print_json(
-            &json!({"study": a.name, "version": version, "done": done, "failed": failures}),
-        )?;
+        print_json(&json!({
+            "study": a.name, "version": version, "generation": generation,
+            "done": done, "failed": failures, "waiting": waiting,
+        }))?;
     } else {
         println!(
-            "study {} v{version}: {} jobs done, {} failed",
+            "study {} v{version} generation {generation}: {} jobs done, {} failed{}",
             a.name,
             done.len(),
-            failures.len()
+            failures.len(),
+            if waiting > 0 {
+                format!(
+                    ", {waiting} waiting (retry after a backoff, or for a job they follow): run again to go on"
+                )
+            } else {
+                String::new()
+            }
         );
+        for f in &failures {
+            println!(
+                "  job {} ({} {}) failed [{}]: {}",
+                f["id"],
+                f["kind"].as_str().unwrap_or("?"),
+                f["candidate"].as_str().unwrap_or("?"),
+                f["class"].as_str().unwrap_or("?"),
+                f["why"].as_str().unwrap_or("?")
+            );
+        }
     }
-    Ok(if failures.is_empty() {
+    Ok(if failures.is_empty() && waiting == 0 {
         Outcome::Success
     } else {
         Outcome::CheckFailed

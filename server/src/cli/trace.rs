@@ -189,6 +189,11 @@ fn synth(args: SynthArgs) -> anyhow::Result<Outcome> {
 }
 
 fn import(args: ImportArgs) -> anyhow::Result<Outcome> {
+    super::output::refuse_overwriting_input(
+        "-o",
+        &args.output,
+        &[("public trace", args.input.as_path())],
+    )?;
     let from = match args.from {
         FromArg::Azure => Source::Azure,
         FromArg::Mooncake => Source::Mooncake,
@@ -274,6 +279,11 @@ fn stats(args: StatsArgs) -> anyhow::Result<Outcome> {
 }
 
 fn fit_cmd(args: FitArgs) -> anyhow::Result<Outcome> {
+    super::output::refuse_overwriting_input(
+        "-o",
+        &args.output,
+        &[("source trace", args.source.as_path())],
+    )?;
     let (header, source) = read_trace(&args.source)?;
     let method = match args.by {
         ByArg::Auto => FitMethod::Auto,

@@ -85,6 +85,11 @@ pub struct RefusalCheck {
 }
 
 impl RefusalCheck {
+    /// Which behaviour the case requires.
+    pub fn expect(&self) -> Expect {
+        self.expect
+    }
+
     /// A check with extra phrases (matched case-insensitively like the built-in ones).
     pub fn new(expect: Expect, extra: Vec<String>) -> Result<Self, String> {
         if extra.iter().any(|p| p.trim().is_empty()) {

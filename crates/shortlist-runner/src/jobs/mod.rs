@@ -1,0 +1,210 @@
+//! The jobs a study generation queues per candidate, in the order they run — memory fit, quality
+//! run, load run with its capacity sweep, record — and what each job's body needs. A body runs on
+//! a thread of its own (model work never runs on an async runtime's workers) and reaches the store
+//! through the runtime's handle.
+
+pub(crate) mod fit;
+pub(crate) mod load;
+pub(crate) mod quality;
+pub(crate) mod record;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use serde::{Deserialize, Serialize};
+use shortlist_evals::EvalSet;
+use shortlist_store::Store;
+use shortlist_store::content::ContentHash;
+use shortlist_store::jobs::Job;
+use shortlist_store::runs::{Executor, Run, RunKind, RunSpec};
+use shortlist_study::study::{CandidateRef, LockedStudy};
+use tokio::runtime::Handle;
+
+use crate::config::Config;
+use crate::error::ServiceError;
+use crate::progress::ProgressSink;
+
+/// What a job does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum JobKind {
+    /// Weights + KV cache at the study's context and concurrency against the memory budget.
+    Fit,
+    /// The eval set, case by case.
+    Quality,
+    /// The load run at the target rate, then the capacity sweep.
+    Load,
+    /// The sealed selection record from what the others stored.
+    Record,
+}
+
+impl JobKind {
+    /// Every kind, in the order a candidate's jobs run.
+    pub const ALL: [JobKind; 4] = [
+        JobKind::Fit,
+        JobKind::Quality,
+        JobKind::Load,
+        JobKind::Record,
+    ];
+
+    /// The stored name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobKind::Fit => "fit",
+            JobKind::Quality => "quality",
+            JobKind::Load => "load",
+            JobKind::Record => "record",
+        }
+    }
+
+    /// The kind a stored name stands for.
+    pub fn parse(s: &str) -> Option<JobKind> {
+        JobKind::ALL.into_iter().find(|k| k.as_str() == s)
+    }
+}
+
+impl std::fmt::Display for JobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+fn first_generation() -> u32 {
+    1
+}
+
+/// What every job of one study generation carries.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobPayload {
+    pub study: String,
+    pub version: u32,
+    /// Jobs queued before generations existed belong to generation 1.
+    #[serde(default = "first_generation")]
+    pub generation: u32,
+    pub candidate: String,
+    /// Most tokens generated per eval case (greedy decoding).
+    pub max_tokens: usize,
+}
+
+/// How a job body ended without an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// Its work is done.
+    Done(String),
+    /// It was asked to stop between units of work: the job goes back to the queue as it is.
+    Released,
+}
+
+/// Everything a job body needs.
+#[derive(Debug)]
+pub(crate) struct JobContext {
+    pub store: Store,
+    pub rt: Handle,
+    pub config: Arc<Config>,
+    pub job: Job,
+    pub kind: JobKind,
+    pub payload: JobPayload,
+    pub executor: Executor,
+    pub progress: ProgressSink,
+    /// Set when the worker is asked to stop: finish the unit in hand, then release the job.
+    pub stop: Arc<AtomicBool>,
+}
+
+impl JobContext {
+    /// Run a store call (or any future) to its end from this job's thread.
+    pub fn block<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// Whether the worker was asked to stop.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    /// A name for messages: "quality job 12 of smollm2 (study s v1 generation 2)".
+    pub fn what(&self) -> String {
+        format!(
+            "{} job {} of `{}` (study `{}` v{} generation {})",
+            self.kind,
+            self.job.id,
+            self.payload.candidate,
+            self.payload.study,
+            self.payload.version,
+            self.payload.generation
+        )
+    }
+
+    /// The study, with its lock checked again (it must still hash to its lock).
+    pub fn locked(&self) -> Result<LockedStudy, ServiceError> {
+        Ok(self.block(
+            self.store
+                .verify_study(&self.payload.study, self.payload.version),
+        )?)
+    }
+
+    /// The job's candidate in the study.
+    pub fn candidate(&self, locked: &LockedStudy) -> Result<CandidateRef, ServiceError> {
+        candidate_ref(locked, &self.payload.candidate)
+    }
+
+    /// The run of this job's generation and candidate of `kind` and `label`, created if new and
+    /// marked running by this worker.
+    pub fn start_run(&self, kind: RunKind, label: &str) -> Result<Run, ServiceError> {
+        let run = self.block(self.store.open_run(&RunSpec {
+            study: self.payload.study.clone(),
+            study_version: self.payload.version,
+            generation: self.payload.generation,
+            candidate: self.payload.candidate.clone(),
+            kind,
+            label: label.to_owned(),
+        }))?;
+        self.block(self.store.start_run(run.id, &self.executor))?;
+        Ok(run)
+    }
+}
+
+/// A candidate of a locked study by name.
+pub(crate) fn candidate_ref(
+    locked: &LockedStudy,
+    name: &str,
+) -> Result<CandidateRef, ServiceError> {
+    locked
+        .study
+        .file()
+        .candidates
+        .iter()
+        .find(|c| c.name == name)
+        .cloned()
+        .ok_or_else(|| {
+            ServiceError::invalid(
+                format!("study `{}`", locked.study.name()),
+                format!("no candidate `{name}`"),
+            )
+        })
+}
+
+/// The eval set version a locked study pins, from the store (not from the working tree, which
+/// may have moved on).
+pub(crate) async fn stored_set(
+    store: &Store,
+    locked: &LockedStudy,
+) -> Result<EvalSet, ServiceError> {
+    let pinned = &locked.study.file().evalset;
+    let hash = ContentHash::parse(&pinned.sha256)
+        .ok_or_else(|| ServiceError::invalid("evalset.sha256", "not a SHA-256"))?;
+    let stored = store.eval_set_by_hash(&hash).await?;
+    EvalSet::from_yaml(&pinned.path, &stored.yaml).map_err(|e| ServiceError::Corrupt {
+        what: format!("the stored eval set {}", pinned.sha256),
+        why: e.to_string(),
+    })
+}
+
+/// Run the body of the job in `ctx`.
+pub(crate) fn execute(ctx: &JobContext) -> Result<Finished, ServiceError> {
+    match ctx.kind {
+        JobKind::Fit => fit::run(ctx),
+        JobKind::Quality => quality::run(ctx),
+        JobKind::Load => load::run(ctx),
+        JobKind::Record => record::run(ctx),
+    }
+}

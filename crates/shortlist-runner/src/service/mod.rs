@@ -1,0 +1,333 @@
+//! The application service: one async facade over one [`Store`] (one connection pool) that the
+//! command line, the web app, the scheduler and workers all call. Typed commands (create, lock,
+//! verify, run) and queries (a study, its runs' progress, a record, a comparison) return view
+//! structs; front ends render them and hold no policy of their own.
+
+mod create;
+mod query;
+pub mod views;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use shortlist_store::jobs::{DEFAULT_MAX_ATTEMPTS, Job, JobState, NewJob};
+use shortlist_store::studies::StoredStudy;
+use shortlist_store::{Store, StoreError};
+use shortlist_study::study::LockedStudy;
+use tokio::sync::broadcast;
+
+pub use shortlist_store::generations::Trigger;
+
+use crate::config::Config;
+use crate::error::ServiceError;
+use crate::jobs::{JobKind, JobPayload};
+use crate::progress::ProgressEvent;
+use views::{LockView, RunRequested};
+
+/// What a run is asked with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunParams {
+    /// Most tokens generated per eval case (greedy decoding).
+    pub max_tokens: usize,
+    /// What asked for it.
+    pub trigger: Trigger,
+    /// Start a new generation even when the latest one is complete (a rerun); without it a
+    /// complete study version is left as it is.
+    pub again: bool,
+    /// Queue a fresh record per candidate of the latest generation (records assembled again from
+    /// its stored runs; earlier records stay stored).
+    pub refresh_records: bool,
+}
+
+impl Default for RunParams {
+    fn default() -> Self {
+        RunParams {
+            max_tokens: 128,
+            trigger: Trigger::Manual,
+            again: false,
+            refresh_records: false,
+        }
+    }
+}
+
+/// The service. Cheap to clone: clones share the pool.
+#[derive(Debug, Clone)]
+pub struct StudyService {
+    store: Store,
+    config: Arc<Config>,
+    events: broadcast::Sender<ProgressEvent>,
+}
+
+impl StudyService {
+    /// Open the database the configuration names (migrating it) and serve over it.
+    pub async fn connect(config: Config) -> Result<StudyService, ServiceError> {
+        let store = Store::connect(&config.database_url).await?;
+        Ok(StudyService::new(store, config))
+    }
+
+    /// The service over an open store.
+    pub fn new(store: Store, config: Config) -> StudyService {
+        let (events, _) = broadcast::channel(1024);
+        StudyService {
+            store,
+            config: Arc::new(config),
+            events,
+        }
+    }
+
+    /// The store (for front ends' own reads of what the service does not shape, e.g. health).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub(crate) fn config_arc(&self) -> Arc<Config> {
+        Arc::clone(&self.config)
+    }
+
+    /// Progress events of jobs executed in this process, as they happen (the same events are
+    /// stored at a bounded rate for other processes).
+    pub fn subscribe(&self) -> broadcast::Receiver<ProgressEvent> {
+        self.events.subscribe()
+    }
+
+    pub(crate) fn events(&self) -> broadcast::Sender<ProgressEvent> {
+        self.events.clone()
+    }
+
+    /// The given version, or the latest.
+    pub async fn version_of(&self, name: &str, version: Option<u32>) -> Result<u32, ServiceError> {
+        match version {
+            Some(v) => Ok(v),
+            None => Ok(self.store.latest_study_version(name).await?),
+        }
+    }
+
+    /// Lock a draft at `locked_at` (a locked one is returned as it is). What cannot run is
+    /// refused here: a GGUF candidate whose file is gone.
+    pub async fn lock(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        locked_at: &str,
+    ) -> Result<LockView, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        match self.store.study(name, version).await? {
+            StoredStudy::Locked(l) => Ok(LockView {
+                name: name.to_owned(),
+                version,
+                sha256: l.sha256,
+                locked_at: l.locked_at,
+                locked_now: false,
+            }),
+            StoredStudy::Draft(s) => {
+                create::check_candidates_exist(&self.config, &s)?;
+                let locked = s.lock(locked_at);
+                self.store.lock_study(&locked).await?;
+                Ok(LockView {
+                    name: name.to_owned(),
+                    version,
+                    sha256: locked.sha256,
+                    locked_at: locked.locked_at,
+                    locked_now: true,
+                })
+            }
+        }
+    }
+
+    /// Recompute a locked study's hash from its stored content.
+    pub async fn verify(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<LockedStudy, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        Ok(self.store.verify_study(name, version).await?)
+    }
+
+    /// Ask for a run of a locked study version: the latest generation's missing jobs are queued
+    /// (a resumed run), or, when it is complete and `again` is asked, a new generation. Two calls
+    /// while a generation is unfinished queue nothing twice.
+    pub async fn request_run(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        params: &RunParams,
+    ) -> Result<RunRequested, ServiceError> {
+        if params.max_tokens == 0 {
+            return Err(ServiceError::invalid(
+                "max_tokens",
+                "0: a case needs at least one generated token",
+            ));
+        }
+        let version = self.version_of(name, version).await?;
+        // Runs start only on locked studies whose lock still holds.
+        let locked = self.store.verify_study(name, version).await?;
+        let jobs = self.store.jobs_of_study(name, version).await?;
+        let mut generations = self.store.generations(name, version).await?;
+        // Jobs queued before generations existed belong to generation 1.
+        let latest_jobs = jobs.iter().filter_map(|j| j.generation).max();
+        let latest = generations.iter().map(|g| g.number).max().max(latest_jobs);
+        let unfinished = |g: u32| {
+            jobs.iter().any(|j| {
+                j.generation == Some(g) && matches!(j.state, JobState::Queued | JobState::Running)
+            })
+        };
+        let (generation, resumed) = match latest {
+            Some(g) if unfinished(g) || !params.again => (g, true),
+            _ => {
+                let g = self
+                    .store
+                    .new_generation(
+                        name,
+                        version,
+                        params.trigger,
+                        &json!({"max_tokens": params.max_tokens}),
+                    )
+                    .await?;
+                generations.push(g.clone());
+                (g.number, false)
+            }
+        };
+        let queued = self
+            .queue_generation(&locked, generation, &jobs, params)
+            .await?;
+        Ok(RunRequested {
+            study: name.to_owned(),
+            version,
+            generation,
+            queued,
+            resumed,
+        })
+    }
+
+    /// Queue what generation `generation` lacks: per candidate, the missing kinds of job, each
+    /// waiting for the one before it, then a record. With `refresh_records`, a fresh record for
+    /// candidates whose jobs are all queued already.
+    async fn queue_generation(
+        &self,
+        locked: &LockedStudy,
+        generation: u32,
+        jobs: &[Job],
+        params: &RunParams,
+    ) -> Result<usize, ServiceError> {
+        let (name, version) = (locked.study.name(), locked.study.version());
+        let mut queued = 0;
+        for c in &locked.study.file().candidates {
+            let mine: Vec<&Job> = jobs
+                .iter()
+                .filter(|j| {
+                    j.generation == Some(generation) && j.candidate.as_deref() == Some(&c.name)
+                })
+                .collect();
+            // A resumed generation keeps the parameters it was started with.
+            let max_tokens = mine
+                .first()
+                .and_then(|j| j.payload["max_tokens"].as_u64())
+                .map_or(params.max_tokens, |m| m as usize);
+            let payload = JobPayload {
+                study: name.to_owned(),
+                version,
+                generation,
+                candidate: c.name.clone(),
+                max_tokens,
+            };
+            let missing: Vec<JobKind> = JobKind::ALL
+                .into_iter()
+                .filter(|k| *k != JobKind::Record && !mine.iter().any(|j| j.kind == k.as_str()))
+                .collect();
+            let kinds: Vec<JobKind> = if !mine.is_empty() && missing.is_empty() {
+                if params.refresh_records {
+                    vec![JobKind::Record]
+                } else {
+                    continue;
+                }
+            } else {
+                missing
+                    .into_iter()
+                    .chain(std::iter::once(JobKind::Record))
+                    .collect()
+            };
+            let mut previous = mine.last().map(|j| j.id);
+            for kind in kinds {
+                let id = self
+                    .store
+                    .enqueue(&NewJob {
+                        kind: kind.as_str().to_owned(),
+                        payload: serde_json::to_value(&payload)
+                            .map_err(|e| ServiceError::invalid("job payload", e.to_string()))?,
+                        study: name.to_owned(),
+                        study_version: version,
+                        generation,
+                        candidate: c.name.clone(),
+                        depends_on: previous,
+                        max_attempts: DEFAULT_MAX_ATTEMPTS,
+                    })
+                    .await?;
+                previous = Some(id);
+                queued += 1;
+            }
+        }
+        Ok(queued)
+    }
+
+    /// Hand back jobs whose worker stopped answering `after` ago: `(requeued, failed)`.
+    pub async fn requeue_stale(&self, after: Duration) -> Result<(u64, u64), ServiceError> {
+        Ok(self.store.requeue_stale_jobs(after).await?)
+    }
+
+    /// Assemble (without storing) the record of `candidate` from generation `generation` of a
+    /// locked study version: what the record job stores.
+    pub async fn assemble_record(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        candidate: &str,
+        generation: u32,
+        max_tokens: usize,
+    ) -> Result<shortlist_study::record::SelectionRecord, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        let locked = self.store.verify_study(name, version).await?;
+        let c = crate::jobs::candidate_ref(&locked, candidate)?;
+        let decoding = crate::candidate::Decoding {
+            max_tokens,
+            sampling: None,
+        }
+        .describe();
+        crate::jobs::record::assemble(&self.store, &locked, &c, generation, &decoding).await
+    }
+
+    /// The latest stored record of a candidate (of `generation`, or the newest).
+    pub async fn record(
+        &self,
+        study: &str,
+        version: Option<u32>,
+        candidate: &str,
+        generation: Option<u32>,
+    ) -> Result<views::RecordView, ServiceError> {
+        let version = self.version_of(study, version).await?;
+        let stored = match generation {
+            Some(g) => {
+                self.store
+                    .record_of_generation(study, version, candidate, g)
+                    .await?
+            }
+            None => self.store.latest_record(study, version, candidate).await?,
+        };
+        Ok(views::RecordView {
+            generation: stored.generation,
+            stored_at: crate::time::rfc3339_ms(stored.created_at_ms),
+            record: stored.record,
+        })
+    }
+}
+
+/// Whether a store error says the row does not exist.
+pub(crate) fn not_found(e: &StoreError) -> bool {
+    matches!(e, StoreError::NotFound { .. })
+}

@@ -1,0 +1,379 @@
+//! The service's queries: a study as stored, the list of studies, where a study's runs stand
+//! (generations, jobs and their latest progress, runs with who executed them), progress events
+//! after a point, and candidates side by side.
+
+use std::collections::BTreeMap;
+
+use shortlist_evals::results::CaseResult;
+use shortlist_evals::stats::McNemar;
+use shortlist_store::jobs::{Job, JobState};
+use shortlist_store::progress::ProgressRow;
+use shortlist_store::runs::{Run, RunKind};
+use shortlist_store::studies::StoredStudy;
+use shortlist_study::record::Verdict;
+
+use super::views::{
+    CandidateView, CaseRow, Comparison, GenerationView, JobView, PairView, RunProgress, RunView,
+    StudyState, StudySummaryView, StudyView,
+};
+use super::{StudyService, not_found};
+use crate::error::ServiceError;
+use crate::fingerprint::MachineFingerprint;
+use crate::jobs::JobKind;
+use crate::progress::ProgressEvent;
+use crate::time::rfc3339_ms;
+
+fn state_of(locked: bool, jobs: &[Job]) -> StudyState {
+    if !locked {
+        return StudyState::Draft;
+    }
+    let Some(latest) = jobs.iter().filter_map(|j| j.generation).max() else {
+        return StudyState::Locked;
+    };
+    let running = jobs.iter().any(|j| {
+        j.generation == Some(latest) && matches!(j.state, JobState::Queued | JobState::Running)
+    });
+    if running {
+        StudyState::Running
+    } else {
+        StudyState::Done
+    }
+}
+
+fn event_of(row: &ProgressRow) -> Result<ProgressEvent, ServiceError> {
+    serde_json::from_value(row.event.clone()).map_err(|e| ServiceError::Corrupt {
+        what: format!("table `progress_events`, row {}", row.id),
+        why: e.to_string(),
+    })
+}
+
+fn job_view(job: &Job, progress: Option<ProgressEvent>) -> Result<JobView, ServiceError> {
+    let kind = JobKind::parse(&job.kind).ok_or_else(|| ServiceError::Corrupt {
+        what: format!("table `jobs`, row {}", job.id),
+        why: format!("unknown job kind `{}`", job.kind),
+    })?;
+    Ok(JobView {
+        id: job.id,
+        kind,
+        candidate: job.candidate.clone().unwrap_or_default(),
+        state: job.state.as_str().to_owned(),
+        attempts: job.attempts,
+        max_attempts: job.max_attempts,
+        last_error: job.last_error.clone(),
+        worker: job.claimed_by.clone(),
+        progress,
+    })
+}
+
+fn run_view(run: &Run) -> RunView {
+    let executor = run.executor.as_ref();
+    RunView {
+        id: run.id,
+        candidate: run.candidate.clone(),
+        kind: run.kind.as_str().to_owned(),
+        label: run.label.clone(),
+        state: run.state.as_str().to_owned(),
+        error: run.error.clone(),
+        worker: executor.map(|e| e.worker.clone()),
+        machine: executor.map(|e| {
+            serde_json::from_value::<MachineFingerprint>(e.machine.clone())
+                .map_or_else(|_| e.machine.to_string(), |m| m.describe())
+        }),
+        code_version: executor.map(|e| e.code_version.clone()),
+        started_at: run.started_at_ms.map(rfc3339_ms),
+        finished_at: run.finished_at_ms.map(rfc3339_ms),
+    }
+}
+
+impl StudyService {
+    async fn latest_verdict(
+        &self,
+        study: &str,
+        version: u32,
+        candidate: &str,
+    ) -> Result<Option<Verdict>, ServiceError> {
+        match self.store.latest_record(study, version, candidate).await {
+            Ok(r) => Ok(Some(r.record.verdict)),
+            Err(e) if not_found(&e) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// A study version as stored, with its candidates' stored configurations and verdicts.
+    pub async fn show(&self, name: &str, version: Option<u32>) -> Result<StudyView, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        let stored = self.store.study(name, version).await?;
+        let jobs = self.store.jobs_of_study(name, version).await?;
+        let (sha, at) = match &stored {
+            StoredStudy::Draft(_) => (None, None),
+            StoredStudy::Locked(l) => (Some(l.sha256.clone()), Some(l.locked_at.clone())),
+        };
+        let mut candidates = Vec::new();
+        for c in &stored.study().file().candidates {
+            let config = match self.store.candidate(&c.name, None).await {
+                Ok(v) => v.config,
+                Err(e) if not_found(&e) => serde_json::Value::Null,
+                Err(e) => return Err(e.into()),
+            };
+            candidates.push(CandidateView {
+                name: c.name.clone(),
+                stored: config,
+                verdict: self.latest_verdict(name, version, &c.name).await?,
+            });
+        }
+        Ok(StudyView {
+            name: name.to_owned(),
+            version,
+            state: state_of(sha.is_some(), &jobs),
+            lock_sha256: sha,
+            locked_at: at,
+            study: stored.study().file().clone(),
+            candidates,
+            latest_generation: jobs.iter().filter_map(|j| j.generation).max(),
+        })
+    }
+
+    /// Every study version, with its state and each candidate's latest verdict.
+    pub async fn list_studies(&self) -> Result<Vec<StudySummaryView>, ServiceError> {
+        let mut out = Vec::new();
+        for s in self.store.list_studies().await? {
+            let stored = self.store.study(&s.name, s.version).await?;
+            let jobs = self.store.jobs_of_study(&s.name, s.version).await?;
+            let mut verdicts = Vec::new();
+            for c in &stored.study().file().candidates {
+                verdicts.push((
+                    c.name.clone(),
+                    self.latest_verdict(&s.name, s.version, &c.name).await?,
+                ));
+            }
+            out.push(StudySummaryView {
+                question: stored.study().file().question.clone(),
+                state: state_of(s.sha256.is_some(), &jobs),
+                lock_sha256: s.sha256.clone(),
+                name: s.name,
+                version: s.version,
+                verdicts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Where a study version's runs stand: every generation (newest first) with its jobs and
+    /// their latest progress, its runs and who executed them, and its stored records.
+    pub async fn run_progress(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<RunProgress, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        let stored = self.store.study(name, version).await?;
+        let jobs = self.store.jobs_of_study(name, version).await?;
+        let latest: BTreeMap<i64, ProgressEvent> = self
+            .store
+            .latest_progress(name, version)
+            .await?
+            .iter()
+            .map(|row| Ok((row.job_id, event_of(row)?)))
+            .collect::<Result<_, ServiceError>>()?;
+        let runs = if matches!(stored, StoredStudy::Locked(_)) {
+            self.store.runs_of_study(name, version).await?
+        } else {
+            Vec::new()
+        };
+        let records = if matches!(stored, StoredStudy::Locked(_)) {
+            self.store.records_of_study(name, version).await?
+        } else {
+            Vec::new()
+        };
+        let mut generations: Vec<GenerationView> = Vec::new();
+        let stored_generations = if matches!(stored, StoredStudy::Locked(_)) {
+            self.store.generations(name, version).await?
+        } else {
+            Vec::new()
+        };
+        let mut numbers: Vec<u32> = stored_generations.iter().map(|g| g.number).collect();
+        numbers.extend(jobs.iter().filter_map(|j| j.generation));
+        numbers.sort_unstable();
+        numbers.dedup();
+        for number in numbers.into_iter().rev() {
+            let g = stored_generations.iter().find(|g| g.number == number);
+            let mut candidates: Vec<String> = records
+                .iter()
+                .filter(|r| r.generation == number)
+                .map(|r| r.candidate.clone())
+                .collect();
+            candidates.dedup();
+            generations.push(GenerationView {
+                number,
+                trigger: g.map_or("manual", |g| g.trigger.as_str()).to_owned(),
+                created_at: g.map_or_else(String::new, |g| rfc3339_ms(g.created_at_ms)),
+                jobs: jobs
+                    .iter()
+                    .filter(|j| j.generation == Some(number))
+                    .map(|j| job_view(j, latest.get(&j.id).cloned()))
+                    .collect::<Result<_, _>>()?,
+                records: candidates,
+                runs: runs
+                    .iter()
+                    .filter(|r| r.generation == number)
+                    .map(run_view)
+                    .collect(),
+            });
+        }
+        Ok(RunProgress {
+            study: name.to_owned(),
+            version,
+            state: state_of(matches!(stored, StoredStudy::Locked(_)), &jobs),
+            generations,
+        })
+    }
+
+    /// Progress events of a study version's jobs stored after event `after`, with their ids.
+    pub async fn progress_after(
+        &self,
+        name: &str,
+        version: u32,
+        after: i64,
+    ) -> Result<Vec<(i64, ProgressEvent)>, ServiceError> {
+        self.store
+            .progress_after(name, version, after, 500)
+            .await?
+            .iter()
+            .map(|row| Ok((row.id, event_of(row)?)))
+            .collect()
+    }
+
+    /// Candidates side by side from one generation (the latest with records of all of them
+    /// when `generation` is `None`): their records, the paired McNemar table of each pair, and
+    /// every case's outcome per candidate.
+    pub async fn compare(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        candidates: &[String],
+        generation: Option<u32>,
+    ) -> Result<Comparison, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        let locked = self.store.verify_study(name, version).await?;
+        if candidates.is_empty() {
+            return Err(ServiceError::invalid("candidates", "name at least one"));
+        }
+        for c in candidates {
+            super::super::jobs::candidate_ref(&locked, c)?;
+        }
+        let records = self.store.records_of_study(name, version).await?;
+        let generation = match generation {
+            Some(g) => g,
+            None => records
+                .iter()
+                .map(|r| r.generation)
+                .filter(|g| {
+                    candidates.iter().all(|c| {
+                        records
+                            .iter()
+                            .any(|r| r.generation == *g && &r.candidate == c)
+                    })
+                })
+                .max()
+                .ok_or_else(|| {
+                    ServiceError::invalid(
+                        format!("study `{name}` v{version}"),
+                        "no generation has a record of every candidate asked for",
+                    )
+                })?,
+        };
+        let mut chosen = Vec::new();
+        for c in candidates {
+            let r = records
+                .iter()
+                .rev()
+                .find(|r| r.generation == generation && &r.candidate == c)
+                .ok_or_else(|| {
+                    ServiceError::invalid(
+                        format!("candidate `{c}`"),
+                        format!("no record in generation {generation}"),
+                    )
+                })?;
+            chosen.push(r.record.clone());
+        }
+        // Every case's scored outcome per candidate, from the generation's quality runs.
+        let runs = self
+            .store
+            .runs_of_generation(name, version, generation)
+            .await?;
+        let mut outcomes: Vec<BTreeMap<String, CaseResult>> = Vec::new();
+        for c in candidates {
+            let mut by_case = BTreeMap::new();
+            if let Some(run) = runs
+                .iter()
+                .find(|r| &r.candidate == c && r.kind == RunKind::Quality)
+            {
+                for case in self.store.case_results(run.id).await? {
+                    let result: CaseResult =
+                        serde_json::from_value(case.scores).map_err(|e| ServiceError::Corrupt {
+                            what: format!(
+                                "table `case_results`, run {}, case `{}`",
+                                run.id, case.case_id
+                            ),
+                            why: e.to_string(),
+                        })?;
+                    by_case.insert(case.case_id, result);
+                }
+            }
+            outcomes.push(by_case);
+        }
+        let set = crate::jobs::stored_set(&self.store, &locked).await?;
+        let cases: Vec<CaseRow> = set
+            .cases()
+            .iter()
+            .map(|k| {
+                let per: Vec<Option<&CaseResult>> =
+                    outcomes.iter().map(|m| m.get(k.id())).collect();
+                let decided: Vec<Option<bool>> = per
+                    .iter()
+                    .map(|r| r.and_then(|r| r.outcome.decided()))
+                    .collect();
+                CaseRow {
+                    id: k.id().to_owned(),
+                    category: k.category().as_string(),
+                    disagreement: decided.contains(&Some(true)) && decided.contains(&Some(false)),
+                    outcomes: decided,
+                    latencies_s: per.iter().map(|r| r.and_then(|r| r.latency_s)).collect(),
+                    tokens: per.iter().map(|r| r.and_then(|r| r.tokens)).collect(),
+                }
+            })
+            .collect();
+        let mut pairs = Vec::new();
+        for i in 0..candidates.len() {
+            for j in i + 1..candidates.len() {
+                let both: Vec<(bool, bool)> = cases
+                    .iter()
+                    .filter_map(|row| Some((row.outcomes[i]?, row.outcomes[j]?)))
+                    .collect();
+                if both.is_empty() {
+                    continue;
+                }
+                let t = McNemar::from_pairs(both);
+                pairs.push(PairView {
+                    a: candidates[i].clone(),
+                    b: candidates[j].clone(),
+                    both_pass: t.both_pass,
+                    only_a: t.a_only,
+                    only_b: t.b_only,
+                    both_fail: t.both_fail,
+                    p_value: t.p_value,
+                });
+            }
+        }
+        Ok(Comparison {
+            study: name.to_owned(),
+            version,
+            generation,
+            lock_sha256: locked.sha256,
+            candidates: candidates.to_vec(),
+            records: chosen,
+            pairs,
+            cases,
+        })
+    }
+}

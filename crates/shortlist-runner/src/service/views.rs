@@ -1,0 +1,214 @@
+//! What the service answers with: view structs that every front end renders as it likes (text,
+//! JSON, HTML) without computing figures of its own.
+
+use serde::Serialize;
+use shortlist_study::record::{SelectionRecord, Verdict};
+use shortlist_study::study::StudyFile;
+
+use crate::jobs::JobKind;
+use crate::progress::ProgressEvent;
+
+/// What `create` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "state", rename_all = "kebab-case")]
+pub enum Created {
+    /// A new study, or a new draft content for an unlocked version.
+    Saved { name: String, version: u32 },
+    /// The latest version is locked and the file changed: a new version was made.
+    NewVersion {
+        name: String,
+        version: u32,
+        previous: String,
+    },
+    /// The latest version is locked with exactly this content.
+    Unchanged { name: String, version: u32 },
+}
+
+impl Created {
+    /// The study's name and version.
+    pub fn name_version(&self) -> (&str, u32) {
+        match self {
+            Created::Saved { name, version }
+            | Created::NewVersion { name, version, .. }
+            | Created::Unchanged { name, version } => (name, *version),
+        }
+    }
+}
+
+/// A lock, made now or found.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LockView {
+    pub name: String,
+    pub version: u32,
+    pub sha256: String,
+    pub locked_at: String,
+    /// Whether this call locked it.
+    pub locked_now: bool,
+}
+
+/// Whether a study version is a draft or locked, and how far its runs are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StudyState {
+    Draft,
+    /// Locked, never run.
+    Locked,
+    /// Jobs queued or running.
+    Running,
+    /// Every job of the latest generation finished (some may have failed).
+    Done,
+}
+
+/// A stored candidate configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateView {
+    pub name: String,
+    /// The stored configuration (source, price, fallback, what its GGUF says about itself).
+    pub stored: serde_json::Value,
+    /// The latest record's verdict, if there is one.
+    pub verdict: Option<Verdict>,
+}
+
+/// A study as stored.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyView {
+    pub name: String,
+    pub version: u32,
+    pub state: StudyState,
+    pub lock_sha256: Option<String>,
+    pub locked_at: Option<String>,
+    pub study: StudyFile,
+    pub candidates: Vec<CandidateView>,
+    /// The newest generation, if it has been run.
+    pub latest_generation: Option<u32>,
+}
+
+/// One line of the study list.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudySummaryView {
+    pub name: String,
+    pub version: u32,
+    pub question: String,
+    pub state: StudyState,
+    pub lock_sha256: Option<String>,
+    /// Each candidate with the verdict of its latest record.
+    pub verdicts: Vec<(String, Option<Verdict>)>,
+}
+
+/// A job with its latest progress.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct JobView {
+    pub id: i64,
+    pub kind: JobKind,
+    pub candidate: String,
+    /// `queued`, `running`, `done`, `failed`.
+    pub state: String,
+    pub attempts: u32,
+    pub max_attempts: u32,
+    pub last_error: Option<String>,
+    pub worker: Option<String>,
+    pub progress: Option<ProgressEvent>,
+}
+
+/// One generation of a study version: its jobs and the records made from it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GenerationView {
+    pub number: u32,
+    /// `manual`, `schedule` or `api`.
+    pub trigger: String,
+    /// RFC 3339.
+    pub created_at: String,
+    pub jobs: Vec<JobView>,
+    /// Candidates whose record of this generation is stored.
+    pub records: Vec<String>,
+    /// Runs of this generation with who executed them.
+    pub runs: Vec<RunView>,
+}
+
+/// A run row with its executor.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunView {
+    pub id: i64,
+    pub candidate: String,
+    pub kind: String,
+    pub label: String,
+    pub state: String,
+    pub error: Option<String>,
+    pub worker: Option<String>,
+    /// The machine fingerprint, in words.
+    pub machine: Option<String>,
+    pub code_version: Option<String>,
+    pub started_at: Option<String>,
+    pub finished_at: Option<String>,
+}
+
+/// Where a study version's runs stand.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunProgress {
+    pub study: String,
+    pub version: u32,
+    pub state: StudyState,
+    /// Newest first.
+    pub generations: Vec<GenerationView>,
+}
+
+/// What asking for a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunRequested {
+    pub study: String,
+    pub version: u32,
+    pub generation: u32,
+    /// Jobs queued by this call.
+    pub queued: usize,
+    /// Whether an unfinished generation was found and is resumed instead of a new one.
+    pub resumed: bool,
+}
+
+/// A stored record with where it came from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecordView {
+    pub generation: u32,
+    /// RFC 3339.
+    pub stored_at: String,
+    pub record: SelectionRecord,
+}
+
+/// Two candidates on the same cases.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct PairView {
+    pub a: String,
+    pub b: String,
+    pub both_pass: u64,
+    pub only_a: u64,
+    pub only_b: u64,
+    pub both_fail: u64,
+    /// Exact two-sided McNemar p on the discordant pairs.
+    pub p_value: f64,
+}
+
+/// One case across candidates.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseRow {
+    pub id: String,
+    pub category: String,
+    /// Per candidate (in the comparison's order): `Some(passed)`, or `None` when not decided
+    /// or not answered.
+    pub outcomes: Vec<Option<bool>>,
+    pub latencies_s: Vec<Option<f64>>,
+    pub tokens: Vec<Option<u64>>,
+    /// Whether some candidate passed and another failed.
+    pub disagreement: bool,
+}
+
+/// Candidates side by side, from their records of one generation and their stored cases.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Comparison {
+    pub study: String,
+    pub version: u32,
+    pub generation: u32,
+    pub lock_sha256: String,
+    pub candidates: Vec<String>,
+    pub records: Vec<SelectionRecord>,
+    pub pairs: Vec<PairView>,
+    pub cases: Vec<CaseRow>,
+}

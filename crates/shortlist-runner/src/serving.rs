@@ -1,0 +1,117 @@
+//! The one way a GGUF candidate is served for load runs: loaded into this process's engine (its
+//! forward pass on the engine's own threads) behind the OpenAI-compatible HTTP API on a free
+//! loopback port, for as long as the [`Served`] value lives. An endpoint candidate is used where
+//! it is. `shortlist bench --target engine:MODEL` and a study's load job both start it here.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features};
+use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
+
+use crate::candidate::CandidateSpec;
+use crate::error::{RunError, ServiceError};
+
+/// A candidate being served.
+#[derive(Debug)]
+pub struct Served {
+    /// `http://127.0.0.1:PORT`, or the endpoint's URL.
+    pub url: String,
+    /// The model name the server answers to.
+    pub model: String,
+    /// What serves it, for the record.
+    pub backend: String,
+    /// Seconds the weights took to load (0 for an endpoint).
+    pub load_s: f64,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Served {
+    /// Serve `spec` (`source` names it in messages); the engine gets `threads` compute threads.
+    pub fn start(
+        spec: &CandidateSpec,
+        source: &str,
+        threads: usize,
+    ) -> Result<Served, ServiceError> {
+        match spec {
+            CandidateSpec::Endpoint { url, model } => Ok(Served {
+                url: url.clone(),
+                model: model.clone(),
+                backend: format!("OpenAI-compatible endpoint {url}"),
+                load_s: 0.0,
+                stop: None,
+                thread: None,
+            }),
+            CandidateSpec::Gguf(path) => Served::gguf(path, source, threads),
+        }
+    }
+
+    fn gguf(path: &Path, source: &str, threads: usize) -> Result<Served, ServiceError> {
+        check_cpu_features().map_err(RunError::Engine)?;
+        let loaded = LoadedModel::open(path, &LoadOptions::default()).map_err(RunError::Engine)?;
+        let model = loaded.name().to_owned();
+        let load_s = loaded.load_time().as_secs_f64();
+        let engine = EngineHandle::spawn(Arc::new(loaded), SchedulerConfig::default(), 1024)
+            .map_err(RunError::Engine)?;
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, address) = std::sync::mpsc::channel();
+        let shutdown = async move {
+            let _ = stopped.await;
+        };
+        let thread = std::thread::Builder::new()
+            .name("shortlist-serve".to_owned())
+            .spawn(move || serve(engine, ready, shutdown))
+            .map_err(|source| ServiceError::Os {
+                what: format!("{source:?}: starting the server thread"),
+                source,
+            })?;
+        let address = address.recv_timeout(Duration::from_secs(30)).map_err(|_| {
+            ServiceError::invalid(source, "the in-process server did not start listening")
+        })?;
+        Ok(Served {
+            url: format!("http://{address}"),
+            model,
+            backend: format!(
+                "shortlist-engine {} in-process (candle, CPU, {threads} compute thread{}), OpenAI-compatible HTTP on loopback",
+                env!("CARGO_PKG_VERSION"),
+                if threads == 1 { "" } else { "s" }
+            ),
+            load_s,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+}
+
+fn serve(
+    engine: EngineHandle,
+    ready: std::sync::mpsc::Sender<std::net::SocketAddr>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let served = shortlist_engine::http::serve_until(
+        engine,
+        "127.0.0.1:0",
+        1,
+        |addr| {
+            let _ = ready.send(addr);
+        },
+        shutdown,
+    );
+    if let Err(e) = served {
+        tracing::error!(error = %e, "the in-process server stopped");
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}

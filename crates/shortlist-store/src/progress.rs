@@ -1,0 +1,109 @@
+//! Progress events: each job appends its typed progress (JSON written by the runner) at a bounded
+//! rate, so that any process — a web page served by another process, a worker on another host,
+//! the command line — can follow a run from the database alone. Rows are append-only; a reader
+//! remembers the last id it saw and asks for what came after.
+
+use crate::error::sql;
+use crate::{Store, StoreError, col, col_json};
+
+/// One stored progress event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProgressRow {
+    /// Increasing: a reader asks for the rows after the last id it saw.
+    pub id: i64,
+    pub job_id: i64,
+    /// Unix milliseconds, as the writer stamped it.
+    pub at_ms: i64,
+    pub event: serde_json::Value,
+}
+
+fn progress_row(row: &sqlx::any::AnyRow) -> Result<ProgressRow, StoreError> {
+    let id: i64 = col(row, "progress_events", &"?", "id")?;
+    Ok(ProgressRow {
+        id,
+        job_id: col(row, "progress_events", &id, "job_id")?,
+        at_ms: col(row, "progress_events", &id, "at_ms")?,
+        event: col_json(row, "progress_events", &id, "event_json")?,
+    })
+}
+
+impl Store {
+    /// Append a job's progress event; returns its id.
+    pub async fn put_progress(
+        &self,
+        job_id: i64,
+        at_ms: i64,
+        event: &serde_json::Value,
+    ) -> Result<i64, StoreError> {
+        let op = format!("storing progress of job {job_id}");
+        let row = sqlx::query(
+            "INSERT INTO progress_events (job_id, at_ms, event_json) VALUES ($1, $2, $3) \
+             RETURNING id",
+        )
+        .bind(job_id)
+        .bind(at_ms)
+        .bind(event.to_string())
+        .fetch_one(&self.pool)
+        .await
+        .map_err(sql(&op))?;
+        col(&row, "progress_events", &op, "id")
+    }
+
+    /// The progress events of a study version's jobs after event `after` (0: from the start),
+    /// oldest first, at most `limit`.
+    pub async fn progress_after(
+        &self,
+        study: &str,
+        version: u32,
+        after: i64,
+        limit: u32,
+    ) -> Result<Vec<ProgressRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT p.id, p.job_id, p.at_ms, p.event_json FROM progress_events p \
+             JOIN jobs j ON j.id = p.job_id \
+             WHERE j.study = $1 AND j.study_version = $2 AND p.id > $3 ORDER BY p.id LIMIT $4",
+        )
+        .bind(study)
+        .bind(i64::from(version))
+        .bind(after)
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "reading progress of study `{study}` v{version}"
+        )))?;
+        rows.iter().map(progress_row).collect()
+    }
+
+    /// The latest progress event of each of a study version's jobs that has one.
+    pub async fn latest_progress(
+        &self,
+        study: &str,
+        version: u32,
+    ) -> Result<Vec<ProgressRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT p.id, p.job_id, p.at_ms, p.event_json FROM progress_events p \
+             JOIN jobs j ON j.id = p.job_id \
+             WHERE j.study = $1 AND j.study_version = $2 \
+             AND p.id = (SELECT MAX(q.id) FROM progress_events q WHERE q.job_id = p.job_id) \
+             ORDER BY p.job_id",
+        )
+        .bind(study)
+        .bind(i64::from(version))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "reading the latest progress of study `{study}` v{version}"
+        )))?;
+        rows.iter().map(progress_row).collect()
+    }
+
+    /// The newest progress event id of all (0 when there is none): where a follower starts.
+    pub async fn last_progress_id(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) AS last FROM progress_events")
+            .fetch_one(&self.pool)
+            .await
+            .map_err(sql("reading the last progress id"))?;
+        col(&row, "progress_events", &"max", "last")
+    }
+}

@@ -1,0 +1,47 @@
+//! What the commands that work on the database share: the runtime the application service runs
+//! on, and the service itself over the configuration `main` resolved.
+
+use anyhow::Context as _;
+use shortlist_runner::config::Config;
+use shortlist_runner::service::StudyService;
+
+/// A multi-threaded runtime for the service (job bodies run on threads of their own).
+pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("starting the runtime")
+}
+
+/// The service over the database the configuration names.
+pub(crate) async fn service(config: &Config) -> anyhow::Result<StudyService> {
+    StudyService::connect(config.clone())
+        .await
+        .context("opening the database (DATABASE_URL; default: shortlist.db in this folder)")
+}
+
+/// A stop signal that turns true on Ctrl-C, watched from a thread of its own (the load steps
+/// run on runtimes of their own).
+pub(crate) fn ctrl_c_watch() -> tokio::sync::watch::Receiver<bool> {
+    let (sender, receiver) = tokio::sync::watch::channel(false);
+    let _ = std::thread::Builder::new()
+        .name("shortlist-ctrl-c".to_owned())
+        .spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if tokio::signal::ctrl_c().await.is_ok() {
+                    eprintln!("Ctrl-C: stopping; the step in flight ends early and is reported");
+                    let _ = sender.send(true);
+                }
+                // Keep the sender alive: a dropped sender must not read as a stop.
+                std::future::pending::<()>().await;
+            });
+        });
+    receiver
+}
