@@ -51,11 +51,7 @@ fn corrupt_or_truncated_models_are_clear_errors() {
     std::fs::write(&garbage, b"this is not a model").expect("write");
     let out = tokenize(&garbage.to_string_lossy(), "hi", &[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("not a readable GGUF file"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("not a GGUF file"), "{}", stderr(&out));
     let out = tokenize("no-such-model", "hi", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -259,4 +255,43 @@ fn serve_answers_openai_requests() {
         "{body}"
     );
     assert!(body.contains("vllm:prefix_cache_hits_total"), "{body}");
+}
+
+/// A text file saved under a `.gguf` name: the first thing a new user tries by mistake.
+fn text_file_named_gguf(dir: &std::path::Path) -> String {
+    let path = dir.join("notes.gguf");
+    std::fs::write(&path, "# Shortlist notes\nnot a model\n").expect("write");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_text_file_named_gguf_is_one_clear_error_without_a_backtrace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = text_file_named_gguf(dir.path());
+    for args in [
+        vec!["engine", "tokenize", "--model", &model],
+        vec![
+            "engine",
+            "serve",
+            "--model",
+            &model,
+            "--addr",
+            "127.0.0.1:0",
+        ],
+    ] {
+        let out = shortlist()
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        // One line: the message once, no backtrace (candle attaches one under RUST_BACKTRACE).
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.to_lowercase().contains("backtrace"), "{args:?}: {err}");
+        assert_eq!(err.matches("not a GGUF file").count(), 1, "{args:?}: {err}");
+        assert_eq!(err.matches(model.as_str()).count(), 1, "{args:?}: {err}");
+    }
 }

@@ -101,8 +101,8 @@ pub(crate) fn resolve_model(arg: &str) -> anyhow::Result<PathBuf> {
 
 fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
-    let tok = load_tokenizer_path(&path)
-        .with_context(|| format!("loading the tokenizer of {}", path.display()))?;
+    // The engine's errors name the model file already.
+    let tok = load_tokenizer_path(&path)?;
     let mut text = String::new();
     std::io::stdin()
         .read_to_string(&mut text)
@@ -147,8 +147,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
         context: Some(args.context.unwrap_or(8192)),
         ..LoadOptions::default()
     };
-    let model =
-        LoadedModel::open(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+    // The engine's errors name the model file already.
+    let model = LoadedModel::open(&path, &opts)?;
     eprintln!(
         "loaded {} in {:.2} s: {} MiB of weights, context {}, {} compute threads, tokenizer from {}",
         model.name(),
