@@ -3,9 +3,9 @@
 //! (tests that need the real models print why they skip when the models are absent).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -294,4 +294,57 @@ fn a_text_file_named_gguf_is_one_clear_error_without_a_backtrace() {
         assert_eq!(err.matches("not a GGUF file").count(), 1, "{args:?}: {err}");
         assert_eq!(err.matches(model.as_str()).count(), 1, "{args:?}: {err}");
     }
+}
+
+#[test]
+fn serve_refuses_a_busy_port_before_opening_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A FIFO as the model: opening it blocks until a writer comes, so a server that reached
+    // the model before its port would hang here instead of exiting.
+    let model = dir.path().join("model.gguf");
+    let made = Command::new("mkfifo")
+        .arg(&model)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", model.display());
+    let busy = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = busy.local_addr().expect("addr").to_string();
+
+    let started = Instant::now();
+    let mut child = shortlist()
+        .args(["engine", "serve", "--model"])
+        .arg(&model)
+        .args(["--addr", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let mut err = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    let status = status.unwrap_or_else(|| {
+        panic!("`engine serve` on a busy port opened the model first and hung on it: {err}")
+    });
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}: {err}");
+    assert!(
+        err.contains(&format!("{addr} is already in use")),
+        "names the address: {err}"
+    );
+    drop(busy);
 }

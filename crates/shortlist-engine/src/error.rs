@@ -93,6 +93,30 @@ pub enum EngineError {
     /// The engine thread is gone or refused the request.
     #[error("engine unavailable: {0}")]
     Unavailable(String),
+    /// The HTTP server cannot listen on its address (busy, not this machine's, not allowed).
+    #[error("{addr} {}", listen_reason(error))]
+    Listen {
+        /// The address asked for, as given.
+        addr: String,
+        /// What the operating system said (in the message, not as a source).
+        error: std::io::Error,
+    },
+}
+
+fn listen_reason(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::AddrInUse => {
+            "is already in use: another program listens there; stop it or choose another address"
+                .to_owned()
+        }
+        ErrorKind::AddrNotAvailable => "is not an address of this machine".to_owned(),
+        ErrorKind::PermissionDenied => {
+            "cannot be listened on: permission denied (ports below 1024 need privileges)".to_owned()
+        }
+        ErrorKind::InvalidInput => format!("is not a valid address (host:port): {error}"),
+        _ => format!("cannot be listened on: {error}"),
+    }
 }
 
 impl EngineError {

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -596,6 +597,56 @@ async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
     )
 }
 
+/// A listening socket with the runtime that will serve it. Binding comes first, so that a busy
+/// or wrong address is reported at once, before a model is loaded for nothing.
+#[derive(Debug)]
+pub struct Listener {
+    runtime: tokio::runtime::Runtime,
+    listener: tokio::net::TcpListener,
+}
+
+impl Listener {
+    /// Listen on `addr` (`host:port`; port 0 picks a free one), with a small tokio runtime of
+    /// `io_threads` workers for the HTTP side (the compute threads live elsewhere).
+    pub fn bind(addr: &str, io_threads: usize) -> Result<Self, EngineError> {
+        Self::bind_io(addr, io_threads).map_err(|error| EngineError::Listen {
+            addr: addr.to_owned(),
+            error,
+        })
+    }
+
+    fn bind_io(addr: &str, io_threads: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(io_threads.max(1))
+            .max_blocking_threads(4)
+            .thread_name("shortlist-http")
+            .enable_all()
+            .build()?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
+        Ok(Self { runtime, listener })
+    }
+
+    /// The address bound (with the port chosen when port 0 was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve `engine` until `shutdown` resolves: then the listener closes, open responses are
+    /// finished, and the engine thread ends once the last handle is dropped.
+    pub fn serve_until(
+        self,
+        engine: EngineHandle,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let Self { runtime, listener } = self;
+        runtime.block_on(async move {
+            axum::serve(listener, router(engine))
+                .with_graceful_shutdown(shutdown)
+                .await
+        })
+    }
+}
+
 /// Serve `engine` on `addr` until the process is stopped, on a small tokio runtime of
 /// `io_threads` workers (the compute threads live elsewhere). Calls `on_ready` with the bound
 /// address once listening.
@@ -603,33 +654,22 @@ pub fn serve_blocking(
     engine: EngineHandle,
     addr: &str,
     io_threads: usize,
-    on_ready: impl FnOnce(std::net::SocketAddr),
+    on_ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     serve_until(engine, addr, io_threads, on_ready, std::future::pending())
 }
 
-/// [`serve_blocking`] until `shutdown` resolves: then the listener closes, open responses are
-/// finished, and the engine thread ends once the last handle is dropped.
+/// [`serve_blocking`] until `shutdown` resolves (see [`Listener::serve_until`]).
 pub fn serve_until(
     engine: EngineHandle,
     addr: &str,
     io_threads: usize,
-    on_ready: impl FnOnce(std::net::SocketAddr),
+    on_ready: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(io_threads.max(1))
-        .max_blocking_threads(4)
-        .thread_name("shortlist-http")
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        on_ready(listener.local_addr()?);
-        axum::serve(listener, router(engine))
-            .with_graceful_shutdown(shutdown)
-            .await
-    })
+    let listener = Listener::bind_io(addr, io_threads)?;
+    on_ready(listener.local_addr()?);
+    listener.serve_until(engine, shutdown)
 }
 
 /// A memory figure of this process from `/proc/self/status` (Linux), in bytes.

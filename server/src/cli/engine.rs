@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use serde_json::json;
 use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
+use shortlist_engine::http::Listener;
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 
 use super::Outcome;
@@ -143,6 +144,8 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
     check_cpu_features()?;
     let threads = set_compute_threads(args.threads);
     let path = resolve_model(&args.model)?;
+    // Listen before loading: a busy port is reported at once, not after the weights are read.
+    let listener = Listener::bind(&args.addr, 1)?;
     let opts = LoadOptions {
         context: Some(args.context.unwrap_or(8192)),
         ..LoadOptions::default()
@@ -169,9 +172,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
         ..SchedulerConfig::default()
     };
     let engine = EngineHandle::spawn(std::sync::Arc::new(model), cfg, 1024)?;
-    shortlist_engine::http::serve_blocking(engine, &args.addr, 1, |addr| {
-        eprintln!("listening on http://{addr}")
-    })
-    .with_context(|| format!("serving on {}", args.addr))?;
+    let addr = listener
+        .local_addr()
+        .with_context(|| format!("reading the address bound for {}", args.addr))?;
+    eprintln!("listening on http://{addr}");
+    listener
+        .serve_until(engine, std::future::pending())
+        .with_context(|| format!("serving on {addr}"))?;
     Ok(Outcome::Success)
 }
