@@ -348,3 +348,74 @@ fn serve_refuses_a_busy_port_before_opening_the_model() {
     );
     drop(busy);
 }
+
+/// The error document of a refused request, after checking OpenAI's error shape.
+fn refused(server: &Server, body: &str) -> Value {
+    let (st, _, reply) = http(&server.addr, "POST", "/v1/chat/completions", body, &[]);
+    assert_eq!(st, 400, "{body}: {reply}");
+    let doc: Value = serde_json::from_str(&reply).expect("a JSON error");
+    let e = doc["error"].as_object().expect("an error object");
+    for key in ["message", "type", "param", "code"] {
+        assert!(e.contains_key(key), "{key} in {reply}");
+    }
+    assert_eq!(doc["error"]["type"], "invalid_request_error", "{reply}");
+    doc
+}
+
+#[test]
+fn serve_refuses_requests_it_cannot_answer_in_openai_shape() {
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"wizard","content":"Name a colour."}],"max_tokens":4}"#,
+    );
+    assert_eq!(doc["error"]["param"], "messages[0].role", "{doc}");
+    let message = doc["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("wizard") && message.contains("user"),
+        "{doc}"
+    );
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":null}],"max_tokens":4}"#,
+    );
+    assert_eq!(doc["error"]["param"], "messages[0].content", "{doc}");
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"n":3,"max_tokens":4}"#,
+    );
+    assert_eq!(doc["error"]["param"], "n", "{doc}");
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":-1}"#,
+    );
+    assert_eq!(doc["error"]["param"], "max_tokens", "{doc}");
+
+    // Wrong types, at the top and inside: no Rust type in the answer.
+    for body in [
+        r#"{"messages":"Name a colour."}"#,
+        r#"["Name a colour."]"#,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":"4"}"#,
+    ] {
+        let doc = refused(&server, body);
+        let message = doc["error"]["message"].as_str().expect("message");
+        for internal in ["struct", "ChatBody", "usize", "sequence"] {
+            assert!(!message.contains(internal), "{body}: {message}");
+        }
+    }
+
+    // The server still answers a good request.
+    let (st, _, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"n":1,"max_tokens":2}"#,
+        &[],
+    );
+    assert_eq!(st, 200, "{body}");
+}
