@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -99,6 +100,8 @@ fn models_list_names_both_models() {
 struct Server {
     child: Child,
     addr: String,
+    /// What the server wrote on stderr after its address line.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Server {
@@ -137,8 +140,14 @@ fn start_server(model: &str) -> Server {
         }
     };
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, addr }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().expect("log").push(line);
+        }
+    });
+    Server { child, addr, log }
 }
 
 /// One HTTP/1.1 request; returns status, headers and body (the server closes after replying).
@@ -418,4 +427,87 @@ fn serve_refuses_requests_it_cannot_answer_in_openai_shape() {
         &[],
     );
     assert_eq!(st, 200, "{body}");
+}
+
+/// `key=value` of a log line, with the terminal colours the subscriber may add removed.
+fn log_field(line: &str, key: &str) -> Option<String> {
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence runs to its final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_owned))
+}
+
+#[test]
+fn serve_logs_one_line_per_request() {
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+    let req = r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":3,"temperature":0}"#;
+    let (st, _, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        req,
+        &[("x-request-id", "log-ok-1")],
+    );
+    assert_eq!(st, 200, "{body}");
+    let answered: Value = serde_json::from_str(&body).expect("json");
+    let (st, _, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"wizard","content":"hi"}]}"#,
+        &[("x-request-id", "log-bad-2")],
+    );
+    assert_eq!(st, 400, "{body}");
+
+    // The line is written once the response is out: give it a moment.
+    let lines_of = |id: &str| -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let found: Vec<String> = server
+                .log
+                .lock()
+                .expect("log")
+                .iter()
+                .filter(|l| log_field(l, "request_id").as_deref() == Some(id))
+                .cloned()
+                .collect();
+            if !found.is_empty() || Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let ok = lines_of("log-ok-1");
+    assert_eq!(ok.len(), 1, "{ok:?}");
+    let field = |key: &str| log_field(&ok[0], key);
+    assert_eq!(field("route").as_deref(), Some("/v1/chat/completions"));
+    assert_eq!(field("status").as_deref(), Some("200"));
+    assert_eq!(
+        field("prompt_tokens"),
+        Some(answered["usage"]["prompt_tokens"].to_string())
+    );
+    assert_eq!(
+        field("completion_tokens"),
+        Some(answered["usage"]["completion_tokens"].to_string())
+    );
+    let latency: f64 = field("latency_ms").expect("latency").parse().expect("ms");
+    assert!(latency > 0.0, "{ok:?}");
+
+    let bad = lines_of("log-bad-2");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(log_field(&bad[0], "status").as_deref(), Some("400"));
 }

@@ -71,6 +71,14 @@ pub(crate) struct TokenizeArgs {
     json: bool,
 }
 
+/// The log filter when `SHORTLIST_LOG` is unset: `engine serve` logs one line per request.
+pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
+    match cmd {
+        Command::Serve(_) => "warn,shortlist_engine::http=info",
+        Command::Tokenize(_) => "warn",
+    }
+}
+
 pub(crate) fn run(cmd: Command) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Tokenize(args) => tokenize(args),

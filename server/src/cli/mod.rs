@@ -76,7 +76,6 @@ pub(crate) enum Outcome {
 }
 
 pub(crate) fn main() -> ExitCode {
-    init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -86,6 +85,10 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    init_tracing(match &cli.command {
+        Command::Engine(cmd) => engine::default_log_filter(cmd),
+        _ => "warn",
+    });
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
@@ -110,10 +113,12 @@ pub(crate) fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs to stderr, filtered by `SHORTLIST_LOG` (an `EnvFilter` directive), else by the command's
+/// `default` filter.
+fn init_tracing(default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter =
-        EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
+        EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     // Logs go to stderr so that `--json` keeps stdout to exactly one document.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
