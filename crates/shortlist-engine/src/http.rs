@@ -219,7 +219,7 @@ impl Drop for RequestLog {
             prompt_tokens = self.prompt_tokens,
             completion_tokens = self.completion_tokens,
             latency_ms = %format_args!("{:.1}", self.arrival.elapsed().as_secs_f64() * 1e3),
-            finish = self.finish,
+            finish = self.finish.map(tracing::field::display),
             error = self.error.as_deref(),
             "request"
         );

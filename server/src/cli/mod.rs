@@ -119,9 +119,11 @@ fn init_tracing(default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter =
         EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
-    // Logs go to stderr so that `--json` keeps stdout to exactly one document.
+    // Logs go to stderr so that `--json` keeps stdout to exactly one document; colours only on a
+    // terminal, so that a log file or a journal gets plain `key=value` lines.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
