@@ -3,9 +3,10 @@
 //! (tests that need the real models print why they skip when the models are absent).
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -51,11 +52,7 @@ fn corrupt_or_truncated_models_are_clear_errors() {
     std::fs::write(&garbage, b"this is not a model").expect("write");
     let out = tokenize(&garbage.to_string_lossy(), "hi", &[]);
     assert_eq!(out.status.code(), Some(2));
-    assert!(
-        stderr(&out).contains("not a readable GGUF file"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("not a GGUF file"), "{}", stderr(&out));
     let out = tokenize("no-such-model", "hi", &[]);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -103,6 +100,8 @@ fn models_list_names_both_models() {
 struct Server {
     child: Child,
     addr: String,
+    /// What the server wrote on stderr after its address line.
+    log: Arc<Mutex<Vec<String>>>,
 }
 
 impl Drop for Server {
@@ -141,8 +140,14 @@ fn start_server(model: &str) -> Server {
         }
     };
     // Keep draining stderr so the server never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    Server { child, addr }
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().expect("log").push(line);
+        }
+    });
+    Server { child, addr, log }
 }
 
 /// One HTTP/1.1 request; returns status, headers and body (the server closes after replying).
@@ -259,4 +264,250 @@ fn serve_answers_openai_requests() {
         "{body}"
     );
     assert!(body.contains("vllm:prefix_cache_hits_total"), "{body}");
+}
+
+/// A text file saved under a `.gguf` name: the first thing a new user tries by mistake.
+fn text_file_named_gguf(dir: &std::path::Path) -> String {
+    let path = dir.join("notes.gguf");
+    std::fs::write(&path, "# Shortlist notes\nnot a model\n").expect("write");
+    path.to_string_lossy().into_owned()
+}
+
+#[test]
+fn a_text_file_named_gguf_is_one_clear_error_without_a_backtrace() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let model = text_file_named_gguf(dir.path());
+    for args in [
+        vec!["engine", "tokenize", "--model", &model],
+        vec![
+            "engine",
+            "serve",
+            "--model",
+            &model,
+            "--addr",
+            "127.0.0.1:0",
+        ],
+    ] {
+        let out = shortlist()
+            .args(&args)
+            .env("RUST_BACKTRACE", "1")
+            .env("RUST_LIB_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .output()
+            .expect("runs");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        // One line: the message once, no backtrace (candle attaches one under RUST_BACKTRACE).
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(!err.to_lowercase().contains("backtrace"), "{args:?}: {err}");
+        assert_eq!(err.matches("not a GGUF file").count(), 1, "{args:?}: {err}");
+        assert_eq!(err.matches(model.as_str()).count(), 1, "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn serve_refuses_a_busy_port_before_opening_the_model() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // A FIFO as the model: opening it blocks until a writer comes, so a server that reached
+    // the model before its port would hang here instead of exiting.
+    let model = dir.path().join("model.gguf");
+    let made = Command::new("mkfifo")
+        .arg(&model)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success(), "mkfifo {}", model.display());
+    let busy = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = busy.local_addr().expect("addr").to_string();
+
+    let started = Instant::now();
+    let mut child = shortlist()
+        .args(["engine", "serve", "--model"])
+        .arg(&model)
+        .args(["--addr", &addr])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("runs");
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if started.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let elapsed = started.elapsed();
+    let mut err = String::new();
+    let _ = child
+        .stderr
+        .take()
+        .expect("stderr")
+        .read_to_string(&mut err);
+    let status = status.unwrap_or_else(|| {
+        panic!("`engine serve` on a busy port opened the model first and hung on it: {err}")
+    });
+    assert_eq!(status.code(), Some(2), "{err}");
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}: {err}");
+    assert!(
+        err.contains(&format!("{addr} is already in use")),
+        "names the address: {err}"
+    );
+    drop(busy);
+}
+
+/// The error document of a refused request, after checking OpenAI's error shape.
+fn refused(server: &Server, body: &str) -> Value {
+    let (st, _, reply) = http(&server.addr, "POST", "/v1/chat/completions", body, &[]);
+    assert_eq!(st, 400, "{body}: {reply}");
+    let doc: Value = serde_json::from_str(&reply).expect("a JSON error");
+    let e = doc["error"].as_object().expect("an error object");
+    for key in ["message", "type", "param", "code"] {
+        assert!(e.contains_key(key), "{key} in {reply}");
+    }
+    assert_eq!(doc["error"]["type"], "invalid_request_error", "{reply}");
+    doc
+}
+
+#[test]
+fn serve_refuses_requests_it_cannot_answer_in_openai_shape() {
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"wizard","content":"Name a colour."}],"max_tokens":4}"#,
+    );
+    assert_eq!(doc["error"]["param"], "messages[0].role", "{doc}");
+    let message = doc["error"]["message"].as_str().expect("message");
+    assert!(
+        message.contains("wizard") && message.contains("user"),
+        "{doc}"
+    );
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":null}],"max_tokens":4}"#,
+    );
+    assert_eq!(doc["error"]["param"], "messages[0].content", "{doc}");
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"n":3,"max_tokens":4}"#,
+    );
+    assert_eq!(doc["error"]["param"], "n", "{doc}");
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":-1}"#,
+    );
+    assert_eq!(doc["error"]["param"], "max_tokens", "{doc}");
+
+    // Wrong types, at the top and inside: no Rust type in the answer.
+    for body in [
+        r#"{"messages":"Name a colour."}"#,
+        r#"["Name a colour."]"#,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":"4"}"#,
+    ] {
+        let doc = refused(&server, body);
+        let message = doc["error"]["message"].as_str().expect("message");
+        for internal in ["struct", "ChatBody", "usize", "sequence"] {
+            assert!(!message.contains(internal), "{body}: {message}");
+        }
+    }
+
+    // The server still answers a good request.
+    let (st, _, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"n":1,"max_tokens":2}"#,
+        &[],
+    );
+    assert_eq!(st, 200, "{body}");
+}
+
+/// `key=value` of a log line, with the terminal colours the subscriber may add removed.
+fn log_field(line: &str, key: &str) -> Option<String> {
+    let mut plain = String::new();
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            // An escape sequence runs to its final letter.
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            plain.push(c);
+        }
+    }
+    plain
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_owned))
+}
+
+#[test]
+fn serve_logs_one_line_per_request() {
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+    let req = r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":3,"temperature":0}"#;
+    let (st, _, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        req,
+        &[("x-request-id", "log-ok-1")],
+    );
+    assert_eq!(st, 200, "{body}");
+    let answered: Value = serde_json::from_str(&body).expect("json");
+    let (st, _, body) = http(
+        &server.addr,
+        "POST",
+        "/v1/chat/completions",
+        r#"{"messages":[{"role":"wizard","content":"hi"}]}"#,
+        &[("x-request-id", "log-bad-2")],
+    );
+    assert_eq!(st, 400, "{body}");
+
+    // The line is written once the response is out: give it a moment.
+    let lines_of = |id: &str| -> Vec<String> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let found: Vec<String> = server
+                .log
+                .lock()
+                .expect("log")
+                .iter()
+                .filter(|l| log_field(l, "request_id").as_deref() == Some(id))
+                .cloned()
+                .collect();
+            if !found.is_empty() || Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let ok = lines_of("log-ok-1");
+    assert_eq!(ok.len(), 1, "{ok:?}");
+    let field = |key: &str| log_field(&ok[0], key);
+    assert_eq!(field("route").as_deref(), Some("/v1/chat/completions"));
+    assert_eq!(field("status").as_deref(), Some("200"));
+    assert_eq!(
+        field("prompt_tokens"),
+        Some(answered["usage"]["prompt_tokens"].to_string())
+    );
+    assert_eq!(
+        field("completion_tokens"),
+        Some(answered["usage"]["completion_tokens"].to_string())
+    );
+    let latency: f64 = field("latency_ms").expect("latency").parse().expect("ms");
+    assert!(latency > 0.0, "{ok:?}");
+
+    let bad = lines_of("log-bad-2");
+    assert_eq!(bad.len(), 1, "{bad:?}");
+    assert_eq!(log_field(&bad[0], "status").as_deref(), Some("400"));
 }

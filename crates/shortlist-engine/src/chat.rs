@@ -5,10 +5,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EngineError, Result};
 
+/// The roles a chat message may have: OpenAI's, as the served models' chat templates render
+/// them (the HTTP API refuses any other).
+pub const ROLES: [&str; 4] = ["system", "user", "assistant", "tool"];
+
 /// One chat message.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Message {
-    /// `system`, `user` or `assistant`.
+    /// One of [`ROLES`].
     pub role: String,
     /// The text.
     pub content: String,

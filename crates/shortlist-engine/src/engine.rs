@@ -63,15 +63,12 @@ impl Default for LoadOptions {
 /// Read only the tokenizer of a GGUF file (no weights): what `engine tokenize` needs.
 pub fn load_tokenizer<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result<Tokenizer> {
     let content = read_content(reader, source_name)?;
-    Tokenizer::from_metadata(&Metadata::new(&content.metadata))
+    Tokenizer::from_metadata(&Metadata::new(&content.metadata)).map_err(|e| e.in_model(source_name))
 }
 
 /// Open a GGUF file's tokenizer by path.
 pub fn load_tokenizer_file(path: &Path) -> Result<Tokenizer> {
-    let file = File::open(path).map_err(|source| EngineError::Io {
-        path: path.to_path_buf(),
-        error: source,
-    })?;
+    let file = open_file(path)?;
     load_tokenizer(&mut BufReader::new(file), &path.display().to_string())
 }
 
@@ -88,6 +85,15 @@ pub fn load_tokenizer_path(path: &Path) -> Result<Tokenizer> {
         &folder.gguf().display().to_string(),
     )?;
     folder.tokenizer(&Metadata::new(&content.metadata))
+}
+
+/// A model's display name: its file name without `.gguf`.
+fn display_name(path: &Path) -> String {
+    let file = path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    );
+    file.strip_suffix(".gguf").unwrap_or(&file).to_owned()
 }
 
 fn open_file(path: &Path) -> Result<File> {
@@ -175,12 +181,13 @@ impl ModelFolder {
     /// A `tokenizer.json` must agree with the GGUF vocabulary piece for piece, since the
     /// weights are indexed by those ids.
     pub fn tokenizer(&self, md: &Metadata<'_>) -> Result<Tokenizer> {
+        let in_gguf = |e: EngineError| e.in_model(&self.gguf.display().to_string());
         let Some(json) = self.tokenizer_json() else {
-            return Tokenizer::from_metadata(md);
+            return Tokenizer::from_metadata(md).map_err(in_gguf);
         };
         let tok = tokenizer_json::load(json, self.tokenizer_config())?;
         if md.get("tokenizer.ggml.tokens").is_some() {
-            let pieces = md.str_array("tokenizer.ggml.tokens")?;
+            let pieces = md.str_array("tokenizer.ggml.tokens").map_err(in_gguf)?;
             let differs = pieces
                 .iter()
                 .take(tok.vocab_size())
@@ -231,27 +238,22 @@ impl LoadedModel {
         if path.is_dir() {
             return Self::open_folder(&ModelFolder::open(path)?, opts);
         }
-        let file = File::open(path).map_err(|source| EngineError::Io {
-            path: path.to_path_buf(),
-            error: source,
-        })?;
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
-        Self::from_reader(&mut BufReader::new(file), &name, opts)
+        let mut reader = BufReader::new(open_file(path)?);
+        let source = path.display().to_string();
+        Self::load(&mut reader, &source, &display_name(path), opts, |md| {
+            Tokenizer::from_metadata(md).map_err(|e| e.in_model(&source))
+        })
     }
 
     /// Load a model folder: its GGUF file, with the tokenizer from its `tokenizer.json` when it
     /// has one ([`LoadedModel::tokenizer_source`] says which).
     pub fn open_folder(folder: &ModelFolder, opts: &LoadOptions) -> Result<Self> {
         let path = folder.gguf();
-        let name = path.file_name().map_or_else(
-            || path.display().to_string(),
-            |n| n.to_string_lossy().into_owned(),
-        );
         let mut reader = BufReader::new(open_file(path)?);
-        Self::load(&mut reader, &name, opts, |md| folder.tokenizer(md))
+        let source = path.display().to_string();
+        Self::load(&mut reader, &source, &display_name(path), opts, |md| {
+            folder.tokenizer(md)
+        })
     }
 
     /// Load from any reader of GGUF bytes; `source_name` names it in errors and in `/v1/models`.
@@ -260,26 +262,36 @@ impl LoadedModel {
         source_name: &str,
         opts: &LoadOptions,
     ) -> Result<Self> {
-        Self::load(reader, source_name, opts, Tokenizer::from_metadata)
+        let name = source_name.strip_suffix(".gguf").unwrap_or(source_name);
+        Self::load(reader, source_name, name, opts, |md| {
+            Tokenizer::from_metadata(md).map_err(|e| e.in_model(source_name))
+        })
     }
 
+    /// Load from `reader`; `source_name` names the bytes in errors (every error about the file's
+    /// contents names it once), `name` is the display name; `tokenizer_of` names its own files.
     fn load<R: Read + Seek>(
         reader: &mut R,
         source_name: &str,
+        name: &str,
         opts: &LoadOptions,
         tokenizer_of: impl FnOnce(&Metadata<'_>) -> Result<Tokenizer>,
     ) -> Result<Self> {
         let t0 = Instant::now();
+        let in_model = |e: EngineError| e.in_model(source_name);
         let content = read_content(reader, source_name)?;
         let md = Metadata::new(&content.metadata);
-        let cfg = ModelConfig::from_metadata(&md)?;
+        let cfg = ModelConfig::from_metadata(&md).map_err(in_model)?;
         let tokenizer = tokenizer_of(&md)?;
-        let template = match md.str_opt("tokenizer.chat_template")? {
-            Some(src) => Some(ChatTemplate::new(
-                src,
-                tokenizer.piece_text(tokenizer.bos()),
-                tokenizer.piece_text(tokenizer.eos()),
-            )?),
+        let template = match md.str_opt("tokenizer.chat_template").map_err(in_model)? {
+            Some(src) => Some(
+                ChatTemplate::new(
+                    src,
+                    tokenizer.piece_text(tokenizer.bos()),
+                    tokenizer.piece_text(tokenizer.eos()),
+                )
+                .map_err(in_model)?,
+            ),
             None => None,
         };
         let context = match opts.context {
@@ -292,21 +304,18 @@ impl LoadedModel {
             Some(c) => c.min(cfg.context_length),
             None => cfg.context_length,
         };
-        let model = Model::load(cfg, &content, reader, &opts.device)?;
+        let model = Model::load(cfg, &content, reader, &opts.device).map_err(in_model)?;
         if model.vocab_size() < tokenizer.vocab_size() {
-            return Err(EngineError::Tensor {
+            return Err(in_model(EngineError::Tensor {
                 name: "token_embd.weight".into(),
                 message: format!(
                     "{} rows for a vocabulary of {}",
                     model.vocab_size(),
                     tokenizer.vocab_size()
                 ),
-            });
+            }));
         }
-        let name = source_name
-            .strip_suffix(".gguf")
-            .unwrap_or(source_name)
-            .to_owned();
+        let name = name.to_owned();
         Ok(Self {
             model,
             tokenizer,

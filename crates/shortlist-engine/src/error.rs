@@ -15,13 +15,32 @@ pub enum EngineError {
         /// chain does not print it twice).
         error: std::io::Error,
     },
-    /// The GGUF container is malformed: bad magic, truncated, impossible counts.
-    #[error("not a readable GGUF file ({source_name}): {message}")]
+    /// The bytes are not a GGUF file at all: they do not start with the magic `GGUF` (a text
+    /// file, a safetensors file or an HTML error page saved under a `.gguf` name).
+    #[error("{source_name}: not a GGUF file ({})", describe_magic(first_bytes))]
+    NotGguf {
+        /// Where the bytes came from (a path, or a caller-chosen label for in-memory data).
+        source_name: String,
+        /// The first (up to four) bytes found instead of the magic.
+        first_bytes: Vec<u8>,
+    },
+    /// The GGUF container is malformed: unsupported version, truncated, impossible counts.
+    #[error("{source_name}: not a readable GGUF file: {message}")]
     Gguf {
         /// Where the bytes came from (a path, or a caller-chosen label for in-memory data).
         source_name: String,
-        /// What candle's reader said.
+        /// What is wrong, in the file's terms (candle's reader error without its backtrace).
         message: String,
+    },
+    /// An error about the contents of the model file `path` (metadata, tensors, tokenizer,
+    /// template) that does not name the file by itself.
+    #[error("{path}: {error}")]
+    InModel {
+        /// The model file (or the caller's label for in-memory data).
+        path: String,
+        /// What is wrong (in the message, not as a source, so that an error chain does not print
+        /// it twice).
+        error: Box<EngineError>,
     },
     /// A metadata key the model needs is missing or has the wrong type.
     #[error("GGUF metadata `{key}`: {message}")]
@@ -74,11 +93,82 @@ pub enum EngineError {
     /// The engine thread is gone or refused the request.
     #[error("engine unavailable: {0}")]
     Unavailable(String),
+    /// The HTTP server cannot listen on its address (busy, not this machine's, not allowed).
+    #[error("{addr} {}", listen_reason(error))]
+    Listen {
+        /// The address asked for, as given.
+        addr: String,
+        /// What the operating system said (in the message, not as a source).
+        error: std::io::Error,
+    },
+}
+
+fn listen_reason(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    match error.kind() {
+        ErrorKind::AddrInUse => {
+            "is already in use: another program listens there; stop it or choose another address"
+                .to_owned()
+        }
+        ErrorKind::AddrNotAvailable => "is not an address of this machine".to_owned(),
+        ErrorKind::PermissionDenied => {
+            "cannot be listened on: permission denied (ports below 1024 need privileges)".to_owned()
+        }
+        ErrorKind::InvalidInput => format!("is not a valid address (host:port): {error}"),
+        _ => format!("cannot be listened on: {error}"),
+    }
+}
+
+impl EngineError {
+    /// This error, naming the model file `path` unless it already does (an I/O or GGUF error
+    /// names it, and a second mention would only repeat it).
+    pub(crate) fn in_model(self, path: &str) -> Self {
+        match self {
+            EngineError::Io { .. }
+            | EngineError::NotGguf { .. }
+            | EngineError::Gguf { .. }
+            | EngineError::InModel { .. } => self,
+            other => EngineError::InModel {
+                path: path.to_owned(),
+                error: Box::new(other),
+            },
+        }
+    }
+}
+
+/// The magic a GGUF file starts with.
+pub(crate) const GGUF_MAGIC: [u8; 4] = *b"GGUF";
+
+fn describe_magic(first: &[u8]) -> String {
+    let quoted = format!("\"{}\"", first.escape_ascii());
+    match first.len() {
+        0 => "the file is empty, expected it to start with \"GGUF\"".to_owned(),
+        n if n < GGUF_MAGIC.len() => {
+            format!("the file has only {n} bytes, {quoted}, expected it to start with \"GGUF\"")
+        }
+        _ => format!("the first 4 bytes are {quoted}, expected \"GGUF\""),
+    }
+}
+
+/// What a candle error says, in one line and without the backtrace candle attaches when
+/// `RUST_BACKTRACE` is set (its `WithBacktrace` variant prints the whole trace in its message).
+pub(crate) fn candle_message(err: &candle_core::Error) -> String {
+    use candle_core::Error as E;
+    match err {
+        E::WithBacktrace { inner, .. } => candle_message(inner),
+        E::Context { inner, context } => format!("{context}: {}", candle_message(inner)),
+        E::WithPath { inner, path } => format!("{}: {}", path.display(), candle_message(inner)),
+        E::WrappedContext { wrapped, context } => format!("{context}: {wrapped}"),
+        E::Io(io) if io.kind() == std::io::ErrorKind::UnexpectedEof => {
+            "truncated: the data ends before what its header announces".to_owned()
+        }
+        other => other.to_string(),
+    }
 }
 
 impl From<candle_core::Error> for EngineError {
     fn from(err: candle_core::Error) -> Self {
-        EngineError::Compute(err.to_string())
+        EngineError::Compute(candle_message(&err))
     }
 }
 

@@ -5,24 +5,39 @@ use std::io::{Read, Seek};
 
 use candle_core::quantized::gguf_file::{Content, Value};
 
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, GGUF_MAGIC, Result, candle_message};
 
 /// Read the GGUF header, metadata and tensor directory (not the tensor data) from any reader.
 ///
-/// `source_name` names the bytes in errors (a path, or a label for in-memory data).
+/// `source_name` names the bytes in errors (a path, or a label for in-memory data). Bytes that do
+/// not start with the magic `GGUF` are refused before candle's reader sees them
+/// ([`EngineError::NotGguf`]).
 pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result<Content> {
-    let content = Content::read(reader).map_err(|e| EngineError::Gguf {
+    let gguf_err = |message: String| EngineError::Gguf {
         source_name: source_name.to_owned(),
-        message: e.to_string(),
-    })?;
+        message,
+    };
+    let io_err = |e: std::io::Error| gguf_err(e.to_string());
+    let start = reader.stream_position().map_err(io_err)?;
+    let mut first = Vec::with_capacity(GGUF_MAGIC.len());
+    reader
+        .by_ref()
+        .take(GGUF_MAGIC.len() as u64)
+        .read_to_end(&mut first)
+        .map_err(io_err)?;
+    if first != GGUF_MAGIC {
+        return Err(EngineError::NotGguf {
+            source_name: source_name.to_owned(),
+            first_bytes: first,
+        });
+    }
+    reader
+        .seek(std::io::SeekFrom::Start(start))
+        .map_err(io_err)?;
+    let content = Content::read(reader).map_err(|e| gguf_err(candle_message(&e)))?;
     // candle reads the tensor directory but not the data; a file cut short after its directory
     // must still be refused here rather than half-way through loading weights.
-    let end = reader
-        .seek(std::io::SeekFrom::End(0))
-        .map_err(|e| EngineError::Gguf {
-            source_name: source_name.to_owned(),
-            message: e.to_string(),
-        })?;
+    let end = reader.seek(std::io::SeekFrom::End(0)).map_err(io_err)?;
     for (name, info) in &content.tensor_infos {
         let elems = info.shape.elem_count();
         let block = info.ggml_dtype.block_size();
@@ -32,12 +47,9 @@ pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result
             .saturating_add(info.offset)
             .saturating_add(bytes);
         if stop > end {
-            return Err(EngineError::Gguf {
-                source_name: source_name.to_owned(),
-                message: format!(
-                    "truncated: tensor `{name}` ends at byte {stop}, the file has {end} bytes"
-                ),
-            });
+            return Err(gguf_err(format!(
+                "truncated: tensor `{name}` ends at byte {stop}, the file has {end} bytes"
+            )));
         }
     }
     Ok(content)
@@ -415,7 +427,69 @@ mod tests {
             "x.gguf",
         )
         .unwrap_err();
+        assert!(
+            matches!(err, EngineError::NotGguf { ref first_bytes, .. } if first_bytes == b"PK\x03\x04"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_text_file_is_named_with_its_first_bytes() {
+        let err = read_content(
+            &mut Cursor::new(b"# Shortlist\nnotes, not weights\n".to_vec()),
+            "notes.gguf",
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            r##"notes.gguf: not a GGUF file (the first 4 bytes are "# Sh", expected "GGUF")"##
+        );
+        let err = read_content(&mut Cursor::new(b"GG".to_vec()), "tiny.gguf").unwrap_err();
+        assert!(
+            matches!(err, EngineError::NotGguf { ref first_bytes, .. } if first_bytes == b"GG"),
+            "{err}"
+        );
+        let err = read_content(&mut Cursor::new(Vec::new()), "empty.gguf").unwrap_err();
+        assert!(
+            matches!(err, EngineError::NotGguf { ref first_bytes, .. } if first_bytes.is_empty()),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_header_cut_short_is_truncated_in_one_line() {
+        // The magic and the version, then nothing: candle's reader hits the end of the data.
+        let err =
+            read_content(&mut Cursor::new(b"GGUF\x03\0\0\0\x01".to_vec()), "cut.gguf").unwrap_err();
         assert!(matches!(err, EngineError::Gguf { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(
+            msg.starts_with("cut.gguf: not a readable GGUF file: truncated"),
+            "{msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+    }
+
+    #[test]
+    fn candle_backtraces_never_reach_the_message() {
+        // What candle's `bail!` builds when RUST_BACKTRACE is set.
+        let with_trace = candle_core::Error::WithBacktrace {
+            inner: Box::new(candle_core::Error::Msg("unknown magic 0x68532023".into())),
+            backtrace: Box::new(std::backtrace::Backtrace::force_capture()),
+        };
+        assert!(
+            with_trace.to_string().contains('\n'),
+            "candle prints the trace"
+        );
+        assert_eq!(candle_message(&with_trace), "unknown magic 0x68532023");
+        let nested = with_trace.context("reading the header");
+        assert_eq!(
+            candle_message(&nested),
+            "reading the header: unknown magic 0x68532023"
+        );
+        let err = EngineError::from(nested);
+        assert!(matches!(err, EngineError::Compute(_)), "{err}");
+        assert!(!err.to_string().contains('\n'), "{err}");
     }
 
     #[test]

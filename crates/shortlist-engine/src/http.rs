@@ -1,31 +1,36 @@
 //! The OpenAI-compatible HTTP API over the engine thread: `/v1/chat/completions`,
 //! `/v1/completions`, `/v1/models`, `/metrics`, `/health`.
 //!
-//! Handlers only parse, template and tokenize (on the blocking pool), then wait on the request's
-//! reply channel; the forward pass runs on the engine thread, never on a tokio worker. A client
-//! that goes away drops its receiver, which cancels the request in the scheduler.
+//! Handlers only parse ([`ChatRequest::parse`], [`CompletionRequest::parse`]), template and
+//! tokenize (on the blocking pool), then wait on the request's reply channel; the forward pass
+//! runs on the engine thread, never on a tokio worker. A client that goes away drops its
+//! receiver, which cancels the request in the scheduler. Every request is logged once, at info
+//! level, when it is over.
+
+mod request;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
-use axum::extract::rejection::JsonRejection;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
 use axum::extract::{Json, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream::{self, Stream};
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
-use crate::chat::Message;
 use crate::error::EngineError;
-use crate::sampling::SamplingParams;
 use crate::scheduler::{Completion, EngineHandle, Event, GenRequest};
+
+pub use request::{ChatRequest, CompletionRequest, Options};
 
 /// Shared state of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -42,28 +47,53 @@ pub fn router(engine: EngineHandle) -> Router {
         .route("/v1/completions", post(completions))
         .route("/v1/models", get(models))
         .route("/metrics", get(metrics))
-        .route("/health", get(|| async { "ok" }))
+        .route("/health", get(health))
+        .fallback(not_found)
         .with_state(AppState { engine })
 }
 
-/// An OpenAI-style error response.
-#[derive(Debug)]
+/// An OpenAI-style error response: `{"error": {"message", "type", "param", "code"}}`.
+#[derive(Debug, Clone)]
 pub struct ApiError {
     status: StatusCode,
     kind: &'static str,
     code: Option<&'static str>,
-    param: Option<&'static str>,
+    param: Option<String>,
     message: String,
 }
 
 impl ApiError {
-    fn bad_request(message: impl Into<String>, param: Option<&'static str>) -> Self {
+    fn bad_request(message: impl Into<String>, param: Option<String>) -> Self {
         Self {
             status: StatusCode::BAD_REQUEST,
             kind: "invalid_request_error",
             code: None,
             param,
             message: message.into(),
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The response body, in OpenAI's error shape.
+    pub fn body(&self) -> Value {
+        json!({"error": {
+            "message": self.message, "type": self.kind, "param": self.param, "code": self.code,
+        }})
+    }
+}
+
+impl From<BytesRejection> for ApiError {
+    fn from(e: BytesRejection) -> Self {
+        Self {
+            status: e.status(),
+            kind: "invalid_request_error",
+            code: None,
+            param: None,
+            message: format!("request body could not be read: {}", e.body_text()),
         }
     }
 }
@@ -75,11 +105,11 @@ impl From<EngineError> for ApiError {
                 status: StatusCode::BAD_REQUEST,
                 kind: "invalid_request_error",
                 code: Some("context_length_exceeded"),
-                param: Some("messages"),
+                param: Some("messages".to_owned()),
                 message: e.to_string(),
             },
             EngineError::InvalidParameter { field, .. } => {
-                Self::bad_request(e.to_string(), Some(field))
+                Self::bad_request(e.to_string(), Some((*field).to_owned()))
             }
             EngineError::Template(_) | EngineError::Tokenizer(_) => {
                 Self::bad_request(e.to_string(), None)
@@ -108,113 +138,7 @@ impl From<EngineError> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}});
-        (self.status, Json(body)).into_response()
-    }
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum StopField {
-    One(String),
-    Many(Vec<String>),
-}
-
-#[derive(Debug, Deserialize, Default)]
-struct StreamOptions {
-    #[serde(default)]
-    include_usage: bool,
-}
-
-/// Sampling fields shared by both endpoints.
-#[derive(Debug, Deserialize)]
-struct Common {
-    #[serde(default)]
-    max_tokens: Option<usize>,
-    #[serde(default)]
-    max_completion_tokens: Option<usize>,
-    #[serde(default)]
-    temperature: Option<f32>,
-    #[serde(default)]
-    top_p: Option<f32>,
-    #[serde(default)]
-    top_k: Option<i64>,
-    #[serde(default)]
-    seed: Option<u64>,
-    #[serde(default)]
-    stop: Option<StopField>,
-    #[serde(default)]
-    stream: bool,
-    #[serde(default)]
-    stream_options: Option<StreamOptions>,
-}
-
-#[derive(Debug, Deserialize)]
-struct ChatBody {
-    #[serde(default)]
-    #[allow(dead_code)] // Accepted for compatibility: one model is served whatever is named.
-    model: Option<String>,
-    messages: Vec<ChatMessage>,
-    #[serde(flatten)]
-    common: Common,
-}
-
-#[derive(Debug, Deserialize)]
-struct ChatMessage {
-    role: String,
-    #[serde(default)]
-    content: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct CompletionBody {
-    #[serde(default)]
-    #[allow(dead_code)] // Accepted for compatibility: one model is served whatever is named.
-    model: Option<String>,
-    prompt: Value,
-    #[serde(flatten)]
-    common: Common,
-}
-
-fn params(c: &Common, default_max: usize) -> Result<SamplingParams, ApiError> {
-    let stop = match &c.stop {
-        None => Vec::new(),
-        Some(StopField::One(s)) => vec![s.clone()],
-        Some(StopField::Many(v)) => v.clone(),
-    };
-    let top_k = match c.top_k {
-        None => 0,
-        Some(k) if k <= 0 => 0,
-        Some(k) => k as usize,
-    };
-    let max = c
-        .max_completion_tokens
-        .or(c.max_tokens)
-        .unwrap_or(default_max);
-    Ok(SamplingParams::new(
-        c.temperature.unwrap_or(1.0),
-        c.top_p.unwrap_or(1.0),
-        top_k,
-        c.seed.unwrap_or(0),
-        max,
-        stop,
-    )?)
-}
-
-fn content_text(v: &Option<Value>) -> Result<String, ApiError> {
-    match v {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        // The content-parts form: concatenate the text parts.
-        Some(Value::Array(parts)) => Ok(parts
-            .iter()
-            .filter_map(|p| p.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join("")),
-        Some(_) => Err(ApiError::bad_request(
-            "message content must be a string or a list of text parts",
-            Some("messages"),
-        )),
+        (self.status, Json(self.body())).into_response()
     }
 }
 
@@ -241,43 +165,90 @@ fn unix_now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// One request's log line, written once when the request is over: its response sent, its
+/// stream finished, or its client gone (the value is then dropped with the stream).
+#[derive(Debug)]
+struct RequestLog {
+    id: String,
+    method: Method,
+    route: String,
+    arrival: Instant,
+    status: StatusCode,
+    prompt_tokens: usize,
+    completion_tokens: usize,
+    /// The finish reason, or how a stream ended early.
+    finish: Option<&'static str>,
+    /// Why the request failed, for error statuses.
+    error: Option<String>,
+}
+
+impl RequestLog {
+    fn new(headers: &HeaderMap, method: Method, route: impl Into<String>) -> Self {
+        Self {
+            id: request_id(headers),
+            method,
+            route: route.into(),
+            arrival: Instant::now(),
+            status: StatusCode::OK,
+            prompt_tokens: 0,
+            completion_tokens: 0,
+            finish: None,
+            error: None,
+        }
+    }
+
+    fn failed(&mut self, e: &ApiError) {
+        self.status = e.status;
+        self.error = Some(e.message.clone());
+    }
+
+    fn done(&mut self, c: &Completion) {
+        self.prompt_tokens = c.prompt_tokens;
+        self.completion_tokens = c.completion_tokens;
+        self.finish = Some(c.finish.as_str());
+    }
+}
+
+impl Drop for RequestLog {
+    fn drop(&mut self) {
+        tracing::info!(
+            request_id = %self.id,
+            method = %self.method,
+            route = %self.route,
+            status = self.status.as_u16(),
+            prompt_tokens = self.prompt_tokens,
+            completion_tokens = self.completion_tokens,
+            latency_ms = %format_args!("{:.1}", self.arrival.elapsed().as_secs_f64() * 1e3),
+            finish = self.finish.map(tracing::field::display),
+            error = self.error.as_deref(),
+            "request"
+        );
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Chat,
     Text,
 }
 
+impl Kind {
+    fn route(self) -> &'static str {
+        match self {
+            Kind::Chat => "/v1/chat/completions",
+            Kind::Text => "/v1/completions",
+        }
+    }
+}
+
 async fn chat_completions(
     State(st): State<AppState>,
     headers: HeaderMap,
-    body: Result<Json<ChatBody>, JsonRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let arrival = Instant::now();
-    let rid = request_id(&headers);
+    let log = RequestLog::new(&headers, Method::POST, Kind::Chat.route());
     let result = async {
-        let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text(), None))?;
-        if body.messages.is_empty() {
-            return Err(ApiError::bad_request(
-                "messages must not be empty",
-                Some("messages"),
-            ));
-        }
-        let messages = body
-            .messages
-            .iter()
-            .map(|m| {
-                Ok(Message {
-                    role: m.role.clone(),
-                    content: content_text(&m.content)?,
-                })
-            })
-            .collect::<Result<Vec<_>, ApiError>>()?;
-        let params = params(&body.common, 256)?;
-        let include_usage = body
-            .common
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage);
+        let (messages, options) = ChatRequest::parse(&body?)?.into_parts();
         let model = st.engine.model().clone();
         let pre = tokio::task::spawn_blocking(move || {
             let t0 = Instant::now();
@@ -288,46 +259,20 @@ async fn chat_completions(
         })
         .await
         .map_err(|e| ApiError::from(EngineError::Unavailable(e.to_string())))?;
-        let ids = pre.0?;
-        Ok::<_, ApiError>((
-            ids,
-            (pre.1, pre.2),
-            params,
-            body.common.stream,
-            include_usage,
-        ))
+        Ok::<_, ApiError>((pre.0?, (pre.1, pre.2), options))
     }
     .await;
-    respond(st, rid, arrival, Kind::Chat, result).await
+    respond(st, log, Kind::Chat, result).await
 }
 
 async fn completions(
     State(st): State<AppState>,
     headers: HeaderMap,
-    body: Result<Json<CompletionBody>, JsonRejection>,
+    body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    let arrival = Instant::now();
-    let rid = request_id(&headers);
+    let log = RequestLog::new(&headers, Method::POST, Kind::Text.route());
     let result = async {
-        let Json(body) = body.map_err(|e| ApiError::bad_request(e.body_text(), None))?;
-        let prompt = match &body.prompt {
-            Value::String(s) => s.clone(),
-            Value::Array(a) if a.len() == 1 && a[0].is_string() => {
-                a[0].as_str().unwrap_or_default().to_owned()
-            }
-            _ => {
-                return Err(ApiError::bad_request(
-                    "prompt must be a string (one prompt per request)",
-                    Some("prompt"),
-                ));
-            }
-        };
-        let params = params(&body.common, 16)?;
-        let include_usage = body
-            .common
-            .stream_options
-            .as_ref()
-            .is_some_and(|o| o.include_usage);
+        let (prompt, options) = CompletionRequest::parse(&body?)?.into_parts();
         let model = st.engine.model().clone();
         let pre = tokio::task::spawn_blocking(move || {
             let t0 = Instant::now();
@@ -336,40 +281,39 @@ async fn completions(
         })
         .await
         .map_err(|e| ApiError::from(EngineError::Unavailable(e.to_string())))?;
-        let ids = pre.0?;
-        Ok::<_, ApiError>((
-            ids,
-            (pre.1, pre.2),
-            params,
-            body.common.stream,
-            include_usage,
-        ))
+        Ok::<_, ApiError>((pre.0?, (pre.1, pre.2), options))
     }
     .await;
-    respond(st, rid, arrival, Kind::Text, result).await
+    respond(st, log, Kind::Text, result).await
 }
 
-type Prepared = (Vec<u32>, (Instant, Instant), SamplingParams, bool, bool);
+/// Prompt ids, the template + tokenization interval, and the request's options.
+type Prepared = (Vec<u32>, (Instant, Instant), Options);
 
 async fn respond(
     st: AppState,
-    rid: String,
-    arrival: Instant,
+    mut log: RequestLog,
     kind: Kind,
     prepared: Result<Prepared, ApiError>,
 ) -> Response {
-    let mut resp = match start(&st, &rid, arrival, prepared) {
-        Err(e) => e.into_response(),
-        Ok((rx, stream, include_usage)) => {
+    let rid = log.id.clone();
+    let mut resp = match start(&st, &mut log, prepared) {
+        Err(e) => {
+            log.failed(&e);
+            e.into_response()
+        }
+        Ok((rx, options)) => {
             let id = match kind {
                 Kind::Chat => format!("chatcmpl-{rid}"),
                 Kind::Text => format!("cmpl-{rid}"),
             };
             let model = st.engine.model().name().to_owned();
-            if stream {
-                Sse::new(sse_stream(rx, id, model, kind, include_usage)).into_response()
+            if options.stream() {
+                // The stream owns the log line from here and writes it when it ends.
+                let sse = SseState::new(rx, id, model, kind, options.include_usage(), log);
+                Sse::new(sse_stream(sse)).into_response()
             } else {
-                collect(rx, id, model, kind).await
+                collect(rx, id, model, kind, &mut log).await
             }
         }
     };
@@ -381,24 +325,24 @@ async fn respond(
 
 fn start(
     st: &AppState,
-    rid: &str,
-    arrival: Instant,
+    log: &mut RequestLog,
     prepared: Result<Prepared, ApiError>,
-) -> Result<(UnboundedReceiver<Event>, bool, bool), ApiError> {
-    let (ids, preprocess, params, stream, include_usage) = prepared?;
+) -> Result<(UnboundedReceiver<Event>, Options), ApiError> {
+    let (ids, preprocess, options) = prepared?;
+    log.prompt_tokens = ids.len();
     st.engine
         .model()
-        .check_context(ids.len(), params.max_tokens())?;
+        .check_context(ids.len(), options.params().max_tokens())?;
     let (tx, rx) = unbounded_channel();
     st.engine.submit(GenRequest {
-        id: rid.to_owned(),
+        id: log.id.clone(),
         prompt: ids,
-        params,
-        arrival,
+        params: options.params().clone(),
+        arrival: log.arrival,
         preprocess,
         events: tx,
     })?;
-    Ok((rx, stream, include_usage))
+    Ok((rx, options))
 }
 
 fn usage(c: &Completion) -> Value {
@@ -415,14 +359,23 @@ async fn collect(
     id: String,
     model: String,
     kind: Kind,
+    log: &mut RequestLog,
 ) -> Response {
     let mut text = String::new();
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Admitted { .. } => {}
-            Event::Token { text: t, .. } => text.push_str(&t),
-            Event::Failed(e) => return ApiError::from(e).into_response(),
+            Event::Token { text: t, .. } => {
+                log.completion_tokens += 1;
+                text.push_str(&t);
+            }
+            Event::Failed(e) => {
+                let e = ApiError::from(e);
+                log.failed(&e);
+                return e.into_response();
+            }
             Event::Done(c) => {
+                log.done(&c);
                 let choice = match kind {
                     Kind::Chat => {
                         json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": c.finish.as_str()})
@@ -444,10 +397,11 @@ async fn collect(
             }
         }
     }
-    ApiError::from(EngineError::Unavailable(
+    let e = ApiError::from(EngineError::Unavailable(
         "the engine dropped the request".into(),
-    ))
-    .into_response()
+    ));
+    log.failed(&e);
+    e.into_response()
 }
 
 struct SseState {
@@ -459,9 +413,33 @@ struct SseState {
     include_usage: bool,
     sent_role: bool,
     done: bool,
+    log: RequestLog,
 }
 
 impl SseState {
+    fn new(
+        rx: UnboundedReceiver<Event>,
+        id: String,
+        model: String,
+        kind: Kind,
+        include_usage: bool,
+        mut log: RequestLog,
+    ) -> Self {
+        // Until the stream ends by itself, the client went away.
+        log.finish = Some("disconnected");
+        Self {
+            rx,
+            pending: VecDeque::new(),
+            id,
+            model,
+            kind,
+            include_usage,
+            sent_role: false,
+            done: false,
+            log,
+        }
+    }
+
     fn chunk(
         &self,
         delta_text: Option<&str>,
@@ -494,6 +472,7 @@ impl SseState {
         match ev {
             Event::Admitted { .. } => {}
             Event::Token { text, .. } => {
+                self.log.completion_tokens += 1;
                 if !text.is_empty() || !self.sent_role {
                     let e = self.chunk(Some(&text), None, None);
                     self.sent_role = true;
@@ -501,6 +480,7 @@ impl SseState {
                 }
             }
             Event::Done(c) => {
+                self.log.done(&c);
                 let last = self.chunk(
                     None,
                     Some(c.finish.as_str()),
@@ -522,13 +502,11 @@ impl SseState {
                 self.done = true;
             }
             Event::Failed(e) => {
-                let ApiError {
-                    kind,
-                    code,
-                    message,
-                    ..
-                } = ApiError::from(e);
-                let v = json!({"error": {"message": message, "type": kind, "code": code}});
+                let e = ApiError::from(e);
+                // The status line went out with the first byte; the log says how it ended.
+                self.log.error = Some(e.message.clone());
+                self.log.finish = Some("error");
+                let v = json!({"error": {"message": e.message, "type": e.kind, "code": e.code}});
                 self.pending
                     .push_back(SseEvent::default().data(v.to_string()));
                 self.pending.push_back(SseEvent::default().data("[DONE]"));
@@ -538,23 +516,7 @@ impl SseState {
     }
 }
 
-fn sse_stream(
-    rx: UnboundedReceiver<Event>,
-    id: String,
-    model: String,
-    kind: Kind,
-    include_usage: bool,
-) -> impl Stream<Item = Result<SseEvent, Infallible>> {
-    let state = SseState {
-        rx,
-        pending: VecDeque::new(),
-        id,
-        model,
-        kind,
-        include_usage,
-        sent_role: false,
-        done: false,
-    };
+fn sse_stream(state: SseState) -> impl Stream<Item = Result<SseEvent, Infallible>> {
     stream::unfold(state, |mut st| async move {
         loop {
             if let Some(e) = st.pending.pop_front() {
@@ -575,7 +537,8 @@ fn sse_stream(
     })
 }
 
-async fn models(State(st): State<AppState>) -> Json<Value> {
+async fn models(State(st): State<AppState>, headers: HeaderMap) -> Json<Value> {
+    let _log = RequestLog::new(&headers, Method::GET, "/v1/models");
     let m = st.engine.model();
     Json(json!({"object": "list", "data": [{
         "id": m.name(), "object": "model", "created": unix_now(), "owned_by": "shortlist",
@@ -589,11 +552,85 @@ async fn models(State(st): State<AppState>) -> Json<Value> {
     }]}))
 }
 
-async fn metrics(State(st): State<AppState>) -> impl IntoResponse {
+async fn metrics(State(st): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
+    let _log = RequestLog::new(&headers, Method::GET, "/metrics");
     (
         [("content-type", "text/plain; version=0.0.4")],
         st.engine.metrics().render(),
     )
+}
+
+async fn health(headers: HeaderMap) -> &'static str {
+    let _log = RequestLog::new(&headers, Method::GET, "/health");
+    "ok"
+}
+
+/// Any other path: an OpenAI-shaped 404 that lists the routes.
+async fn not_found(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+    let mut log = RequestLog::new(&headers, method.clone(), uri.path());
+    let e = ApiError {
+        status: StatusCode::NOT_FOUND,
+        kind: "invalid_request_error",
+        code: Some("not_found"),
+        param: None,
+        message: format!(
+            "no route {method} {}: this server answers POST /v1/chat/completions, \
+             POST /v1/completions, GET /v1/models, GET /metrics and GET /health",
+            uri.path()
+        ),
+    };
+    log.failed(&e);
+    e.into_response()
+}
+
+/// A listening socket with the runtime that will serve it. Binding comes first, so that a busy
+/// or wrong address is reported at once, before a model is loaded for nothing.
+#[derive(Debug)]
+pub struct Listener {
+    runtime: tokio::runtime::Runtime,
+    listener: tokio::net::TcpListener,
+}
+
+impl Listener {
+    /// Listen on `addr` (`host:port`; port 0 picks a free one), with a small tokio runtime of
+    /// `io_threads` workers for the HTTP side (the compute threads live elsewhere).
+    pub fn bind(addr: &str, io_threads: usize) -> Result<Self, EngineError> {
+        Self::bind_io(addr, io_threads).map_err(|error| EngineError::Listen {
+            addr: addr.to_owned(),
+            error,
+        })
+    }
+
+    fn bind_io(addr: &str, io_threads: usize) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(io_threads.max(1))
+            .max_blocking_threads(4)
+            .thread_name("shortlist-http")
+            .enable_all()
+            .build()?;
+        let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
+        Ok(Self { runtime, listener })
+    }
+
+    /// The address bound (with the port chosen when port 0 was asked for).
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// Serve `engine` until `shutdown` resolves: then the listener closes, open responses are
+    /// finished, and the engine thread ends once the last handle is dropped.
+    pub fn serve_until(
+        self,
+        engine: EngineHandle,
+        shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<()> {
+        let Self { runtime, listener } = self;
+        runtime.block_on(async move {
+            axum::serve(listener, router(engine))
+                .with_graceful_shutdown(shutdown)
+                .await
+        })
+    }
 }
 
 /// Serve `engine` on `addr` until the process is stopped, on a small tokio runtime of
@@ -603,33 +640,22 @@ pub fn serve_blocking(
     engine: EngineHandle,
     addr: &str,
     io_threads: usize,
-    on_ready: impl FnOnce(std::net::SocketAddr),
+    on_ready: impl FnOnce(SocketAddr),
 ) -> std::io::Result<()> {
     serve_until(engine, addr, io_threads, on_ready, std::future::pending())
 }
 
-/// [`serve_blocking`] until `shutdown` resolves: then the listener closes, open responses are
-/// finished, and the engine thread ends once the last handle is dropped.
+/// [`serve_blocking`] until `shutdown` resolves (see [`Listener::serve_until`]).
 pub fn serve_until(
     engine: EngineHandle,
     addr: &str,
     io_threads: usize,
-    on_ready: impl FnOnce(std::net::SocketAddr),
+    on_ready: impl FnOnce(SocketAddr),
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(io_threads.max(1))
-        .max_blocking_threads(4)
-        .thread_name("shortlist-http")
-        .enable_all()
-        .build()?;
-    rt.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr).await?;
-        on_ready(listener.local_addr()?);
-        axum::serve(listener, router(engine))
-            .with_graceful_shutdown(shutdown)
-            .await
-    })
+    let listener = Listener::bind_io(addr, io_threads)?;
+    on_ready(listener.local_addr()?);
+    listener.serve_until(engine, shutdown)
 }
 
 /// A memory figure of this process from `/proc/self/status` (Linux), in bytes.

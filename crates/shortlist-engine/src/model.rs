@@ -16,7 +16,7 @@ use candle_core::{DType, Device, Module, Tensor};
 
 use crate::activation::GatedActivation;
 use crate::attention::BlockedAttention;
-use crate::error::{EngineError, Result};
+use crate::error::{EngineError, Result, candle_message};
 use crate::gguf::{Architecture, ModelConfig};
 use crate::qmatmul::QWeight;
 
@@ -241,7 +241,7 @@ impl<R: Read + Seek> Loader<'_, R> {
             .tensor(self.reader, name, self.device)
             .map_err(|e| EngineError::Tensor {
                 name: name.to_owned(),
-                message: e.to_string(),
+                message: candle_message(&e),
             })?;
         self.bytes += t.storage_size_in_bytes();
         Ok(t)
@@ -261,7 +261,7 @@ impl<R: Read + Seek> Loader<'_, R> {
         }
         Linear::new(Arc::new(t)).map_err(|e| EngineError::Tensor {
             name: name.to_owned(),
-            message: e.to_string(),
+            message: candle_message(&e),
         })
     }
 
@@ -269,7 +269,7 @@ impl<R: Read + Seek> Loader<'_, R> {
         let t = self.qtensor(name)?;
         let t = t.dequantize(self.device).map_err(|e| EngineError::Tensor {
             name: name.to_owned(),
-            message: e.to_string(),
+            message: candle_message(&e),
         })?;
         if t.dims() != [len] {
             return Err(EngineError::Tensor {

@@ -7,6 +7,7 @@ use anyhow::Context as _;
 use serde_json::json;
 use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
+use shortlist_engine::http::Listener;
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 
 use super::Outcome;
@@ -70,6 +71,14 @@ pub(crate) struct TokenizeArgs {
     json: bool,
 }
 
+/// The log filter when `SHORTLIST_LOG` is unset: `engine serve` logs one line per request.
+pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
+    match cmd {
+        Command::Serve(_) => "warn,shortlist_engine::http=info",
+        Command::Tokenize(_) => "warn",
+    }
+}
+
 pub(crate) fn run(cmd: Command) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Tokenize(args) => tokenize(args),
@@ -101,8 +110,8 @@ pub(crate) fn resolve_model(arg: &str) -> anyhow::Result<PathBuf> {
 
 fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
-    let tok = load_tokenizer_path(&path)
-        .with_context(|| format!("loading the tokenizer of {}", path.display()))?;
+    // The engine's errors name the model file already.
+    let tok = load_tokenizer_path(&path)?;
     let mut text = String::new();
     std::io::stdin()
         .read_to_string(&mut text)
@@ -143,12 +152,14 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
     check_cpu_features()?;
     let threads = set_compute_threads(args.threads);
     let path = resolve_model(&args.model)?;
+    // Listen before loading: a busy port is reported at once, not after the weights are read.
+    let listener = Listener::bind(&args.addr, 1)?;
     let opts = LoadOptions {
         context: Some(args.context.unwrap_or(8192)),
         ..LoadOptions::default()
     };
-    let model =
-        LoadedModel::open(&path, &opts).with_context(|| format!("loading {}", path.display()))?;
+    // The engine's errors name the model file already.
+    let model = LoadedModel::open(&path, &opts)?;
     eprintln!(
         "loaded {} in {:.2} s: {} MiB of weights, context {}, {} compute threads, tokenizer from {}",
         model.name(),
@@ -169,9 +180,12 @@ fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
         ..SchedulerConfig::default()
     };
     let engine = EngineHandle::spawn(std::sync::Arc::new(model), cfg, 1024)?;
-    shortlist_engine::http::serve_blocking(engine, &args.addr, 1, |addr| {
-        eprintln!("listening on http://{addr}")
-    })
-    .with_context(|| format!("serving on {}", args.addr))?;
+    let addr = listener
+        .local_addr()
+        .with_context(|| format!("reading the address bound for {}", args.addr))?;
+    eprintln!("listening on http://{addr}");
+    listener
+        .serve_until(engine, std::future::pending())
+        .with_context(|| format!("serving on {addr}"))?;
     Ok(Outcome::Success)
 }

@@ -82,7 +82,6 @@ pub(crate) enum Outcome {
 
 pub(crate) fn main() -> ExitCode {
     restore_sigpipe();
-    init_tracing();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -92,6 +91,10 @@ pub(crate) fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    init_tracing(match &cli.command {
+        Command::Engine(cmd) => engine::default_log_filter(cmd),
+        _ => "warn",
+    });
     // Resolved once; commands take what they need from it.
     let config = shortlist_runner::config::Config::from_env(None);
     let result = match cli.command {
@@ -155,13 +158,17 @@ fn restore_sigpipe() {
     }
 }
 
-fn init_tracing() {
+/// Logs to stderr, filtered by `SHORTLIST_LOG` (an `EnvFilter` directive), else by the command's
+/// `default` filter.
+fn init_tracing(default: &str) {
     use tracing_subscriber::EnvFilter;
     let filter =
-        EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new("warn"));
-    // Logs go to stderr so that `--json` keeps stdout to exactly one document.
+        EnvFilter::try_from_env("SHORTLIST_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    // Logs go to stderr so that `--json` keeps stdout to exactly one document; colours only on a
+    // terminal, so that a log file or a journal gets plain `key=value` lines.
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
 }
