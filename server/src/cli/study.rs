@@ -20,8 +20,8 @@ pub(crate) enum Command {
     Lock(NameArgs),
     /// Recompute a locked study's hash (exit 1 when it no longer matches).
     Verify(NameArgs),
-    /// Queue a locked study's jobs (memory fit, quality run, record per candidate) and work
-    /// through the queue; a rerun resumes where a killed one stopped.
+    /// Queue a locked study's jobs (per candidate: memory fit, quality run, load run and capacity
+    /// sweep, record) and work through the queue; a rerun resumes where a killed one stopped.
     Run(RunArgs),
     /// Print a study as stored.
     Show(NameArgs),
