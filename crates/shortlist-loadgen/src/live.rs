@@ -24,7 +24,7 @@ pub struct LiveStats {
 }
 
 fn histogram() -> Histogram<u64> {
-    // 1 µs to 1 hour at 3 significant digits (METRICS.md's default).
+    // 1 µs to 1 hour at 3 significant digits (docs/metrics.md's default).
     Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
 }
 

@@ -127,8 +127,8 @@ pub struct EngineChunkTiming {
 }
 
 impl EngineTimings {
-    /// The stage durations of METRICS.md: preprocess, queue (queued → admitted), prefill (first
-    /// chunk start → last chunk end), decode (first → last token), postprocess.
+    /// The stage durations of docs/metrics.md: preprocess, queue (queued → admitted), prefill
+    /// (first chunk start → last chunk end), decode (first → last token), postprocess.
     pub fn stages(&self) -> shortlist_measure::record::Stages {
         let span = |a: f64, b: f64| (b >= a && a.is_finite() && b.is_finite()).then_some(b - a);
         let prefill = match (self.prefill_chunks.first(), self.prefill_chunks.last()) {

@@ -1,4 +1,4 @@
-//! The report of METRICS.md, computed from request records in one streaming pass.
+//! The report of docs/metrics.md, computed from request records in one streaming pass.
 //!
 //! Accounting rules (they are printed with every report):
 //! - Attempts belong to the window by their scheduled arrival, whenever they finish; the drain after
@@ -27,7 +27,7 @@ use crate::slo::{CancelledPolicy, Clause, Slo};
 /// The format tag of `shortlist analyze --json`.
 pub const REPORT_FORMAT: &str = "shortlist.report.v1";
 
-/// Knobs of the analysis, with the defaults of METRICS.md.
+/// Knobs of the analysis, with the defaults of docs/metrics.md.
 #[derive(Debug, Clone)]
 pub struct AnalyzeOptions {
     /// The SLO requests are judged by.
@@ -823,7 +823,7 @@ impl Span {
     }
 }
 
-/// The client-bound check of METRICS.md: a lag material to the offered rate (p99, with enough
+/// The client-bound check of docs/metrics.md: a lag material to the offered rate (p99, with enough
 /// samples for a p99 to be a tail) or a sent rate short of the offered one. A run whose target
 /// answered nothing is not client-bound: the target is.
 fn client_bound_check(

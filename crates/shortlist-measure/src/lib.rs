@@ -1,4 +1,4 @@
-//! Shortlist's measurement core: request records in, the report of METRICS.md out.
+//! Shortlist's measurement core: request records in, the report of docs/metrics.md out.
 //!
 //! This crate is pure: it reads no clock, file, network or environment. Inputs arrive as
 //! `BufRead` streams or values; every number it produces names its population.

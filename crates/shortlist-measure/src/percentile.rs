@@ -37,7 +37,7 @@ impl Quantile {
     }
 
     /// The fewest samples for which this quantile is not simply the maximum: p99 needs 100,
-    /// p99.9 needs 1,000 (METRICS.md).
+    /// p99.9 needs 1,000 (docs/metrics.md).
     pub fn samples_needed(self) -> u64 {
         let tail = 1_000_000 - u64::from(self.ppm);
         if tail == 0 {

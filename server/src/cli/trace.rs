@@ -1,5 +1,5 @@
 //! `shortlist trace`: synthesize the practice traces, import public traces, describe a trace and
-//! fit a new one to it (FORMATS.md, "Workload trace" and "Commands").
+//! fit a new one to it (docs/formats.md, "Workload trace" and "The command line").
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -462,7 +462,7 @@ fn print_rows(columns: &[(&str, &TraceStats)]) {
         }
         println!("{line}");
     }
-    // METRICS.md: a percentile with fewer samples than it needs is printed with a warning.
+    // docs/metrics.md: a percentile with fewer samples than it needs is printed with a warning.
     for (name, s) in columns {
         if s.requests > 0 && s.requests < 100 {
             println!(

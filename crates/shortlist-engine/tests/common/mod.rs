@@ -15,7 +15,7 @@ pub fn data(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// The path of the MODELS.md model `name` in the models folder, or `None` (with the reason
+/// The path of the docs/models.md model `name` in the models folder, or `None` (with the reason
 /// printed) when it has not been fetched.
 pub fn model(name: &str) -> Option<PathBuf> {
     let spec = MODELS.iter().find(|m| m.name == name).expect("known model");
