@@ -9,7 +9,7 @@ use std::process::{Child, Stdio};
 use serde_json::Value;
 use shortlist_workload::synth::{Shape, SynthSpec, synthesize};
 
-use crate::support::{data, run, shortlist, stderr, stdout};
+use crate::support::{Mock, data, run, shortlist, stderr, stdout};
 
 const SIM: &str = "sim:max_batch=32,prefill_tps=50000,prefill_overhead_ms=5,decode_ms=5,decode_per_seq_ms=0.2,cache_tokens=50000";
 
@@ -30,49 +30,6 @@ fn bench(args: &[&str]) -> std::process::Output {
     let mut all = vec!["bench", "--quiet"];
     all.extend_from_slice(args);
     run(&all)
-}
-
-/// The mock as a child process on a free port; killed (by its own id) when dropped, and it stops
-/// by itself after 60 s in any case.
-struct Mock {
-    child: Child,
-    url: String,
-}
-
-impl Mock {
-    fn start(extra: &[&str]) -> Mock {
-        let mut child = shortlist()
-            .args([
-                "mock",
-                "serve",
-                "--addr",
-                "127.0.0.1:0",
-                "--max-seconds",
-                "60",
-                "--threads",
-                "1",
-            ])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        Mock {
-            child,
-            url: line.trim().to_owned(),
-        }
-    }
-}
-
-impl Drop for Mock {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 #[test]

@@ -13,3 +13,4 @@ mod store;
 mod study;
 mod support;
 mod trace;
+mod verdicts;

@@ -62,3 +62,53 @@ pub fn smollm2() -> Option<PathBuf> {
         None
     }
 }
+
+/// `shortlist mock serve` as a child process on a free port; killed when dropped, and it stops by
+/// itself after 60 s in any case.
+pub struct Mock {
+    child: std::process::Child,
+    pub url: String,
+}
+
+impl Mock {
+    /// The mock with these extra arguments (e.g. `--answers FILE`).
+    pub fn start(extra: &[&str]) -> Mock {
+        Mock::start_at("127.0.0.1:0", extra)
+    }
+
+    /// The mock at `addr` (e.g. the address a stopped one had).
+    pub fn start_at(addr: &str, extra: &[&str]) -> Mock {
+        use std::io::BufRead as _;
+        let mut child = shortlist()
+            .args([
+                "mock",
+                "serve",
+                "--addr",
+                addr,
+                "--max-seconds",
+                "60",
+                "--threads",
+                "1",
+            ])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Mock {
+            child,
+            url: line.trim().to_owned(),
+        }
+    }
+}
+
+impl Drop for Mock {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -20,7 +20,9 @@ pub(crate) struct Args {
     /// Override the measurement window, seconds since the run started: `A..B`.
     #[arg(long, value_parser = parse_window)]
     window: Option<(f64, f64)>,
-    /// Schedule-lag p99 above which the run is client-bound, in ms.
+    /// The floor of the schedule-lag allowance, in ms: the run is client-bound when the lag p99
+    /// (over at least 100 sent attempts) exceeds the larger of this and 1 % of the mean
+    /// inter-arrival time, or when it sent under 99 % of the offered rate.
     #[arg(long, default_value_t = 1.0)]
     client_bound_ms: f64,
     /// Gap above which a chunk gap is a stall, in ms (default: the SLO's `stall_ms`, else 250).

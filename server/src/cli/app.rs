@@ -14,11 +14,34 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("starting the runtime")
 }
 
-/// The service over the database the configuration names.
+/// The service over the database the configuration names (created when missing).
 pub(crate) async fn service(config: &Config) -> anyhow::Result<StudyService> {
     StudyService::connect(config.clone())
         .await
         .context("opening the database (DATABASE_URL; default: shortlist.db in this folder)")
+}
+
+/// The service over a database that must exist already: a command that only reads does not
+/// leave an empty database behind when it is run in the wrong folder.
+pub(crate) async fn existing_service(config: &Config) -> anyhow::Result<StudyService> {
+    if let Some(path) = sqlite_path(&config.database_url)
+        && !std::path::Path::new(&path).exists()
+    {
+        anyhow::bail!(
+            "no database at {path}: create a study first (`shortlist study create FILE`), or point DATABASE_URL at the database"
+        );
+    }
+    service(config).await
+}
+
+/// The file of a `sqlite://PATH?...` URL (`None` for in-memory databases and other backends).
+fn sqlite_path(url: &str) -> Option<String> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    let path = rest.split('?').next().unwrap_or_default();
+    (!path.is_empty() && !path.contains(":memory:") && !url.contains("mode=memory"))
+        .then(|| path.to_owned())
 }
 
 /// A stop signal that turns true on Ctrl-C, watched from a thread of its own (the load steps

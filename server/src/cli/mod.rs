@@ -64,10 +64,13 @@ enum Command {
     Models(models::Command),
     /// A selection record (JSON export) as the one-page PDF (A4 or Letter) and its SVG charts.
     Report(report::Args),
-    /// Studies fixed in advance: create, lock, verify, run (queued jobs, resumable), show.
+    /// Studies fixed in advance: create, lock, verify, run (queued jobs, resumable), show, status.
+    /// They are stored in the database DATABASE_URL names (default: the SQLite file shortlist.db
+    /// in the current folder; postgres://USER:PASSWORD@HOST/DATABASE for PostgreSQL).
     #[command(subcommand)]
     Study(study::Command),
-    /// A candidate's selection record in a study: text, JSON export, or the one-page PDF.
+    /// A candidate's selection record in a study: text, JSON export, or the one-page PDF (read
+    /// from the database DATABASE_URL names).
     Record(record::Args),
 }
 

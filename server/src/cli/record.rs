@@ -48,7 +48,7 @@ pub(crate) struct Args {
 pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
     let rt = super::app::runtime()?;
     let view = rt.block_on(async {
-        let service = super::app::service(config).await?;
+        let service = super::app::existing_service(config).await?;
         service
             .record(&a.study, a.version, &a.candidate, a.generation)
             .await

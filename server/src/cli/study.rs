@@ -125,7 +125,11 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
     }
     let rt = runtime()?;
     rt.block_on(async move {
-        let service = service(&config).await?;
+        // Only `create` may make a new database.
+        let service = match &cmd {
+            Command::Create(_) => service(&config).await?,
+            _ => super::app::existing_service(&config).await?,
+        };
         match cmd {
             Command::Create(a) => create(&service, a).await,
             Command::Lock(a) => lock(&service, a).await,
