@@ -2,9 +2,8 @@
 //! target on virtual time (practice traces, thermostat, sweeps), the HTTP target against the mock
 //! on loopback (bounded and self-stopping), bad targets and bad input.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Stdio};
+use std::process::Stdio;
 
 use serde_json::Value;
 use shortlist_workload::synth::{Shape, SynthSpec, synthesize};
