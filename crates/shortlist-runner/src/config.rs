@@ -26,8 +26,9 @@ pub struct Config {
 impl Config {
     /// Settings from the environment and the command line, resolved once at start-up:
     /// `DATABASE_URL` (else [`DEFAULT_DATABASE_URL`]), `SHORTLIST_MODELS_DIR` (else
-    /// `~/.cache/shortlist/models`), `threads` (else cores − 1, at least 1, so a core is left to
-    /// the load generator and the HTTP server during load runs).
+    /// `~/.cache/shortlist/models`), threads from `CANDLE_NUM_THREADS` when set (candle's own
+    /// setting wins), else `threads`, else cores − 1 and at least 1, so a core is left to the load
+    /// generator and the HTTP server during load runs.
     pub fn from_env(threads: Option<usize>) -> Config {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let home = PathBuf::from(var("HOME").unwrap_or_default());
@@ -39,7 +40,11 @@ impl Config {
             database_url: var("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
             models_dir,
             home,
-            threads: threads.unwrap_or(cores.saturating_sub(1)).max(1),
+            threads: var("CANDLE_NUM_THREADS")
+                .and_then(|t| t.parse().ok())
+                .or(threads)
+                .unwrap_or(cores.saturating_sub(1))
+                .max(1),
             worker: format!("{}-{}", hostname(), std::process::id()),
         }
     }

@@ -144,8 +144,8 @@ pub struct Traffic {
     /// Attainment a candidate must hold at the target rate (default 0.9).
     #[serde(default)]
     pub attainment_target: Option<f64>,
-    /// Offered rates of the capacity sweep (req/s). Default: 1×, 2× and 4× the target rate, and
-    /// ½× when the target rate misses the attainment target.
+    /// Offered rates of the capacity sweep (req/s). Default: the capacity search from the target
+    /// rate (doubling, then bisecting; see the runner's capacity policy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sweep_rps: Option<Vec<f64>>,
 }

@@ -112,7 +112,10 @@ pub(crate) struct Args {
 
 /// The target a `--target` names, and the in-process server of `engine:MODEL` (kept alive as
 /// long as the returned value).
-pub(crate) fn load_target(args: &TargetArgs) -> anyhow::Result<(LoadTarget, Option<Served>)> {
+pub(crate) fn load_target(
+    args: &TargetArgs,
+    threads: usize,
+) -> anyhow::Result<(LoadTarget, Option<Served>)> {
     let spec = args.target.as_str();
     if spec == "sim" || spec.starts_with("sim:") {
         return Ok((LoadTarget::Sim(SimConfig::parse(spec)?), None));
@@ -124,10 +127,6 @@ pub(crate) fn load_target(args: &TargetArgs) -> anyhow::Result<(LoadTarget, Opti
             );
         }
         let path = super::engine::resolve_model(model)?;
-        let threads = std::env::var("CANDLE_NUM_THREADS")
-            .ok()
-            .and_then(|t| t.parse().ok())
-            .unwrap_or(1);
         // The engine's errors name the file themselves.
         let served = Served::start(&CandidateSpec::Gguf(path.clone()), model, threads)?;
         eprintln!("loaded {} in {:.2} s", served.model, served.load_s);
@@ -178,7 +177,10 @@ pub(crate) fn run_options(
     })
 }
 
-pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(crate) fn run(
+    args: Args,
+    config: &shortlist_runner::config::Config,
+) -> anyhow::Result<Outcome> {
     let mut inputs = vec![("trace", args.trace.as_path())];
     if let Some(slo) = &args.slo {
         inputs.push(("SLO", slo.as_path()));
@@ -219,7 +221,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
             }
         }
     };
-    let (target, _served) = load_target(&args.target)?;
+    let (target, _served) = load_target(&args.target, config.threads)?;
     let workload = Arc::new(workload);
     let output = RunOutput {
         path: Some(args.output.clone()),

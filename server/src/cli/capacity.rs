@@ -86,7 +86,10 @@ fn percent(value: Option<f64>) -> String {
     value.map_or_else(|| "—".to_owned(), |v| format!("{:.1} %", v * 100.0))
 }
 
-pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
+pub(crate) fn run(
+    args: Args,
+    config: &shortlist_runner::config::Config,
+) -> anyhow::Result<Outcome> {
     let slo = read_slo(Some(&args.slo))?;
     let target_attainment = args.attainment.or(slo.attainment_target()).unwrap_or(0.9);
     if !(0.0..=1.0).contains(&target_attainment) {
@@ -109,7 +112,7 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot create", dir.display()))?;
     }
-    let (target, _served) = load_target(&args.target)?;
+    let (target, _served) = load_target(&args.target, config.threads)?;
     let options = StepOptions {
         timeout: step_timeout(&args.target)?,
         retries: args.target.retries,

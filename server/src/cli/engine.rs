@@ -10,6 +10,8 @@ use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::http::Listener;
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 
+use shortlist_runner::config::Config;
+
 use super::Outcome;
 use super::output::print_json;
 
@@ -33,9 +35,10 @@ pub(crate) struct ServeArgs {
     /// Context window to enforce (default: the model's, capped at 8192).
     #[arg(long)]
     context: Option<usize>,
-    /// Compute threads (default: cores - 1, at least 1, so that one core is left to the server).
+    /// Compute threads (default: cores - 1, at least 1, so that one core is left to the server;
+    /// CANDLE_NUM_THREADS in the environment wins).
     #[arg(long)]
-    threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
     /// Sequences decoded together.
     #[arg(long, default_value_t = 8)]
     max_running: usize,
@@ -79,10 +82,18 @@ pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
     }
 }
 
-pub(crate) fn run(cmd: Command) -> anyhow::Result<Outcome> {
+/// The compute threads a command asks for, if it asks.
+pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
+    match cmd {
+        Command::Serve(args) => args.threads,
+        Command::Tokenize(_) => None,
+    }
+}
+
+pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Tokenize(args) => tokenize(args),
-        Command::Serve(args) => serve(args),
+        Command::Serve(args) => serve(args, config),
     }
 }
 
@@ -129,28 +140,9 @@ fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// Size candle's compute pools (`threads`, default cores - 1 and at least 1, leaving a core to
-/// the server) unless the environment already does; returns the count. Call before any thread
-/// is started: candle reads the sizes from the environment on first use.
-pub(crate) fn set_compute_threads(threads: Option<usize>) -> usize {
-    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
-    let threads = threads.unwrap_or(cores.saturating_sub(1)).max(1);
-    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
-        if std::env::var_os(var).is_none() {
-            // SAFETY: called first thing in the command, before it starts any thread that could
-            // read the environment concurrently.
-            unsafe { std::env::set_var(var, threads.to_string()) };
-        }
-    }
-    std::env::var("CANDLE_NUM_THREADS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(threads)
-}
-
-fn serve(args: ServeArgs) -> anyhow::Result<Outcome> {
+fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
     check_cpu_features()?;
-    let threads = set_compute_threads(args.threads);
+    let threads = config.threads;
     let path = resolve_model(&args.model)?;
     // Listen before loading: a busy port is reported at once, not after the weights are read.
     let listener = Listener::bind(&args.addr, 1)?;

@@ -99,16 +99,22 @@ pub(crate) fn main() -> ExitCode {
         _ => "warn",
     });
     // Resolved once; commands take what they need from it.
-    let config = shortlist_runner::config::Config::from_env(None);
+    let threads = match &cli.command {
+        Command::Engine(cmd) => engine::requested_threads(cmd),
+        Command::Study(cmd) => study::requested_threads(cmd),
+        _ => None,
+    };
+    let config = shortlist_runner::config::Config::from_env(threads);
+    apply_compute_threads(config.threads);
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
         Command::Trace(cmd) => trace::run(cmd),
-        Command::Bench(args) => bench::run(args),
-        Command::Capacity(args) => capacity::run(args),
+        Command::Bench(args) => bench::run(args, &config),
+        Command::Capacity(args) => capacity::run(args, &config),
         Command::Mock(cmd) => mock::run(cmd),
         Command::Eval(cmd) => eval::run(cmd),
-        Command::Engine(cmd) => engine::run(cmd),
+        Command::Engine(cmd) => engine::run(cmd, &config),
         Command::Models(cmd) => models::run(cmd),
         Command::Report(args) => report::run(args),
         Command::Study(cmd) => study::run(cmd, &config),
@@ -149,6 +155,19 @@ fn class_of(err: &anyhow::Error) -> ErrorClass {
         }
     }
     ErrorClass::BadInput
+}
+
+/// Size candle's compute pools. candle reads them from `CANDLE_NUM_THREADS` /
+/// `RAYON_NUM_THREADS` on first use and offers no other way, so this — called from `main` before
+/// any thread exists, with the one resolved thread count — is the program's only write to its
+/// environment; a value the user set is kept (and was read into the configuration).
+fn apply_compute_threads(threads: usize) {
+    for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
+        if std::env::var_os(var).is_none() {
+            // SAFETY: no other thread exists yet that could read the environment concurrently.
+            unsafe { std::env::set_var(var, threads.to_string()) };
+        }
+    }
 }
 
 /// Writing to a closed pipe (`shortlist study show S | head -1`) ends the process quietly, as

@@ -108,21 +108,25 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     queue_only: bool,
     /// Compute threads of the candidates' engine (default: cores - 1, at least 1, so that one
-    /// core is left to the load generator and the HTTP server during load runs).
+    /// core is left to the load generator and the HTTP server during load runs;
+    /// CANDLE_NUM_THREADS in the environment wins).
     #[arg(long)]
-    threads: Option<usize>,
+    pub(crate) threads: Option<usize>,
     /// Print one JSON document at the end.
     #[arg(long)]
     json: bool,
 }
 
-pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
-    let mut config = config.clone();
-    if let Command::Run(a) = &cmd
-        && let Some(threads) = a.threads
-    {
-        config.threads = threads.max(1);
+/// The compute threads a command asks for, if it asks.
+pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
+    match cmd {
+        Command::Run(a) => a.threads,
+        _ => None,
     }
+}
+
+pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
+    let config = config.clone();
     let rt = runtime()?;
     rt.block_on(async move {
         // Only `create` may make a new database.
