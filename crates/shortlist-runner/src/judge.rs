@@ -44,6 +44,69 @@ pub fn parse_judge_arg(arg: &str) -> Result<(String, CandidateSpec), RunError> {
     Ok((name.to_owned(), spec))
 }
 
+/// Parses every `--judge NAME=SOURCE` before anything is loaded, so bad input fails fast; a
+/// judge named twice is refused.
+pub fn parse_judge_args(args: &[String]) -> Result<Vec<(String, CandidateSpec)>, RunError> {
+    let mut out: Vec<(String, CandidateSpec)> = Vec::new();
+    for arg in args {
+        let (name, spec) = parse_judge_arg(arg)?;
+        if out.iter().any(|(n, _)| *n == name) {
+            return Err(RunError::Candidate {
+                spec: arg.clone(),
+                why: format!("judge `{name}` is given twice"),
+            });
+        }
+        out.push((name, spec));
+    }
+    Ok(out)
+}
+
+/// The judge names an eval set's judge checks use.
+pub fn judge_names(set: &EvalSet) -> std::collections::BTreeSet<String> {
+    set.cases()
+        .iter()
+        .flat_map(|c| c.checks())
+        .filter_map(|k| match k.kind() {
+            CheckKind::Judge(j) => Some(j.judge().to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The one way a run's judges are opened: each `(name, source)` loaded, and a warning for each
+/// judge given that no check names and each check's judge that was not given (its checks then
+/// stay unscored). `on_ready(name, model, seconds)` hears each judge as it is ready.
+pub fn open_judges(
+    set: &EvalSet,
+    specs: Vec<(String, CandidateSpec)>,
+    source: &str,
+    mut on_ready: impl FnMut(&str, &str, f64),
+) -> Result<(Judges, Vec<String>), RunError> {
+    let wanted = judge_names(set);
+    let mut warnings = Vec::new();
+    let mut judges = Judges::default();
+    for (name, spec) in specs {
+        if !wanted.contains(&name) {
+            warnings.push(format!(
+                "--judge {name}: no judge check in {source} names judge `{name}` (they name: {})",
+                wanted.iter().cloned().collect::<Vec<_>>().join(", ")
+            ));
+        }
+        let loading = std::time::Instant::now();
+        let generator = crate::candidate::open(&spec)?;
+        on_ready(&name, &generator.name(), loading.elapsed().as_secs_f64());
+        judges.insert(name, generator);
+    }
+    for name in &wanted {
+        if !judges.contains(name) {
+            warnings.push(format!(
+                "{source} has judge checks judged by `{name}`, and no --judge {name}=SOURCE was given: they stay unscored"
+            ));
+        }
+    }
+    Ok((judges, warnings))
+}
+
 /// The judges of a run: judge names (as the eval set's checks use them) mapped to generators,
 /// the calibration records on file, and how a judge is asked.
 pub struct Judges {

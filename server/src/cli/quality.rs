@@ -1,7 +1,6 @@
 //! `shortlist eval run`: one candidate over one eval set, resumable case by case, with LLM judges
 //! for the judge checks; `shortlist eval calibrate-judge`: a judge against human labels.
 
-use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -10,9 +9,10 @@ use shortlist_evals::EvalSet;
 use shortlist_evals::score::judge::{
     GatePolicy, JudgeCalibration, calibration_items, parse_labels,
 };
-use shortlist_evals::set::CheckKind;
 use shortlist_runner::candidate::{CandidateSpec, Decoding, open};
-use shortlist_runner::judge::{JUDGE_MAX_TOKENS, Judges, calibrate, parse_judge_arg};
+use shortlist_runner::judge::{
+    JUDGE_MAX_TOKENS, Judges, calibrate, open_judges, parse_judge_arg, parse_judge_args,
+};
 use shortlist_runner::quality::{Progress, run_quality_on};
 
 use super::Outcome;
@@ -100,60 +100,16 @@ pub(crate) fn load_calibrations(paths: &[PathBuf]) -> anyhow::Result<Vec<JudgeCa
         .collect()
 }
 
-/// The judge names the set's judge checks use.
-fn judge_names(set: &EvalSet) -> BTreeSet<String> {
-    set.cases()
-        .iter()
-        .flat_map(|c| c.checks())
-        .filter_map(|k| match k.kind() {
-            CheckKind::Judge(j) => Some(j.judge().to_owned()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Parses every `--judge NAME=SOURCE` before anything is loaded, so bad input fails fast.
-fn parse_judges(args: &[String]) -> anyhow::Result<Vec<(String, CandidateSpec)>> {
-    let mut out: Vec<(String, CandidateSpec)> = Vec::new();
-    for arg in args {
-        let (name, spec) = parse_judge_arg(arg)?;
-        if out.iter().any(|(n, _)| *n == name) {
-            anyhow::bail!("--judge {arg}: judge `{name}` is given twice");
-        }
-        out.push((name, spec));
-    }
-    Ok(out)
-}
-
-fn open_judges(
+fn open_judges_reporting(
     set: &EvalSet,
     specs: Vec<(String, CandidateSpec)>,
     source: &str,
 ) -> anyhow::Result<Judges> {
-    let wanted = judge_names(set);
-    let mut judges = Judges::default();
-    for (name, spec) in specs {
-        if !wanted.contains(&name) {
-            eprintln!(
-                "warning: --judge {name}: no judge check in {source} names judge `{name}` (they name: {})",
-                wanted.iter().cloned().collect::<Vec<_>>().join(", ")
-            );
-        }
-        let loading = Instant::now();
-        let generator = open(&spec).with_context(|| format!("opening judge {name}"))?;
-        eprintln!(
-            "judge {name} = {} ready in {:.1} s",
-            generator.name(),
-            loading.elapsed().as_secs_f64()
-        );
-        judges.insert(name, generator);
-    }
-    for name in &wanted {
-        if !judges.contains(name) {
-            eprintln!(
-                "warning: {source} has judge checks judged by `{name}`, and no --judge {name}=SOURCE was given: they stay unscored"
-            );
-        }
+    let (judges, warnings) = open_judges(set, specs, source, |name, model, seconds| {
+        eprintln!("judge {name} = {model} ready in {seconds:.1} s");
+    })?;
+    for warning in warnings {
+        eprintln!("warning: {warning}");
     }
     Ok(judges)
 }
@@ -194,7 +150,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
             &[("progress file", progress_path.as_path())],
         )?;
     }
-    let judge_specs = parse_judges(&a.judges)?;
+    let judge_specs = parse_judge_args(&a.judges)?;
     let calibrations = load_calibrations(&a.judge_calibrations)?;
     let loading = Instant::now();
     let mut generator =
@@ -204,7 +160,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         generator.name(),
         loading.elapsed().as_secs_f64()
     );
-    let mut judges = open_judges(&set, judge_specs, &source)?
+    let mut judges = open_judges_reporting(&set, judge_specs, &source)?
         .with_calibrations(calibrations, GatePolicy::default())
         .with_max_tokens(a.judge_max_tokens);
     let mut progress =
