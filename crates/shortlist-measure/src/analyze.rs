@@ -41,8 +41,8 @@ pub struct AnalyzeOptions {
     /// The share of the mean inter-arrival time a lag may reach before it is material to the
     /// offered rate (default 1 %).
     pub client_bound_fraction: f64,
-    /// Sent attempts needed before the lag's p99 is judged (default 100: below it the p99 is the
-    /// maximum, one scheduling hiccup, and only the sent-rate check applies).
+    /// Sent attempts needed before the client is judged at all (default 100: below it the lag's
+    /// p99 is the maximum and the sent rate over a short span moves with one scheduling hiccup).
     pub client_bound_min_samples: u64,
     /// The run is client-bound when the rate actually sent falls below this share of the offered
     /// rate (default 99 %).
@@ -840,12 +840,15 @@ fn client_bound_check(
             o.client_bound_lag_s.max(o.client_bound_fraction / r)
         });
         let samples = lag.count;
+        // Both checks need enough sent attempts: with fewer, a p99 is the maximum and a sent
+        // rate over a short span moves with one hiccup; neither says the client fell behind.
         let lag_judged = samples >= o.client_bound_min_samples;
         let lag_over = lag_judged && lag.p99.is_some_and(|p| p > threshold);
-        let short = match (offered, sent) {
-            (Some(offered), Some(sent)) => sent < o.client_bound_sent_share * offered,
-            _ => false,
-        };
+        let short = lag_judged
+            && match (offered, sent) {
+                (Some(offered), Some(sent)) => sent < o.client_bound_sent_share * offered,
+                _ => false,
+            };
         let client_bound = !unreachable && (lag_over || short);
         let ms = |v: f64| crate::error::Millis(v).to_string();
         let lag_text = match (lag.p99, lag_judged) {
@@ -864,10 +867,13 @@ fn client_bound_check(
             (None, _) => "no attempt was sent".to_owned(),
         };
         let rate_text = match (offered, sent) {
-            (Some(offered), Some(sent)) => format!(
+            (Some(offered), Some(sent)) if lag_judged => format!(
                 "sent {sent:.3} req/s of {offered:.3} req/s offered ({:.2} %, at least {:.0} % needed)",
                 100.0 * sent / offered,
                 o.client_bound_sent_share * 100.0
+            ),
+            (Some(offered), Some(sent)) => format!(
+                "sent rate not judged either: {sent:.3} req/s of {offered:.3} req/s offered"
             ),
             _ => "sent rate not judged (fewer than two sends)".to_owned(),
         };

@@ -263,15 +263,17 @@ pub(crate) fn render(source: &str, r: &Report) -> String {
         )),
         None => line("  Little's law: no attempt has a known end time".to_owned()),
     }
+    let detail = &r.checks.client_bound_detail;
     line(format!(
-        "  schedule lag p99 {} ms (client-bound above {} ms): {}",
-        ms(r.checks.client_bound_detail.schedule_lag_p99_s),
-        ms(Some(r.checks.client_bound_detail.threshold_s)),
-        if r.checks.client_bound {
+        "  client-bound check: {} — {}",
+        if r.checks.unreachable.is_some() {
+            "not judged (the target answered nothing)"
+        } else if r.checks.client_bound {
             "CLIENT-BOUND"
         } else {
             "ok"
-        }
+        },
+        detail.rule
     ));
     let tc = &r.checks.token_counts;
     line(format!(

@@ -35,7 +35,7 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     progress: Option<PathBuf>,
     /// Most tokens generated per case (at least 1).
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, default_value_t = 256, value_parser = positive_tokens)]
     max_tokens: u64,
     /// Sample with this temperature instead of greedy decoding (needs --seed).
     #[arg(long, requires = "seed")]
@@ -98,6 +98,15 @@ pub(crate) fn load_calibrations(paths: &[PathBuf]) -> anyhow::Result<Vec<JudgeCa
             )?)
         })
         .collect()
+}
+
+/// A token count of at least 1.
+fn positive_tokens(text: &str) -> Result<u64, String> {
+    match text.parse::<u64>() {
+        Ok(0) => Err("0: a case needs at least one generated token".to_owned()),
+        Ok(n) => Ok(n),
+        Err(_) => Err(format!("`{text}` is not a number of tokens")),
+    }
 }
 
 fn open_judges_reporting(
