@@ -326,9 +326,15 @@ async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Result<Outcome
         );
         for j in &g.jobs {
             let progress = j.progress.as_ref().map_or_else(String::new, |p| {
-                let done = p
-                    .fraction()
-                    .map_or_else(String::new, |f| format!(" {:.0} %", f * 100.0));
+                let done = p.fraction().map_or_else(String::new, |f| {
+                    format!(
+                        " {:.0} %{}",
+                        f * 100.0,
+                        p.eta_s
+                            .filter(|_| j.state == "running")
+                            .map_or_else(String::new, |s| format!(" (ETA {:.0} s)", s))
+                    )
+                });
                 format!(
                     "{done}{}",
                     p.message
