@@ -220,6 +220,11 @@ fn verdict_view(r: &SelectionRecord) -> VerdictView {
                     "the load run was client-bound, so its latencies describe the client".into(),
                 );
             }
+            // What the runs left unresolved (errors outside the model, steps not run), except
+            // the client-bound load run, said above.
+            for missing in r.incomplete.iter().filter(|m| !m.contains("client-bound")) {
+                why.push(clip(missing, 120));
+            }
             VerdictView {
                 word: "INCOMPLETE".into(),
                 tone: "warn".into(),

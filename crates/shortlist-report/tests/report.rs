@@ -189,3 +189,21 @@ proptest! {
         prop_assert!(visible <= 120, "title of {} characters", visible);
     }
 }
+
+/// A record whose runs left errors unresolved says so beside its verdict.
+#[test]
+fn an_incomplete_record_names_what_is_missing() {
+    let mut r = shortlist_report::sample::sample_record();
+    r.verdict = shortlist_study::record::Verdict::Incomplete;
+    r.incomplete = vec![
+        "2 quality cases ended in an error outside the model and were not scored: c1 (HTTP 503); c2 (HTTP 503)"
+            .to_owned(),
+    ];
+    let v = shortlist_report::view::view(&r, "a4");
+    assert_eq!(v.verdict.word, "INCOMPLETE");
+    assert!(
+        v.verdict.reason.contains("error outside the model"),
+        "{}",
+        v.verdict.reason
+    );
+}
