@@ -2,6 +2,7 @@
 //! together. One module per capability.
 
 mod architecture;
+mod browser;
 mod engine;
 mod eval;
 mod judge;
@@ -14,3 +15,4 @@ mod study;
 mod support;
 mod trace;
 mod verdicts;
+mod web;

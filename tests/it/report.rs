@@ -6,7 +6,7 @@ use shortlist_report::sample::extreme_record;
 use crate::support::{run, stderr, stdout};
 
 /// Page objects in a PDF (`/Type /Page`, not `/Pages`); typst-pdf writes them uncompressed.
-fn page_objects(pdf: &[u8]) -> usize {
+pub fn page_objects(pdf: &[u8]) -> usize {
     let text = String::from_utf8_lossy(pdf);
     text.match_indices("/Type")
         .filter(|(at, _)| {

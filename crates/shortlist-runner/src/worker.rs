@@ -79,6 +79,13 @@ impl Worker {
         }
     }
 
+    /// This worker under another name (several workers in one process).
+    pub fn with_name(mut self, name: impl Into<String>) -> Worker {
+        self.name = name.into();
+        self.executor.worker = self.name.clone();
+        self
+    }
+
     /// This worker with another first-retry backoff (tests use a short one).
     pub fn with_backoff(mut self, backoff: Duration) -> Worker {
         self.backoff = backoff;

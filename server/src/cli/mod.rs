@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use shortlist_runner::ErrorClass;
 
 mod analyze;
-mod app;
+pub(crate) mod app;
 mod bench;
 mod capacity;
 mod engine;
@@ -69,6 +69,9 @@ enum Command {
     /// in the current folder; postgres://USER:PASSWORD@HOST/DATABASE for PostgreSQL).
     #[command(subcommand)]
     Study(study::Command),
+    /// The web workbench: studies, live runs, side-by-side comparison and records in the browser
+    /// (server-rendered), with in-process workers; the database DATABASE_URL names.
+    Serve(crate::web::ServeArgs),
     /// A candidate's selection record in a study: text, JSON export, or the one-page PDF (read
     /// from the database DATABASE_URL names).
     Record(record::Args),
@@ -119,6 +122,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Report(args) => report::run(args),
         Command::Study(cmd) => study::run(cmd, &config),
         Command::Record(args) => record::run(args, &config),
+        Command::Serve(args) => crate::web::run(args, &config),
     };
     match result {
         Ok(Outcome::Success) => ExitCode::SUCCESS,

@@ -57,6 +57,9 @@ pub struct StudyService {
     store: Store,
     config: Arc<Config>,
     events: broadcast::Sender<ProgressEvent>,
+    /// Serializes run requests in this process: two clicks at once must not both see "nothing
+    /// queued" and queue a generation each.
+    requests: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl StudyService {
@@ -73,6 +76,7 @@ impl StudyService {
             store,
             config: Arc::new(config),
             events,
+            requests: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
@@ -166,6 +170,7 @@ impl StudyService {
             ));
         }
         let version = self.version_of(name, version).await?;
+        let _one_at_a_time = self.requests.lock().await;
         // Runs start only on locked studies whose lock still holds.
         let locked = self.store.verify_study(name, version).await?;
         let jobs = self.store.jobs_of_study(name, version).await?;

@@ -228,6 +228,116 @@ impl StudyService {
         })
     }
 
+    /// A case of the study's eval set with every candidate's stored answer from the newest
+    /// generation (or `generation`).
+    pub async fn case(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        case_id: &str,
+        generation: Option<u32>,
+    ) -> Result<super::views::CaseView, ServiceError> {
+        let version = self.version_of(name, version).await?;
+        let locked = self.store.verify_study(name, version).await?;
+        let set = crate::jobs::stored_set(&self.store, &locked).await?;
+        let case = set.case(case_id).ok_or_else(|| {
+            ServiceError::Store(shortlist_store::StoreError::NotFound {
+                what: format!("case `{case_id}` in the eval set of study `{name}`"),
+            })
+        })?;
+        let runs = self.store.runs_of_study(name, version).await?;
+        let generation = generation.or_else(|| runs.iter().map(|r| r.generation).max());
+        let request = crate::prompt::ChatRequest::from_case(case);
+        let mut answers = Vec::new();
+        for c in &locked.study.file().candidates {
+            let run = runs.iter().find(|r| {
+                Some(r.generation) == generation
+                    && r.candidate == c.name
+                    && r.kind == RunKind::Quality
+            });
+            let mut answer = super::views::CaseAnswer {
+                candidate: c.name.clone(),
+                result: None,
+                output: None,
+                error: None,
+            };
+            if let Some(run) = run {
+                if let Some(stored) = self
+                    .store
+                    .case_results(run.id)
+                    .await?
+                    .into_iter()
+                    .find(|r| r.case_id == case_id)
+                {
+                    answer.result = Some(serde_json::from_value(stored.scores).map_err(|e| {
+                        ServiceError::Corrupt {
+                            what: format!("table `case_results`, run {}, case `{case_id}`", run.id),
+                            why: e.to_string(),
+                        }
+                    })?);
+                    answer.output = Some(stored.output);
+                }
+                answer.error = self
+                    .store
+                    .case_errors(run.id)
+                    .await?
+                    .into_iter()
+                    .find(|(id, _, _)| id == case_id)
+                    .map(|(_, attempts, error)| format!("{error} (after {attempts} attempts)"));
+            }
+            answers.push(answer);
+        }
+        Ok(super::views::CaseView {
+            study: name.to_owned(),
+            version,
+            generation,
+            id: case_id.to_owned(),
+            category: case.category().as_string(),
+            system: request.system,
+            messages: request.messages,
+            tools: request.tools,
+            checks: case
+                .checks()
+                .iter()
+                .map(|k| (k.name().to_owned(), format!("{:?}", k.kind()).split('(').next().unwrap_or("").to_lowercase()))
+                .collect(),
+            answers,
+        })
+    }
+
+    /// How many jobs are in each state (`queued`, `running`, `done`, `failed`).
+    pub async fn job_counts(&self) -> Result<Vec<(String, u64)>, ServiceError> {
+        let mut out = Vec::new();
+        for state in [
+            JobState::Queued,
+            JobState::Running,
+            JobState::Done,
+            JobState::Failed,
+        ] {
+            let n = self.store.jobs_in_state(state).await?.len() as u64;
+            out.push((state.as_str().to_owned(), n));
+        }
+        Ok(out)
+    }
+
+    /// The jobs running now, with their study, version and latest progress.
+    pub async fn running_jobs(&self) -> Result<Vec<(String, u32, JobView)>, ServiceError> {
+        let mut out = Vec::new();
+        for job in self.store.jobs_in_state(JobState::Running).await? {
+            let (Some(study), Some(version)) = (job.study.clone(), job.study_version) else {
+                continue;
+            };
+            let latest = self.store.latest_progress(&study, version).await?;
+            let progress = latest
+                .iter()
+                .find(|row| row.job_id == job.id)
+                .map(event_of)
+                .transpose()?;
+            out.push((study, version, job_view(&job, progress)?));
+        }
+        Ok(out)
+    }
+
     /// Progress events of a study version's jobs stored after event `after`, with their ids.
     pub async fn progress_after(
         &self,

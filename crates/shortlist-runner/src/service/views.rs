@@ -212,3 +212,33 @@ pub struct Comparison {
     pub pairs: Vec<PairView>,
     pub cases: Vec<CaseRow>,
 }
+
+/// One candidate's answer to a case.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseAnswer {
+    pub candidate: String,
+    /// The stored result (output, outcome, every check's verdict and reason, judge transcripts),
+    /// or `None` when the candidate has not answered it.
+    pub result: Option<shortlist_evals::results::CaseResult>,
+    /// The stored output text.
+    pub output: Option<String>,
+    /// The error outside the model, when the case failed that way.
+    pub error: Option<String>,
+}
+
+/// A case with every candidate's answer, from one generation.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CaseView {
+    pub study: String,
+    pub version: u32,
+    pub generation: Option<u32>,
+    pub id: String,
+    pub category: String,
+    pub system: Option<String>,
+    /// `(role, content)` in order.
+    pub messages: Vec<(String, String)>,
+    pub tools: Vec<serde_json::Value>,
+    /// The checks by name and kind.
+    pub checks: Vec<(String, String)>,
+    pub answers: Vec<CaseAnswer>,
+}

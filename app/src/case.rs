@@ -1,0 +1,125 @@
+//! `/studies/{name}/cases/{case}`: the case (its messages, tools and checks) and each
+//! candidate's output with every check's verdict and reason, and judge transcripts. Everything
+//! here is untrusted text and is rendered escaped.
+
+use leptos::prelude::*;
+use shortlist_runner::service::views::CaseView;
+
+use crate::layout::document;
+
+/// The case page.
+pub fn case_page(case: CaseView) -> String {
+    let title = format!("{} · {}", case.id, case.study);
+    document(&title.clone(), move || {
+        let study_href = format!("/studies/{}", case.study);
+        let compare_href = format!("/studies/{}/compare?mode=all", case.study);
+        let tools = if case.tools.is_empty() {
+            None
+        } else {
+            Some(serde_json::to_string_pretty(&case.tools).unwrap_or_default())
+        };
+        let answers = case
+            .answers
+            .into_iter()
+            .map(|a| {
+                let (word, tone) = match a.result.as_ref().and_then(|r| r.outcome.decided()) {
+                    Some(true) => ("pass", "good"),
+                    Some(false) => ("fail", "bad"),
+                    None if a.error.is_some() => ("error (not scored)", "warn"),
+                    None if a.result.is_some() => ("unscored", "none"),
+                    None => ("not answered", "none"),
+                };
+                let class = format!("badge {tone}");
+                let checks = a
+                    .result
+                    .as_ref()
+                    .map(|r| r.checks.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|c| {
+                        let outcome = format!("{:?}", c.verdict.outcome).to_lowercase();
+                        let tone = match outcome.as_str() {
+                            "pass" => "good",
+                            "fail" => "bad",
+                            _ => "none",
+                        };
+                        let class = format!("badge {tone}");
+                        view! {
+                            <tr>
+                                <td>{c.name}</td>
+                                <td><span class=class>{outcome}</span></td>
+                                <td class="small">{c.verdict.reason.unwrap_or_default()}</td>
+                            </tr>
+                        }
+                    })
+                    .collect_view();
+                let judgements = a
+                    .result
+                    .as_ref()
+                    .map(|r| r.judgements.clone())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|j| {
+                        let head = format!(
+                            "judge {} ({}) on {}",
+                            j.judge,
+                            j.judge_model.unwrap_or_else(|| "?".to_owned()),
+                            j.check
+                        );
+                        view! {
+                            <details>
+                                <summary>{head}</summary>
+                                <pre class="output">{j.judge_output.unwrap_or_default()}</pre>
+                            </details>
+                        }
+                    })
+                    .collect_view();
+                let meta = a.result.as_ref().map_or_else(String::new, |r| {
+                    format!(
+                        "{} · {} tokens · finish {}",
+                        r.latency_s.map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s")),
+                        r.tokens.map_or_else(|| "–".to_owned(), |t| t.to_string()),
+                        r.finish_reason.clone().unwrap_or_else(|| "–".to_owned())
+                    )
+                });
+                let tools_called = a
+                    .result
+                    .as_ref()
+                    .map(|r| r.tool_calls.join(", "))
+                    .unwrap_or_default();
+                view! {
+                    <section class="card">
+                        <h2>{a.candidate} " " <span class=class>{word}</span></h2>
+                        <p class="muted small">{meta}</p>
+                        {a.error.map(|e| view! { <p class="warn-box">{e}</p> })}
+                        <pre class="output">{a.output.unwrap_or_default()}</pre>
+                        {(!tools_called.is_empty()).then(|| view! { <p class="small">"Tools called: " {tools_called}</p> })}
+                        <div class="scroll">
+                            <table>
+                                <thead><tr><th>"Check"</th><th>"Verdict"</th><th>"Reason"</th></tr></thead>
+                                <tbody>{checks}</tbody>
+                            </table>
+                        </div>
+                        {judgements}
+                    </section>
+                }
+            })
+            .collect_view();
+        view! {
+            <p class="crumbs"><a href=study_href>{case.study.clone()}</a> " / " <a href=compare_href>"cases"</a> " / " {case.id.clone()}</p>
+            <h1>{case.id.clone()}</h1>
+            <p class="muted">{format!("category {} · generation {}", case.category, case.generation.map_or("–".to_owned(), |g| g.to_string()))}</p>
+            <section class="card">
+                <h2>"The case"</h2>
+                {case.system.map(|s| view! { <p class="small"><strong>"system: "</strong>{s}</p> })}
+                {case.messages.into_iter().map(|(role, content)| view! {
+                    <p><strong>{format!("{role}: ")}</strong><span class="pre">{content}</span></p>
+                }).collect_view()}
+                {tools.map(|t| view! { <details><summary>"Tools offered"</summary><pre class="output">{t}</pre></details> })}
+                <h3>"Checks"</h3>
+                <ul>{case.checks.into_iter().map(|(name, kind)| view! { <li>{format!("{name} ({kind})")}</li> }).collect_view()}</ul>
+            </section>
+            {answers}
+        }
+    })
+}

@@ -1,0 +1,69 @@
+//! The page shell (head, header, navigation) and the error page.
+
+use leptos::prelude::*;
+
+/// A whole HTML document: `body` inside the shell, rendered to a string.
+pub fn document<V: IntoView + 'static>(title: &str, body: impl FnOnce() -> V + 'static) -> String {
+    let owner = Owner::new();
+    let title = format!("{title} · Shortlist");
+    let html = owner.with(move || {
+        view! {
+            <html lang="en">
+                <head>
+                    <meta charset="utf-8"/>
+                    <meta name="viewport" content="width=device-width, initial-scale=1"/>
+                    <title>{title}</title>
+                    <link rel="stylesheet" href="/static/style.css"/>
+                    <script src="/static/app.js" defer></script>
+                </head>
+                <body>
+                    <header class="top">
+                        <a class="brand" href="/">"Shortlist"</a>
+                        <nav>
+                            <a href="/">"Studies"</a>
+                            <a href="/studies/new">"New study"</a>
+                        </nav>
+                    </header>
+                    <main>{body()}</main>
+                    <footer class="foot">
+                        "Every percentile names its population; goodput is never throughput; open and closed loop are never confused."
+                    </footer>
+                </body>
+            </html>
+        }
+        .to_html()
+    });
+    format!("<!DOCTYPE html>{html}")
+}
+
+/// A page for an error: its status, a title and what happened, in words.
+pub fn error_page(status: u16, title: &str, message: &str) -> String {
+    let (title, message) = (title.to_owned(), message.to_owned());
+    document(&title.clone(), move || {
+        view! {
+            <section class="card error">
+                <h1>{format!("{status} · {title}")}</h1>
+                <p>{message}</p>
+                <p><a href="/">"Back to the studies"</a></p>
+            </section>
+        }
+    })
+}
+
+/// `/login`: the access token, for a workbench that needs one.
+pub fn login_page(error: Option<String>) -> String {
+    document("Log in", move || {
+        view! {
+            <h1>"Log in"</h1>
+            <section class="card">
+                <p>"This workbench needs its access token for changes and the API."</p>
+                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                <form method="post" action="/login" class="stack">
+                    <label for="token">"Access token"</label>
+                    <input id="token" type="password" name="token" autocomplete="current-password"/>
+                    <button type="submit">"Log in"</button>
+                </form>
+            </section>
+        }
+    })
+}

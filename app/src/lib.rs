@@ -1,0 +1,33 @@
+//! The web workbench's pages, rendered on the server with Leptos (`ssr` only: no hydration, no
+//! WebAssembly, no inline script). Each page is a function from the application service's view
+//! structs to an HTML string; the server's handlers do the I/O and call these. Text from eval
+//! sets and model outputs is untrusted: it only ever reaches the page as escaped text.
+//!
+//! ```
+//! let html = shortlist_app::error_page(404, "Not found", "no study `x`");
+//! assert!(html.starts_with("<!DOCTYPE html>"));
+//! assert!(html.contains("no study `x`"));
+//! ```
+
+mod case;
+mod compare;
+mod layout;
+mod pages;
+mod record;
+
+pub use case::case_page;
+pub use compare::{CompareFilter, compare_page};
+pub use layout::{document, error_page, login_page};
+pub use pages::{HomeData, home_page, new_study_page, study_page};
+pub use record::record_page;
+
+/// The verdict as a word and its tone (the colour class; the word carries the meaning too).
+pub fn verdict_word(v: Option<shortlist_study::record::Verdict>) -> (&'static str, &'static str) {
+    use shortlist_study::record::Verdict;
+    match v {
+        Some(Verdict::Qualifies) => ("qualifies", "good"),
+        Some(Verdict::Disqualified) => ("disqualified", "bad"),
+        Some(Verdict::Incomplete) => ("incomplete", "warn"),
+        None => ("no record yet", "none"),
+    }
+}

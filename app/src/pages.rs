@@ -1,0 +1,437 @@
+//! The studies list, the new-study form and a study's page (its frozen criteria, lock, run and
+//! live progress).
+
+use leptos::prelude::*;
+use shortlist_runner::progress::ProgressEvent;
+use shortlist_runner::service::views::{
+    GenerationView, JobView, RunProgress, StudyState, StudySummaryView, StudyView,
+};
+
+use crate::layout::document;
+use crate::verdict_word;
+
+fn state_word(state: StudyState) -> (&'static str, &'static str) {
+    match state {
+        StudyState::Draft => ("draft", "none"),
+        StudyState::Locked => ("locked", "info"),
+        StudyState::Running => ("running", "info"),
+        StudyState::Done => ("done", "good"),
+    }
+}
+
+/// What the studies list shows.
+#[derive(Debug, Clone)]
+pub struct HomeData {
+    pub studies: Vec<StudySummaryView>,
+    /// Jobs running now: study, version and the job.
+    pub running: Vec<(String, u32, JobView)>,
+}
+
+/// `/`: studies with their state and each candidate's verdict, and what is running now.
+pub fn home_page(data: HomeData) -> String {
+    document("Studies", move || {
+        let running = data.running.clone();
+        let studies = data.studies.clone();
+        view! {
+            <h1>"Studies"</h1>
+            <section class="card">
+                <h2>"Running now"</h2>
+                {if running.is_empty() {
+                    view! { <p class="muted">"Nothing is running."</p> }.into_any()
+                } else {
+                    view! {
+                        <ul class="plain">
+                            {running
+                                .into_iter()
+                                .map(|(study, version, job)| {
+                                    let href = format!("/studies/{study}");
+                                    let line = format!(
+                                        "{study} v{version}: {} {} {}",
+                                        job.candidate,
+                                        job.kind.as_str(),
+                                        progress_text(job.progress.as_ref()),
+                                    );
+                                    view! { <li><a href=href>{line}</a></li> }
+                                })
+                                .collect_view()}
+                        </ul>
+                    }
+                        .into_any()
+                }}
+            </section>
+            <section class="card">
+                <div class="scroll">
+                    <table>
+                        <thead>
+                            <tr>
+                                <th>"Study"</th>
+                                <th>"Question"</th>
+                                <th>"State"</th>
+                                <th>"Candidates"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {studies
+                                .into_iter()
+                                .map(|s| {
+                                    let href = format!("/studies/{}", s.name);
+                                    let name = format!("{} v{}", s.name, s.version);
+                                    let (word, tone) = state_word(s.state);
+                                    let verdicts = s
+                                        .verdicts
+                                        .iter()
+                                        .map(|(c, v)| {
+                                            let (word, tone) = verdict_word(*v);
+                                            let class = format!("badge {tone}");
+                                            let label = format!("{c}: {word}");
+                                            view! { <span class=class>{label}</span> }
+                                        })
+                                        .collect_view();
+                                    let state_class = format!("badge {tone}");
+                                    view! {
+                                        <tr>
+                                            <td><a href=href>{name}</a></td>
+                                            <td>{s.question}</td>
+                                            <td><span class=state_class>{word}</span></td>
+                                            <td class="badges">{verdicts}</td>
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+                <p><a class="button" href="/studies/new">"New study"</a></p>
+            </section>
+        }
+    })
+}
+
+/// `/studies/new`: paste a study file; errors are shown with their line and field, and nothing
+/// is stored on error.
+pub fn new_study_page(text: String, error: Option<String>) -> String {
+    document("New study", move || {
+        view! {
+            <h1>"New study"</h1>
+            <section class="card">
+                <p>
+                    "Paste a study file (" <code>"shortlist.study.v1"</code>
+                    "). Paths in it are read on the server, from its working folder. A draft can be edited until it is locked."
+                </p>
+                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                <form method="post" action="/studies" class="stack">
+                    <label for="toml">"Study (TOML)"</label>
+                    <textarea id="toml" name="toml" rows="22" spellcheck="false">{text}</textarea>
+                    <button type="submit">"Save draft"</button>
+                </form>
+            </section>
+        }
+    })
+}
+
+/// A job's latest progress in words.
+fn progress_text(p: Option<&ProgressEvent>) -> String {
+    let Some(p) = p else {
+        return String::new();
+    };
+    let mut parts = Vec::new();
+    if let Some(c) = &p.cases {
+        parts.push(format!(
+            "{}/{} cases, {} passed, {} failed{}",
+            c.done,
+            c.total,
+            c.passed,
+            c.failed,
+            if c.errors > 0 {
+                format!(", {} errors", c.errors)
+            } else {
+                String::new()
+            }
+        ));
+    }
+    if let Some(l) = &p.load {
+        parts.push(format!(
+            "step {} at {} req/s: {}/{} requests",
+            l.label, l.offered_rps, l.finished, l.total
+        ));
+    }
+    if let Some(eta) = p.eta_s {
+        parts.push(format!("ETA {}", duration(eta)));
+    }
+    parts.join(" · ")
+}
+
+fn duration(s: f64) -> String {
+    if s >= 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else if s >= 60.0 {
+        format!("{:.0} min", s / 60.0)
+    } else {
+        format!("{s:.0} s")
+    }
+}
+
+fn job_row(job: JobView) -> impl IntoView {
+    let fraction = if job.state == "done" {
+        Some(1.0)
+    } else {
+        job.progress.as_ref().and_then(ProgressEvent::fraction)
+    };
+    let value = format!("{:.3}", fraction.unwrap_or(0.0));
+    let percent = fraction.map_or_else(|| "–".to_owned(), |f| format!("{:.0} %", f * 100.0));
+    let text = progress_text(job.progress.as_ref());
+    let message = job
+        .progress
+        .as_ref()
+        .and_then(|p| p.message.clone())
+        .unwrap_or_default();
+    let state_class = format!(
+        "badge {}",
+        match job.state.as_str() {
+            "done" => "good",
+            "failed" => "bad",
+            "running" => "info",
+            _ => "none",
+        }
+    );
+    let id = job.id.to_string();
+    let attempts = format!("{}/{}", job.attempts, job.max_attempts);
+    view! {
+        <tr data-job=id.clone()>
+            <td>{job.candidate}</td>
+            <td>{job.kind.as_str()}</td>
+            <td><span class=state_class data-field="state">{job.state.clone()}</span></td>
+            <td class="progress-cell">
+                <progress max="1" value=value data-field="bar"></progress>
+                <span data-field="percent">{percent}</span>
+                <div class="muted small" data-field="text">{text}</div>
+                <div class="muted small" data-field="message">{message}</div>
+            </td>
+            <td>{attempts}</td>
+            <td class="small">{job.last_error.unwrap_or_default()}</td>
+        </tr>
+    }
+}
+
+fn generation(g: GenerationView) -> impl IntoView {
+    let title = format!(
+        "Generation {} · {} · {}",
+        g.number,
+        g.trigger,
+        if g.created_at.is_empty() { "-".to_owned() } else { g.created_at.clone() }
+    );
+    let runs = g.runs.clone();
+    view! {
+        <section class="card">
+            <h3>{title}</h3>
+            <div class="scroll">
+                <table class="jobs">
+                    <thead>
+                        <tr>
+                            <th>"Candidate"</th>
+                            <th>"Job"</th>
+                            <th>"State"</th>
+                            <th>"Progress"</th>
+                            <th>"Attempt"</th>
+                            <th>"Last error"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{g.jobs.into_iter().map(job_row).collect_view()}</tbody>
+                </table>
+            </div>
+            <details>
+                <summary>"Runs and where they were executed"</summary>
+                <div class="scroll">
+                    <table>
+                        <thead>
+                            <tr>
+                                <th>"Run"</th>
+                                <th>"Candidate"</th>
+                                <th>"State"</th>
+                                <th>"Machine"</th>
+                                <th>"Worker"</th>
+                                <th>"Started"</th>
+                                <th>"Finished"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {runs
+                                .into_iter()
+                                .map(|r| {
+                                    let what = format!("{} {}", r.kind, r.label);
+                                    view! {
+                                        <tr>
+                                            <td>{what}</td>
+                                            <td>{r.candidate}</td>
+                                            <td>{r.state}</td>
+                                            <td class="small">{r.machine.unwrap_or_default()}</td>
+                                            <td class="small">{r.worker.unwrap_or_default()}</td>
+                                            <td class="small">{r.started_at.unwrap_or_default()}</td>
+                                            <td class="small">{r.finished_at.unwrap_or_default()}</td>
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            </details>
+        </section>
+    }
+}
+
+/// `/studies/{name}`: the frozen criteria, the lock, Run, every candidate's verdict and the
+/// live progress of every generation.
+pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> String {
+    let title = format!("{} v{}", view_.name, view_.version);
+    document(&title.clone(), move || {
+        let v = view_;
+        let name = v.name.clone();
+        let f = v.study.clone();
+        let (state, state_tone) = state_word(v.state);
+        let locked = v.lock_sha256.is_some();
+        let lock_line = match (&v.lock_sha256, &v.locked_at) {
+            (Some(sha), Some(at)) => format!("Locked at {at} under {sha}"),
+            _ => "Draft: not locked yet. Runs start only on a locked study.".to_owned(),
+        };
+        let w = &f.workload;
+        let workload = format!(
+            "{} ({} requests, {} input / {} output tokens, {} req/s, seed {}), {} loop",
+            w.kind,
+            w.requests.map_or("-".to_owned(), |v| v.to_string()),
+            w.input_tokens.map_or("-".to_owned(), |v| v.to_string()),
+            w.output_tokens.map_or("-".to_owned(), |v| v.to_string()),
+            w.rate_rps.map_or("-".to_owned(), |v| v.to_string()),
+            w.seed.map_or("-".to_owned(), |v| v.to_string()),
+            w.load_loop.as_str()
+        );
+        let traffic = format!(
+            "ordinary {} req/s, peak {} req/s, target {} req/s, attainment ≥ {:.0} %",
+            f.traffic.ordinary_rps,
+            f.traffic.peak_rps,
+            f.traffic.target_rps.unwrap_or(f.traffic.peak_rps),
+            f.traffic.attainment_target.unwrap_or(0.9) * 100.0
+        );
+        let memory = format!(
+            "context {} tokens × {} concurrent on {} ({} GiB)",
+            f.memory.context_tokens,
+            f.memory.concurrency,
+            f.memory.device,
+            f.memory.device_memory_gib
+        );
+        let evalset = format!("{} · sha256 {}", f.evalset.path, f.evalset.sha256);
+        let rules = f
+            .disqualifiers
+            .iter()
+            .map(|r| {
+                let threshold = r.values.as_ref().map_or_else(
+                    || r.value.as_ref().map_or_else(String::new, |v| v.to_string()),
+                    |v| format!("{v:?}"),
+                );
+                let line = format!(
+                    "{}{} {} {threshold}",
+                    r.name.as_ref().map_or_else(String::new, |n| format!("{n}: ")),
+                    r.metric,
+                    serde_json::to_value(r.op)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default()
+                );
+                view! { <li>{line}</li> }
+            })
+            .collect_view();
+        let candidates: Vec<String> = v.candidates.iter().map(|c| c.name.clone()).collect();
+        let compare_href = format!("/studies/{name}/compare?candidates={}", candidates.join(","));
+        let lock_action = format!("/studies/{name}/lock");
+        let run_action = format!("/studies/{name}/runs");
+        let done = v.state == StudyState::Done;
+        let candidate_rows = v
+            .candidates
+            .iter()
+            .map(|c| {
+                let (word, tone) = verdict_word(c.verdict);
+                let class = format!("badge {tone}");
+                let href = format!("/studies/{}/candidates/{}", name, c.name);
+                let source = c.stored["source"].as_str().unwrap_or("").to_owned();
+                let identity = &c.stored["gguf"]["identity"];
+                let what = if identity.is_null() {
+                    source.clone()
+                } else {
+                    format!(
+                        "{} · {} · license {}",
+                        identity["architecture"].as_str().unwrap_or("?"),
+                        identity["quantization"].as_str().unwrap_or("?"),
+                        identity["license"].as_str().unwrap_or("?")
+                    )
+                };
+                let cname = c.name.clone();
+                view! {
+                    <tr>
+                        <td><a href=href>{cname}</a></td>
+                        <td class="small">{what}</td>
+                        <td><span class=class>{word}</span></td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        let generations = progress.generations.clone();
+        view! {
+            <h1>{format!("{} v{}", v.name, v.version)} " " <span class=format!("badge {state_tone}") id="study-state">{state}</span></h1>
+            <p class="question">{f.question.clone()}</p>
+            <section class="card">
+                <h2>"Frozen criteria"</h2>
+                <p class="mono small">{lock_line}</p>
+                <dl class="grid">
+                    <dt>"Eval set"</dt><dd class="mono small">{evalset}</dd>
+                    <dt>"Workload"</dt><dd>{workload}</dd>
+                    <dt>"SLO"</dt><dd>{slo}</dd>
+                    <dt>"Traffic"</dt><dd>{traffic}</dd>
+                    <dt>"Memory budget"</dt><dd>{memory}</dd>
+                    <dt>"Cost"</dt><dd>{f.cost.currency.clone().unwrap_or_else(|| "USD".to_owned())}</dd>
+                </dl>
+                <h3>"Disqualifiers"</h3>
+                <ul>{rules}</ul>
+                <div class="actions">
+                    {(!locked).then(|| view! {
+                        <form method="post" action=lock_action.clone()>
+                            <button type="submit">"Lock"</button>
+                        </form>
+                    })}
+                    {locked.then(|| view! {
+                        <form method="post" action=run_action.clone()>
+                            <button type="submit" id="run">"Run"</button>
+                        </form>
+                    })}
+                    {(locked && done).then(|| view! {
+                        <form method="post" action=run_action.clone()>
+                            <input type="hidden" name="again" value="true"/>
+                            <button type="submit" class="secondary">"Run again (new generation)"</button>
+                        </form>
+                    })}
+                </div>
+            </section>
+            <section class="card">
+                <h2>"Candidates"</h2>
+                <div class="scroll">
+                    <table>
+                        <thead><tr><th>"Candidate"</th><th>"Identity"</th><th>"Verdict"</th></tr></thead>
+                        <tbody>{candidate_rows}</tbody>
+                    </table>
+                </div>
+                <p><a href=compare_href>"Compare side by side"</a></p>
+            </section>
+            <section id="progress" data-study=name.clone()>
+                <h2>"Runs"</h2>
+                <p class="muted small" id="live">
+                    "Live progress needs JavaScript; without it, "
+                    <a href=format!("/studies/{name}")>"refresh"</a> "."
+                </p>
+                {if generations.is_empty() {
+                    view! { <p class="muted">"Not run yet."</p> }.into_any()
+                } else {
+                    generations.into_iter().map(generation).collect_view().into_any()
+                }}
+            </section>
+        }
+    })
+}

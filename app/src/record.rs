@@ -1,0 +1,173 @@
+//! `/studies/{name}/candidates/{candidate}`: the one-page selection record as a web page — the
+//! same seven sections and the same SVG charts as the PDF, from the same view model
+//! (`shortlist_report::view`).
+
+use leptos::prelude::*;
+use shortlist_report::Charts;
+use shortlist_report::view::{Row, View};
+use shortlist_runner::service::views::RecordView;
+
+use crate::layout::document;
+
+fn rows(rows: Vec<Row>) -> impl IntoView {
+    view! {
+        <dl class="grid">
+            {rows
+                .into_iter()
+                .map(|r| {
+                    let class = if r.mono { "mono small" } else { "" };
+                    view! { <dt>{r.key}</dt><dd class=class>{r.value}</dd> }
+                })
+                .collect_view()}
+        </dl>
+    }
+}
+
+/// The record page. `charts` are the record's SVG charts (drawn from its numbers; category
+/// names in them are escaped by the chart library).
+pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts) -> String {
+    let title = format!("{} · {}", record.record.identity.candidate, study);
+    let study = study.to_owned();
+    document(&title.clone(), move || {
+        let v = view_;
+        let r = record.record;
+        let candidate = r.identity.candidate.clone();
+        let base = format!("/studies/{study}/candidates/{candidate}");
+        let verdict_class = format!("verdict {}", v.verdict.tone);
+        let generation = format!(
+            "generation {} · stored {} · record sha256 {}",
+            record.generation, record.stored_at, r.record_sha256
+        );
+        let incomplete = r.incomplete.clone();
+        let study_href = format!("/studies/{study}");
+        view! {
+            <p class="crumbs"><a href=study_href>{study.clone()}</a> " / " {candidate.clone()}</p>
+            <h1>{v.title.clone()}</h1>
+            <p class="question">{v.question.clone()}</p>
+            <section class=verdict_class>
+                <strong>{v.verdict.word.clone()}</strong>
+                <span>{v.verdict.reason.clone()}</span>
+            </section>
+            {(!incomplete.is_empty()).then(|| view! {
+                <ul class="warn-box">{incomplete.into_iter().map(|m| view! { <li>{m}</li> }).collect_view()}</ul>
+            })}
+            <p class="small">
+                <a href=format!("{base}/record.pdf")>"PDF (one page)"</a> " · "
+                <a href=format!("{base}/record.json")>"JSON"</a>
+            </p>
+            <div class="columns">
+                <section class="card">
+                    <h2>"1 · Identity"</h2>
+                    {rows(v.identity.clone())}
+                </section>
+                <section class="card">
+                    <h2>"2 · Quality"</h2>
+                    {rows(v.quality_summary.clone())}
+                    <div class="chart" inner_html=charts.pass_rate.clone()></div>
+                    <p class="muted small">{v.categories_note.clone()}</p>
+                    {v.paired.clone().map(|p| view! { <p class="small">{p}</p> })}
+                </section>
+                <section class="card">
+                    <h2>"3 · Disqualifiers"</h2>
+                    <p class="small">{v.rules_summary.clone()}</p>
+                    <div class="scroll">
+                        <table>
+                            <thead><tr><th>"Rule"</th><th>"Condition"</th><th>"Outcome"</th><th>"Observed"</th><th>"Evidence"</th></tr></thead>
+                            <tbody>
+                                {v.rules.clone().into_iter().map(|rule| {
+                                    let class = format!("badge {}", rule.tone);
+                                    view! {
+                                        <tr>
+                                            <td>{rule.rule}</td>
+                                            <td class="mono small">{rule.condition}</td>
+                                            <td><span class=class>{rule.outcome}</span></td>
+                                            <td>{rule.observed}</td>
+                                            <td class="small">{rule.evidence}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                </section>
+                <section class="card">
+                    <h2>"4 · Memory fit"</h2>
+                    <p>{v.memory_summary.clone()}</p>
+                    {rows(v.memory.clone())}
+                    <p class="muted small">{v.memory_assumptions.clone()}</p>
+                </section>
+                <section class="card wide">
+                    <h2>"5 · Latency and goodput"</h2>
+                    {rows(v.performance.clone())}
+                    <div class="charts">
+                        <div class="chart" inner_html=charts.ttft.clone()></div>
+                        <div class="chart" inner_html=charts.goodput.clone()></div>
+                    </div>
+                    <div class="scroll">
+                        <table>
+                            <thead><tr><th>"Metric"</th><th>"Population"</th><th>"n"</th><th>"p50"</th><th>"p90"</th><th>"p99"</th></tr></thead>
+                            <tbody>
+                                {v.latencies.clone().into_iter().map(|l| view! {
+                                    <tr>
+                                        <td>{l.metric}</td>
+                                        <td class="small">{l.population}</td>
+                                        <td>{l.count}</td>
+                                        <td>{l.p50}</td>
+                                        <td>{l.p90}</td>
+                                        <td>{l.p99}</td>
+                                    </tr>
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                    <h3>"Sweep"</h3>
+                    <div class="scroll">
+                        <table>
+                            <thead><tr><th>"Offered req/s"</th><th>"Goodput req/s"</th><th>"Throughput req/s"</th><th>"Attainment"</th><th>"Lower bound (95 %)"</th><th>"Excluded"</th></tr></thead>
+                            <tbody>
+                                {r.performance.sweep.clone().into_iter().map(|row| {
+                                    let pct = |v: Option<f64>| v.map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0));
+                                    view! {
+                                        <tr>
+                                            <td>{row.offered_rps.to_string()}</td>
+                                            <td>{format!("{:.3}", row.goodput_rps)}</td>
+                                            <td>{format!("{:.3}", row.throughput_rps)}</td>
+                                            <td>{pct(row.attainment)}</td>
+                                            <td>{pct(row.attainment_lower_bound)}</td>
+                                            <td class="small">{row.excluded.unwrap_or_default()}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                    <p class="muted small">{r.performance.capacity_rule.clone()}</p>
+                </section>
+                <section class="card">
+                    <h2>"6 · Operations"</h2>
+                    {rows(v.operations.clone())}
+                </section>
+                <section class="card">
+                    <h2>"7 · Cost"</h2>
+                    {v.cost_missing.clone().map(|m| view! { <p>{m}</p> })}
+                    {(!v.cost.is_empty()).then(|| view! {
+                        <div class="scroll">
+                            <table>
+                                <thead><tr><th>"Traffic"</th><th>"Rate"</th><th>"Devices"</th><th>{format!("Per hour ({})", v.cost_currency)}</th><th>"Per 1M requests"</th><th>"Per 1M output tokens"</th></tr></thead>
+                                <tbody>
+                                    {v.cost.clone().into_iter().map(|c| view! {
+                                        <tr><td>{c.level}</td><td>{c.rate}</td><td>{c.devices}</td><td>{c.per_hour}</td><td>{c.per_million_requests}</td><td>{c.per_million_output_tokens}</td></tr>
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    })}
+                    {rows(v.cost_basis.clone())}
+                </section>
+            </div>
+            <p class="mono small muted">{v.footer_lock.clone()}</p>
+            <p class="mono small muted">{generation}</p>
+            <p class="small muted">{v.footer_meta.clone()}</p>
+        }
+    })
+}

@@ -1,0 +1,142 @@
+//! The JSON API: the same documents as the command line's `--json`, for every page and action.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use shortlist_runner::ServiceError;
+use shortlist_runner::service::{RunParams, Trigger};
+
+use super::AppState;
+use super::pages::status_of;
+
+/// A failed API call: the status its class implies and `{"error": {"status", "class", "message"}}`.
+pub(crate) struct ApiError(ServiceError);
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        ApiError(e)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = status_of(&self.0);
+        let body = serde_json::json!({"error": {
+            "status": status.as_u16(),
+            "class": self.0.class(),
+            "message": self.0.to_string(),
+        }});
+        (status, Json(body)).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(value: impl serde::Serialize) -> ApiResult {
+    Ok(Json(serde_json::to_value(value).unwrap_or_default()).into_response())
+}
+
+pub(crate) async fn studies(State(st): State<AppState>) -> ApiResult {
+    ok(st.service.list_studies().await?)
+}
+
+pub(crate) async fn study(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    ok(st.service.show(&name, None).await?)
+}
+
+pub(crate) async fn status(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    ok(st.service.run_progress(&name, None).await?)
+}
+
+/// `POST /api/studies` with a study file (TOML) as the body.
+pub(crate) async fn create_study(State(st): State<AppState>, body: Bytes) -> ApiResult {
+    let text = String::from_utf8(body.to_vec()).map_err(|_| {
+        ApiError(ServiceError::Invalid {
+            what: "the request body".to_owned(),
+            why: "not UTF-8 text (a study file is TOML)".to_owned(),
+        })
+    })?;
+    let base = std::env::current_dir()
+        .unwrap_or_default()
+        .join("posted.study.toml");
+    let created = st
+        .service
+        .create_study_text("the posted study", &text, &base)
+        .await?;
+    Ok((StatusCode::CREATED, Json(created)).into_response())
+}
+
+pub(crate) async fn lock(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
+    ok(st
+        .service
+        .lock(&name, None, &shortlist_runner::time::now_rfc3339())
+        .await?)
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct RunBody {
+    #[serde(default)]
+    again: bool,
+    #[serde(default)]
+    max_tokens: Option<usize>,
+}
+
+pub(crate) async fn run(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    body: Bytes,
+) -> ApiResult {
+    let body: RunBody = if body.is_empty() {
+        RunBody::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|e| {
+            ApiError(ServiceError::Invalid {
+                what: "the request body".to_owned(),
+                why: format!("expected {{\"again\": bool, \"max_tokens\": n}}: {e}"),
+            })
+        })?
+    };
+    let requested = st
+        .service
+        .request_run(
+            &name,
+            None,
+            &RunParams {
+                trigger: Trigger::Api,
+                again: body.again,
+                max_tokens: body.max_tokens.unwrap_or(RunParams::default().max_tokens),
+                ..RunParams::default()
+            },
+        )
+        .await?;
+    Ok((StatusCode::ACCEPTED, Json(requested)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompareQuery {
+    candidates: String,
+    #[serde(default)]
+    generation: Option<u32>,
+}
+
+pub(crate) async fn compare(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<CompareQuery>,
+) -> ApiResult {
+    let candidates: Vec<String> = q.candidates.split(',').map(|c| c.trim().to_owned()).collect();
+    ok(st
+        .service
+        .compare(&name, None, &candidates, q.generation)
+        .await?)
+}
+
+pub(crate) async fn record(
+    State(st): State<AppState>,
+    Path((name, candidate)): Path<(String, String)>,
+) -> ApiResult {
+    ok(st.service.record(&name, None, &candidate, None).await?.record)
+}

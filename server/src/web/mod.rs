@@ -1,0 +1,204 @@
+//! `shortlist serve`: the web workbench. Plain axum handlers call the application service and
+//! render the pages of `shortlist-app` (server-side only); forms POST and redirect (303); a small
+//! script follows live progress over server-sent events read from the stored progress events.
+//! N in-process workers execute queued jobs. The router is a value ([`router`]) so tests can
+//! drive it in memory or on a port.
+
+mod api;
+mod pages;
+mod security;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{get, post};
+use shortlist_runner::config::Config;
+use shortlist_runner::service::StudyService;
+use shortlist_runner::worker::Worker;
+
+use crate::cli::Outcome;
+
+/// The stylesheet and the script, embedded: the binary serves itself, no CDN, no build step.
+const STYLE: &str = include_str!("../../../style/style.css");
+const SCRIPT: &str = include_str!("../../../style/app.js");
+
+/// The default upload limit.
+pub const MAX_UPLOAD_BYTES: usize = 16 << 20;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Address to listen on. Anything but a loopback address needs a token.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    bind: String,
+    /// In-process workers that execute queued jobs (0: serve pages only).
+    #[arg(long, default_value_t = 1)]
+    workers: usize,
+    /// A file holding the access token (else SHORTLIST_TOKEN): with a token, every write and
+    /// the API need it (`Authorization: Bearer TOKEN`, or the login form's cookie).
+    #[arg(long)]
+    token_file: Option<PathBuf>,
+    /// Largest request body accepted, bytes (larger: 413).
+    #[arg(long, default_value_t = MAX_UPLOAD_BYTES)]
+    max_upload_bytes: usize,
+}
+
+/// What every handler shares.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    pub service: StudyService,
+    /// The access token, if one is set.
+    pub token: Option<Arc<str>>,
+    pub metrics: Arc<security::Metrics>,
+}
+
+/// The application as a value.
+pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
+    Router::new()
+        .route("/", get(pages::home))
+        .route("/studies/new", get(pages::new_study))
+        .route("/studies", post(pages::create_study))
+        .route("/studies/{name}", get(pages::study))
+        .route("/studies/{name}/lock", post(pages::lock))
+        .route("/studies/{name}/runs", post(pages::run))
+        .route("/studies/{name}/events", get(pages::events))
+        .route("/studies/{name}/compare", get(pages::compare))
+        .route("/studies/{name}/cases/{case}", get(pages::case))
+        .route("/studies/{name}/candidates/{candidate}", get(pages::record))
+        .route(
+            "/studies/{name}/candidates/{candidate}/record.pdf",
+            get(pages::record_pdf),
+        )
+        .route(
+            "/studies/{name}/candidates/{candidate}/record.json",
+            get(api::record),
+        )
+        .route("/login", get(pages::login_form).post(pages::login))
+        .route("/api/studies", get(api::studies).post(api::create_study))
+        .route("/api/studies/{name}", get(api::study))
+        .route("/api/studies/{name}/status", get(api::status))
+        .route("/api/studies/{name}/lock", post(api::lock))
+        .route("/api/studies/{name}/runs", post(api::run))
+        .route("/api/studies/{name}/compare", get(api::compare))
+        .route(
+            "/api/studies/{name}/candidates/{candidate}/record",
+            get(api::record),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/metrics", get(security::metrics))
+        .route("/static/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route(
+            "/static/app.js",
+            get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
+        )
+        .fallback(|| async { pages::not_found("no such page") })
+        .layer(DefaultBodyLimit::max(max_upload_bytes))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            security::guard,
+        ))
+        .with_state(state)
+}
+
+fn asset(kind: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, kind),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// An HTML page with a status.
+pub(crate) fn html(status: StatusCode, body: String) -> Response {
+    (status, Html(body)).into_response()
+}
+
+/// The token: the file's first line, else `SHORTLIST_TOKEN`.
+fn read_token(file: Option<&PathBuf>) -> anyhow::Result<Option<Arc<str>>> {
+    let token = match file {
+        Some(path) => Some(
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--token-file {}: cannot read", path.display()))?
+                .lines()
+                .next()
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
+        ),
+        None => std::env::var("SHORTLIST_TOKEN")
+            .ok()
+            .map(|t| t.trim().to_owned()),
+    };
+    match token {
+        Some(t) if t.len() < 16 => {
+            bail!("the access token is {} characters; use at least 16", t.len())
+        }
+        Some(t) => Ok(Some(Arc::from(t))),
+        None => Ok(None),
+    }
+}
+
+pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
+    let addr: SocketAddr = args
+        .bind
+        .parse()
+        .with_context(|| format!("--bind {}: not an address (host:port)", args.bind))?;
+    let token = read_token(args.token_file.as_ref())?;
+    if !addr.ip().is_loopback() && token.is_none() {
+        bail!(
+            "--bind {addr}: serving beyond this machine needs an access token (--token-file FILE or SHORTLIST_TOKEN); without one, bind 127.0.0.1"
+        );
+    }
+    let rt = crate::cli::app::runtime()?;
+    rt.block_on(async move {
+        // Listen first: a busy port is reported before anything else starts.
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("--bind {addr}: cannot listen"))?;
+        let local = listener.local_addr()?;
+        let service = crate::cli::app::service(config).await?;
+        let mut workers = Vec::new();
+        for i in 0..args.workers {
+            let name = format!("{}-w{i}", config.worker);
+            let worker = Worker::new(service.clone()).with_name(name);
+            workers.push(worker.clone());
+            tokio::spawn(async move {
+                worker
+                    .run_forever(Duration::from_secs(1), Duration::from_secs(60))
+                    .await;
+            });
+        }
+        let state = AppState {
+            service,
+            token,
+            metrics: Arc::new(security::Metrics::default()),
+        };
+        println!("http://{local}");
+        eprintln!(
+            "serving the workbench on http://{local} with {} worker{} (Ctrl-C stops)",
+            args.workers,
+            if args.workers == 1 { "" } else { "s" }
+        );
+        axum::serve(listener, router(state, args.max_upload_bytes))
+            .with_graceful_shutdown(async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .context("serving")?;
+        // Jobs in hand finish their current unit and go back to the queue.
+        for w in &workers {
+            w.stop();
+        }
+        anyhow::Ok(())
+    })?;
+    Ok(Outcome::Success)
+}

@@ -1,0 +1,360 @@
+//! The HTML handlers: each calls the service and renders a page of `shortlist-app`; forms POST
+//! and redirect (303). Errors become pages that say what failed, never a panic.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Form;
+use axum::extract::{Path, Query, State};
+use axum::http::{StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Redirect, Response};
+use futures_util::stream::{self, Stream};
+use serde::Deserialize;
+use shortlist_app::{CompareFilter, HomeData};
+use shortlist_report::view::view as record_view;
+use shortlist_report::{PaperSize, charts, render_pdf};
+use shortlist_runner::ErrorClass;
+use shortlist_runner::ServiceError;
+use shortlist_runner::service::{RunParams, Trigger};
+
+use super::{AppState, html};
+
+/// A failed page: the status its error's class implies, and a page saying what failed.
+pub(crate) struct PageError(pub ServiceError);
+
+impl From<ServiceError> for PageError {
+    fn from(e: ServiceError) -> Self {
+        PageError(e)
+    }
+}
+
+/// The HTTP status of a service error.
+pub(crate) fn status_of(e: &ServiceError) -> StatusCode {
+    if e.is_not_found() {
+        return StatusCode::NOT_FOUND;
+    }
+    match e.class() {
+        ErrorClass::BadInput => StatusCode::BAD_REQUEST,
+        ErrorClass::CheckFailed => StatusCode::CONFLICT,
+        ErrorClass::Transient => StatusCode::SERVICE_UNAVAILABLE,
+        ErrorClass::Corrupt => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for PageError {
+    fn into_response(self) -> Response {
+        let status = status_of(&self.0);
+        let title = match status {
+            StatusCode::NOT_FOUND => "Not found",
+            StatusCode::SERVICE_UNAVAILABLE => "Unavailable",
+            StatusCode::INTERNAL_SERVER_ERROR => "Stored data could not be read",
+            StatusCode::CONFLICT => "The lock no longer holds",
+            _ => "Not possible",
+        };
+        html(
+            status,
+            shortlist_app::error_page(status.as_u16(), title, &self.0.to_string()),
+        )
+    }
+}
+
+/// The 404 page.
+pub(crate) fn not_found(why: &str) -> Response {
+    html(
+        StatusCode::NOT_FOUND,
+        shortlist_app::error_page(404, "Not found", why),
+    )
+}
+
+pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageError> {
+    let studies = st.service.list_studies().await?;
+    let running = st.service.running_jobs().await?;
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::home_page(HomeData { studies, running }),
+    ))
+}
+
+pub(crate) async fn new_study() -> Response {
+    html(
+        StatusCode::OK,
+        shortlist_app::new_study_page(String::new(), None),
+    )
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct NewStudy {
+    toml: String,
+}
+
+pub(crate) async fn create_study(
+    State(st): State<AppState>,
+    Form(form): Form<NewStudy>,
+) -> Response {
+    let base = std::env::current_dir()
+        .unwrap_or_default()
+        .join("pasted.study.toml");
+    match st
+        .service
+        .create_study_text("the pasted study", &form.toml, &base)
+        .await
+    {
+        Ok(created) => {
+            let (name, _) = created.name_version();
+            Redirect::to(&format!("/studies/{}", encode(name))).into_response()
+        }
+        // Nothing was stored: the form comes back with the error (line and field) and the text.
+        Err(e) => html(
+            status_of(&e),
+            shortlist_app::new_study_page(form.toml, Some(e.to_string())),
+        ),
+    }
+}
+
+pub(crate) async fn study(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    let view = st.service.show(&name, None).await?;
+    let progress = st.service.run_progress(&name, Some(view.version)).await?;
+    let slo = shortlist_study::study::Study::from_file("stored", view.study.clone())
+        .map(|s| s.slo().describe())
+        .unwrap_or_default();
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::study_page(view, progress, slo),
+    ))
+}
+
+pub(crate) async fn lock(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    st.service
+        .lock(&name, None, &shortlist_runner::time::now_rfc3339())
+        .await?;
+    Ok(Redirect::to(&format!("/studies/{}", encode(&name))).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct RunForm {
+    #[serde(default)]
+    again: Option<String>,
+}
+
+pub(crate) async fn run(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<RunForm>,
+) -> Result<Response, PageError> {
+    // Idempotent: while a generation is unfinished, asking again queues nothing.
+    st.service
+        .request_run(
+            &name,
+            None,
+            &RunParams {
+                trigger: Trigger::Manual,
+                again: form.again.as_deref() == Some("true"),
+                ..RunParams::default()
+            },
+        )
+        .await?;
+    Ok(Redirect::to(&format!("/studies/{}#progress", encode(&name))).into_response())
+}
+
+/// `/studies/{name}/events`: server-sent events of the study's stored progress (each event's id
+/// is its row id, so a reconnecting browser resumes where it was), and its state.
+pub(crate) async fn events(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    headers: axum::http::HeaderMap,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PageError> {
+    let version = st.service.version_of(&name, None).await?;
+    let start: i64 = headers
+        .get("last-event-id")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let service = st.service.clone();
+    let state = (service, name, version, start, None::<String>, true);
+    let stream = stream::unfold(state, |(service, name, version, mut after, mut last_state, first)| async move {
+        if !first {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let mut events = Vec::new();
+        if let Ok(rows) = service.progress_after(&name, version, after).await {
+            for (id, event) in rows {
+                after = id;
+                if let Ok(data) = serde_json::to_string(&event) {
+                    events.push(Ok(Event::default().id(id.to_string()).event("progress").data(data)));
+                }
+            }
+        }
+        if let Ok(p) = service.run_progress(&name, Some(version)).await {
+            let s = serde_json::to_value(p.state)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default();
+            if last_state.as_deref() != Some(&s) {
+                events.push(Ok(Event::default().event("state").data(s.clone())));
+                last_state = Some(s);
+            }
+        }
+        Some((stream::iter(events), (service, name, version, after, last_state, false)))
+    });
+    use futures_util::StreamExt as _;
+    Ok(Sse::new(stream.flatten()).keep_alive(KeepAlive::default()))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct CompareQuery {
+    #[serde(default)]
+    candidates: Option<String>,
+    #[serde(default)]
+    mode: Option<String>,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    q: Option<String>,
+}
+
+pub(crate) async fn compare(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<CompareQuery>,
+) -> Result<Response, PageError> {
+    let candidates: Vec<String> = match q.candidates.as_deref().filter(|c| !c.is_empty()) {
+        Some(list) => list.split(',').map(|c| c.trim().to_owned()).collect(),
+        None => st
+            .service
+            .show(&name, None)
+            .await?
+            .candidates
+            .into_iter()
+            .map(|c| c.name)
+            .collect(),
+    };
+    let cmp = st.service.compare(&name, None, &candidates, None).await?;
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::compare_page(
+            cmp,
+            CompareFilter {
+                mode: q.mode.unwrap_or_default(),
+                category: q.category.unwrap_or_default(),
+                search: q.q.unwrap_or_default(),
+            },
+        ),
+    ))
+}
+
+pub(crate) async fn case(
+    State(st): State<AppState>,
+    Path((name, case)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let view = st.service.case(&name, None, &case, None).await?;
+    Ok(html(StatusCode::OK, shortlist_app::case_page(view)))
+}
+
+pub(crate) async fn record(
+    State(st): State<AppState>,
+    Path((name, candidate)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let record = st.service.record(&name, None, &candidate, None).await?;
+    let view = record_view(&record.record, "a4");
+    let charts = charts(&record.record, usize::MAX).map_err(|e| {
+        PageError(ServiceError::Corrupt {
+            what: format!("the charts of {candidate}'s record"),
+            why: e.to_string(),
+        })
+    })?;
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::record_page(&name, record, view, charts),
+    ))
+}
+
+pub(crate) async fn record_pdf(
+    State(st): State<AppState>,
+    Path((name, candidate)): Path<(String, String)>,
+) -> Result<Response, PageError> {
+    let record = st.service.record(&name, None, &candidate, None).await?.record;
+    // Typesetting takes milliseconds of CPU: off the runtime's workers.
+    let pdf = tokio::task::spawn_blocking(move || render_pdf(&record, PaperSize::A4))
+        .await
+        .map_err(|e| {
+            PageError(ServiceError::Panicked {
+                what: "rendering the PDF".to_owned(),
+                why: e.to_string(),
+            })
+        })?
+        .map_err(|e| {
+            PageError(ServiceError::Corrupt {
+                what: format!("the PDF of {candidate}'s record"),
+                why: e.to_string(),
+            })
+        })?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/pdf".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("inline; filename=\"{candidate}.pdf\""),
+            ),
+        ],
+        pdf,
+    )
+        .into_response())
+}
+
+pub(crate) async fn login_form() -> Response {
+    html(StatusCode::OK, shortlist_app::login_page(None))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct LoginForm {
+    token: String,
+}
+
+pub(crate) async fn login(State(st): State<AppState>, Form(form): Form<LoginForm>) -> Response {
+    let ok = st
+        .token
+        .as_deref()
+        .is_some_and(|t| t.len() == form.token.len() && t == form.token.as_str());
+    if !ok {
+        return html(
+            StatusCode::UNAUTHORIZED,
+            shortlist_app::login_page(Some("That is not this workbench's token.".to_owned())),
+        );
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [
+            (header::LOCATION, "/".to_owned()),
+            (
+                header::SET_COOKIE,
+                format!(
+                    "{}={}; HttpOnly; SameSite=Strict; Path=/",
+                    super::security::TOKEN_COOKIE,
+                    form.token
+                ),
+            ),
+        ],
+    )
+        .into_response()
+}
+
+/// A path segment, percent-encoded where it must be.
+pub(crate) fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}

@@ -1,0 +1,74 @@
+// Live progress on a study's page: server-sent events of the stored progress events update the
+// job rows in place. Without this script the page still works: it offers a refresh link.
+"use strict";
+(function () {
+  const section = document.getElementById("progress");
+  if (!section || !window.EventSource) return;
+  const study = section.dataset.study;
+  const live = document.getElementById("live");
+  const source = new EventSource("/studies/" + encodeURIComponent(study) + "/events");
+  let seenState = null;
+  function text(row, field, value) {
+    const el = row.querySelector('[data-field="' + field + '"]');
+    if (el) el.textContent = value;
+    return el;
+  }
+  function duration(s) {
+    if (s >= 3600) return (s / 3600).toFixed(1) + " h";
+    if (s >= 60) return Math.round(s / 60) + " min";
+    return Math.round(s) + " s";
+  }
+  source.addEventListener("open", function () {
+    if (live) live.textContent = "Live: following the runs as they progress.";
+  });
+  source.addEventListener("progress", function (message) {
+    const e = JSON.parse(message.data);
+    const row = section.querySelector('tr[data-job="' + e.job + '"]');
+    if (!row) return;
+    let fraction = null;
+    const parts = [];
+    if (e.cases) {
+      fraction = e.cases.total > 0 ? e.cases.done / e.cases.total : null;
+      parts.push(e.cases.done + "/" + e.cases.total + " cases, " + e.cases.passed + " passed, " +
+        e.cases.failed + " failed" + (e.cases.errors ? ", " + e.cases.errors + " errors" : ""));
+    }
+    if (e.load) {
+      const within = e.load.total > 0 ? e.load.finished / e.load.total : 0;
+      fraction = Math.min(1, (e.load.index + within) / Math.max(1, e.load.steps));
+      parts.push("step " + e.load.label + " at " + e.load.offered_rps + " req/s: " +
+        e.load.finished + "/" + e.load.total + " requests");
+    }
+    if (e.eta_s != null && e.phase === "running") parts.push("ETA " + duration(e.eta_s));
+    const state = { started: "running", running: "running", done: "done", failed: e.retry ? "queued" : "failed" }[e.phase];
+    if (e.phase === "done") fraction = 1;
+    const badge = text(row, "state", state);
+    if (badge) badge.className = "badge " + ({ done: "good", failed: "bad", running: "info" }[state] || "none");
+    if (fraction != null) {
+      const bar = row.querySelector('[data-field="bar"]');
+      if (bar) bar.value = fraction;
+      text(row, "percent", Math.round(fraction * 100) + " %");
+    }
+    if (parts.length) text(row, "text", parts.join(" · "));
+    if (e.message) text(row, "message", e.message);
+  });
+  source.addEventListener("state", function (message) {
+    const badge = document.getElementById("study-state");
+    if (badge) {
+      badge.textContent = message.data;
+      badge.className = "badge " + ({ done: "good", running: "info", locked: "info" }[message.data] || "none");
+    }
+    // A run that has finished has new verdicts and records: say so, with a link to them.
+    if (seenState === "running" && message.data === "done" && live) {
+      live.className = "notice";
+      live.textContent = "The run has finished. ";
+      const link = document.createElement("a");
+      link.href = window.location.pathname;
+      link.textContent = "Show the verdicts and records";
+      live.appendChild(link);
+    }
+    seenState = message.data;
+  });
+  source.addEventListener("error", function () {
+    if (live) live.textContent = "Live updates paused (reconnecting)…";
+  });
+})();

@@ -1,0 +1,244 @@
+//! The workbench in a real browser (Debian's chromium through chromedriver, driven by
+//! fantoccini): a study created from the form, locked, run against two mock candidates with
+//! canned answers, the progress followed to done without a reload, the comparison with its
+//! disagreement filter, a case, the one-page PDF; an XSS payload that never runs; and a
+//! screenshot of each page at 1280 and 390 px, written to `$CARGO_TARGET_TMPDIR/screenshots`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+
+use crate::support::{Mock, data};
+use crate::web::{Server, http, study_text};
+
+const CHROMIUM: &str = "/usr/bin/chromium";
+const CHROMEDRIVER: &str = "/usr/bin/chromedriver";
+
+/// chromedriver on a free port; killed when dropped.
+struct Driver {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn driver() -> Option<Driver> {
+    if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
+        eprintln!("SKIPPED: {CHROMIUM} or {CHROMEDRIVER} is absent (scripts/test installs chromium and chromium-driver)");
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let child = Command::new(CHROMEDRIVER)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "chromedriver did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Some(Driver { child, url })
+}
+
+async fn browser(driver: &Driver, profile: &Path) -> Client {
+    let mut caps = serde_json::Map::new();
+    caps.insert(
+        "goog:chromeOptions".to_owned(),
+        json!({
+            "binary": CHROMIUM,
+            "args": [
+                "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-quic", "--no-first-run", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--hide-scrollbars",
+                format!("--user-data-dir={}", profile.display()),
+            ],
+        }),
+    );
+    ClientBuilder::new(hyper_util::client::legacy::connect::HttpConnector::new())
+        .capabilities(caps)
+        .connect(&driver.url)
+        .await
+        .expect("a chromium session")
+}
+
+fn shots_dir() -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// Screenshots of the current page at 1280 and 390 px wide; the page must not scroll sideways.
+async fn shoot(c: &Client, name: &str) {
+    for width in [1280u32, 390] {
+        c.set_window_size(width, 900).await.unwrap();
+        let overflow = c
+            .execute(
+                "return document.documentElement.scrollWidth - document.documentElement.clientWidth;",
+                vec![],
+            )
+            .await
+            .unwrap();
+        assert!(
+            overflow.as_i64().unwrap_or(0) <= 0,
+            "{name} scrolls sideways at {width} px by {overflow}"
+        );
+        let full_height = c
+            .execute("return document.documentElement.scrollHeight;", vec![])
+            .await
+            .unwrap()
+            .as_u64()
+            .unwrap_or(900)
+            .clamp(600, 6000) as u32;
+        c.set_window_size(width, full_height).await.unwrap();
+        let png = c.screenshot().await.unwrap();
+        std::fs::write(shots_dir().join(format!("{name}-{width}.png")), png).unwrap();
+    }
+    c.set_window_size(1280, 900).await.unwrap();
+}
+
+async fn text_of(c: &Client, css: &str) -> String {
+    c.find(Locator::Css(css)).await.unwrap().text().await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_study_from_the_form_to_the_pdf_in_chromium() {
+    let Some(driver) = driver() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Two candidates: the canned answers, and the same with a wrong capital.
+    let wrong = d.join("wrong.jsonl");
+    std::fs::write(
+        &wrong,
+        std::fs::read_to_string(data("study/mini.answers.jsonl"))
+            .unwrap()
+            .replace("\"Paris.\"", "\"Lyon.\""),
+    )
+    .unwrap();
+    let good = Mock::start(&[
+        "--answers",
+        data("study/mini.answers.jsonl").to_str().unwrap(),
+        "--ttft-ms",
+        "300",
+    ]);
+    let other = Mock::start(&["--answers", wrong.to_str().unwrap(), "--ttft-ms", "300"]);
+    let payload = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+    let text = study_text(d, &format!("{}#mock", good.url))
+        .replace(
+            "Can the smallest model answer six trivial questions?",
+            &payload.replace('"', "\\\""),
+        )
+        + &format!(
+            "\n[[candidate]]\nname = \"other\"\nsource = \"{}#mock\"\nprice_per_device_hour = 0.05\n",
+            other.url
+        );
+    let server = Server::start(d, &["--workers", "1"], &[]);
+    let base = format!("http://{}", server.addr);
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+
+    // Create from the form.
+    c.goto(&format!("{base}/studies/new")).await.unwrap();
+    shoot(&c, "new-study").await;
+    c.execute(
+        "document.getElementById('toml').value = arguments[0];",
+        vec![json!(text)],
+    )
+    .await
+    .unwrap();
+    c.find(Locator::Css("form button[type=submit]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait().for_url(&format!("{base}/studies/mini").parse().unwrap()).await.unwrap();
+    assert_eq!(text_of(&c, "#study-state").await, "draft");
+    // The payload in the question is text, not markup: no dialog opened (WebDriver would fail
+    // every command with "unexpected alert open"), and the only script is ours.
+    let scripts = c
+        .execute("return document.scripts.length;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(scripts, json!(1));
+    assert!(text_of(&c, ".question").await.contains("<script>alert(1)</script>"));
+
+    // Lock, then Run; follow the progress to done without a reload.
+    c.find(Locator::Css("form[action$='/lock'] button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait().for_element(Locator::Id("run")).await.unwrap();
+    c.find(Locator::Id("run")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Css("tr[data-job]")).await.unwrap();
+    c.execute("window.__stayed = true;", vec![]).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let state = text_of(&c, "#study-state").await;
+        if state == "done" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the run did not finish: {state}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let stayed = c.execute("return window.__stayed === true;", vec![]).await.unwrap();
+    assert_eq!(stayed, json!(true), "the page followed the run without a reload");
+    let bars = c
+        .execute(
+            "return Array.from(document.querySelectorAll('progress')).map(p => p.value);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert!(
+        bars.as_array().unwrap().iter().all(|v| v.as_f64() == Some(1.0)),
+        "{bars}"
+    );
+    c.goto(&format!("{base}/studies/mini")).await.unwrap();
+    shoot(&c, "study").await;
+
+    // Compare both candidates: the disagreement is the capital.
+    c.goto(&format!("{base}/studies/mini/compare?candidates=smol,other")).await.unwrap();
+    assert_eq!(text_of(&c, "#case-count").await, "1 of 6 cases");
+    assert!(text_of(&c, "table.cases").await.contains("capital"));
+    assert!(c.find(Locator::Css("table.compare")).await.is_ok());
+    shoot(&c, "compare").await;
+    c.find(Locator::LinkText("all")).await.unwrap().click().await.unwrap();
+    c.wait().for_element(Locator::Css("table.cases")).await.unwrap();
+    assert_eq!(text_of(&c, "#case-count").await, "6 of 6 cases");
+
+    // A case: each candidate's output and checks.
+    c.goto(&format!("{base}/studies/mini/cases/capital")).await.unwrap();
+    let page = text_of(&c, "main").await;
+    assert!(page.contains("Paris.") && page.contains("Lyon."), "{page}");
+    shoot(&c, "case").await;
+
+    // The record page and its PDF (one page).
+    c.goto(&format!("{base}/studies/mini/candidates/smol")).await.unwrap();
+    assert!(text_of(&c, ".verdict").await.contains("DISQUALIFIED"));
+    shoot(&c, "record").await;
+    c.goto(&format!("{base}/")).await.unwrap();
+    shoot(&c, "home").await;
+    c.close().await.unwrap();
+
+    let pdf = http(&server.addr, "GET", "/studies/mini/candidates/smol/record.pdf", &[], b"");
+    assert_eq!(pdf.header("content-type"), Some("application/pdf"));
+    assert!(pdf.body.starts_with("%PDF"), "a PDF");
+    assert_eq!(crate::report::page_objects(pdf.body.as_bytes()), 1, "exactly one page");
+}

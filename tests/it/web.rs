@@ -1,0 +1,353 @@
+//! `shortlist serve` over real HTTP: the binary on a free port with a fresh SQLite database, a
+//! study created from the form, locked, run (two clicks, one run) against the mock with canned
+//! answers; cross-site posts refused with nothing stored; a token required off loopback and for
+//! writes; an oversized upload refused with the server still up; untrusted text escaped.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{Mock, data, shortlist, stderr};
+
+/// The workbench as a child process; killed when dropped.
+pub struct Server {
+    child: Child,
+    pub addr: String,
+}
+
+impl Server {
+    pub fn start(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let mut command = shortlist();
+        command
+            .env("DATABASE_URL", format!("sqlite://{}?mode=rwc", dir.join("web.db").display()))
+            .current_dir(dir)
+            .args(["serve", "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let mut child = command.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        Server {
+            child,
+            addr: line.trim().trim_start_matches("http://").to_owned(),
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A response: status, headers (lower-case names) and body.
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: String,
+}
+
+impl Reply {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// One HTTP/1.1 request over a fresh connection.
+pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
+    for (k, v) in headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str("\r\n");
+    stream.write_all(head.as_bytes()).unwrap();
+    // A server may answer (413) before reading all of a large body.
+    let _ = stream.write_all(body);
+    let mut raw = Vec::new();
+    let _ = stream.read_to_end(&mut raw);
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_lowercase(), v.trim().to_owned()))
+        .collect::<Vec<_>>();
+    let body = if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v == "chunked")
+    {
+        dechunk(body)
+    } else {
+        body.to_owned()
+    };
+    Reply {
+        status,
+        headers,
+        body,
+    }
+}
+
+fn dechunk(body: &str) -> String {
+    let mut out = String::new();
+    let mut rest = body;
+    while let Some((size, tail)) = rest.split_once("\r\n") {
+        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
+            break;
+        };
+        if n == 0 || tail.len() < n {
+            break;
+        }
+        out.push_str(&tail[..n]);
+        rest = tail[n..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// A form body, url-encoded.
+pub fn form(fields: &[(&str, &str)]) -> Vec<u8> {
+    fields
+        .iter()
+        .map(|(k, v)| {
+            let enc: String = v
+                .bytes()
+                .map(|b| {
+                    if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                        (b as char).to_string()
+                    } else {
+                        format!("%{b:02X}")
+                    }
+                })
+                .collect();
+            format!("{k}={enc}")
+        })
+        .collect::<Vec<_>>()
+        .join("&")
+        .into_bytes()
+}
+
+/// The mini study against `endpoint`, its eval set beside it in `dir`, quick load settings.
+pub fn study_text(dir: &Path, endpoint: &str) -> String {
+    let set_path = data("study/mini.yaml");
+    let yaml = std::fs::read_to_string(&set_path).unwrap();
+    std::fs::write(dir.join("mini.yaml"), &yaml).unwrap();
+    let set = shortlist_evals::EvalSet::from_yaml("mini.yaml", &yaml).unwrap();
+    std::fs::read_to_string(data("study/mini.study.toml"))
+        .unwrap()
+        .replace("@EVALSET@", "mini.yaml")
+        .replace("@SHA256@", set.sha256())
+        .replace("@SOURCE@", endpoint)
+        .replace("rate_rps = 0.5", "rate_rps = 8.0")
+        .replace("peak_rps = 0.5", "peak_rps = 8.0")
+        .replace("sweep_rps = [1.0, 2.0]", "sweep_rps = [16.0]")
+}
+
+const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+
+#[test]
+fn off_loopback_without_a_token_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = shortlist()
+        .env("DATABASE_URL", format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display()))
+        .args(["serve", "--bind", "0.0.0.0:0"])
+        .env_remove("SHORTLIST_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("token"), "{}", stderr(&out));
+}
+
+#[test]
+fn forms_runs_and_refusals_over_http() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mock = Mock::start(&["--answers", data("study/mini.answers.jsonl").to_str().unwrap()]);
+    let server = Server::start(d, &["--workers", "1"], &[]);
+    let a = server.addr.as_str();
+    assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
+    let page = http(a, "GET", "/", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(
+        page.header("content-security-policy")
+            .unwrap()
+            .starts_with("default-src 'self'")
+    );
+    let text = study_text(d, &format!("{}#mock", mock.url));
+
+    // A cross-site form post is refused and stores nothing.
+    let evil = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM, ("origin", "http://evil.example")],
+        &form(&[("toml", &text)]),
+    );
+    assert_eq!(evil.status, 403);
+    let evil = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM, ("sec-fetch-site", "cross-site")],
+        &form(&[("toml", &text)]),
+    );
+    assert_eq!(evil.status, 403);
+    assert_eq!(http(a, "GET", "/api/studies", &[], b"").json(), Value::Array(vec![]));
+
+    // A bad study comes back with its line and field; nothing is stored.
+    let bad = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM],
+        &form(&[("toml", &text.replace("rate_rps = 8.0", "rate_rps = -1"))]),
+    );
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("workload.rate_rps"), "{}", bad.body);
+    assert_eq!(http(a, "GET", "/api/studies", &[], b"").json(), Value::Array(vec![]));
+
+    // The form: 303 to the study's page.
+    let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
+    assert_eq!(created.status, 303, "{}", created.body);
+    assert_eq!(created.header("location"), Some("/studies/mini"));
+    assert_eq!(http(a, "GET", "/studies/mini", &[], b"").status, 200);
+    assert_eq!(http(a, "GET", "/studies/nothing", &[], b"").status, 404);
+    let locked = http(a, "POST", "/studies/mini/lock", &[FORM], b"");
+    assert_eq!(locked.status, 303);
+    // A locked study cannot be changed through the form: a changed file is a new version.
+    let changed = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM],
+        &form(&[("toml", &text.replace("six trivial", "six easy"))]),
+    );
+    assert_eq!(changed.status, 303);
+    let v1 = http(a, "GET", "/api/studies", &[], b"").json();
+    assert!(v1.as_array().unwrap().iter().any(|s| s["version"] == 1 && s["state"] == "locked"));
+
+    // Two Run clicks at once queue one run (on version 1, locked).
+    let v2 = http(a, "GET", "/api/studies/mini", &[], b"").json();
+    assert_eq!(v2["version"], 2);
+    let lock2 = http(a, "POST", "/api/studies/mini/lock", &[], b"");
+    assert_eq!(lock2.status, 200, "{}", lock2.body);
+    let clicks: Vec<_> = (0..2)
+        .map(|_| {
+            let a = a.to_owned();
+            std::thread::spawn(move || http(&a, "POST", "/studies/mini/runs", &[FORM], b"").status)
+        })
+        .collect();
+    for c in clicks {
+        assert_eq!(c.join().unwrap(), 303);
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        let s = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
+        if s["state"] == "done" || Instant::now() > deadline {
+            break s;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    };
+    assert_eq!(status["state"], "done", "{status}");
+    let generations = status["generations"].as_array().unwrap();
+    assert_eq!(generations.len(), 1, "two clicks, one run: {status}");
+    assert_eq!(generations[0]["jobs"].as_array().unwrap().len(), 4);
+    let record = http(a, "GET", "/api/studies/mini/candidates/smol/record", &[], b"").json();
+    assert_eq!(record["verdict"], "disqualified");
+    let pdf = http(a, "GET", "/studies/mini/candidates/smol/record.pdf", &[], b"");
+    assert_eq!(pdf.header("content-type"), Some("application/pdf"));
+    assert_eq!(http(a, "GET", "/studies/mini/candidates/smol", &[], b"").status, 200);
+    let compare = http(a, "GET", "/studies/mini/compare?candidates=smol&mode=all", &[], b"");
+    assert_eq!(compare.status, 200);
+    assert!(compare.body.contains("6 of 6 cases"), "{}", compare.body);
+
+    // An upload over the limit: 413, and the server is still up.
+    let big = vec![b'a'; 17 << 20];
+    let refused = http(a, "POST", "/api/studies", &[("content-type", "text/plain")], &big);
+    assert_eq!(refused.status, 413);
+    assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
+    let metrics = http(a, "GET", "/metrics", &[], b"").body;
+    assert!(metrics.contains("shortlist_jobs{state=\"done\"} 4"), "{metrics}");
+    assert!(metrics.contains("shortlist_http_request_seconds_bucket"), "{metrics}");
+}
+
+#[test]
+fn a_token_guards_writes_and_the_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let token = "a-long-enough-test-token";
+    let server = Server::start(dir.path(), &["--workers", "0"], &[("SHORTLIST_TOKEN", token)]);
+    let a = server.addr.as_str();
+    assert_eq!(http(a, "GET", "/", &[], b"").status, 200, "pages read without it");
+    assert_eq!(http(a, "GET", "/api/studies", &[], b"").status, 401);
+    let text = study_text(dir.path(), "http://127.0.0.1:9#m");
+    assert_eq!(
+        http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)])).status,
+        401
+    );
+    let bearer = format!("Bearer {token}");
+    assert_eq!(
+        http(a, "GET", "/api/studies", &[("authorization", &bearer)], b"").status,
+        200
+    );
+    let login = http(a, "POST", "/login", &[FORM], &form(&[("token", token)]));
+    assert_eq!(login.status, 303);
+    let cookie = login.header("set-cookie").unwrap().to_owned();
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    let pair = cookie.split(';').next().unwrap();
+    let created = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM, ("cookie", pair)],
+        &form(&[("toml", &text)]),
+    );
+    assert_eq!(created.status, 303, "{}", created.body);
+}
+
+/// Text from studies, eval sets and outputs is untrusted: it reaches the page escaped.
+#[test]
+fn untrusted_text_is_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--workers", "0"], &[]);
+    let a = server.addr.as_str();
+    let payload = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
+    let text = study_text(dir.path(), "http://127.0.0.1:9#m").replace(
+        "Can the smallest model answer six trivial questions?",
+        &payload.replace('"', "\\\""),
+    );
+    let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
+    assert_eq!(created.status, 303, "{}", created.body);
+    for path in ["/", "/studies/mini"] {
+        let page = http(a, "GET", path, &[], b"").body;
+        assert!(!page.contains("<script>alert"), "{path}: {page}");
+        assert!(!page.contains("<img src=x"), "{path}");
+        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{path}: {page}");
+        // The only script is ours.
+        assert_eq!(page.matches("<script").count(), 1, "{path}");
+    }
+}
