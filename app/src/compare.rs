@@ -84,10 +84,16 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                             .find(|c| c.label == cat)
                             .map_or_else(
                                 || "–".to_owned(),
-                                |c| format!(
-                                    "{}/{} · {:.0} % [{:.0}–{:.0} %]",
-                                    c.passed, c.n, c.rate * 100.0, c.lo * 100.0, c.hi * 100.0
-                                ),
+                                |c| {
+                                    format!(
+                                        "{}/{} · {:.0} % [{:.0}–{:.0} %]",
+                                        c.passed,
+                                        c.n,
+                                        c.rate * 100.0,
+                                        c.lo * 100.0,
+                                        c.hi * 100.0
+                                    )
+                                },
                             );
                         view! { <td>{text}</td> }
                     })
@@ -118,7 +124,12 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 }
             })
             .collect_view();
-        let shown: Vec<CaseRow> = cmp.cases.iter().filter(|r| filter.keeps(r)).cloned().collect();
+        let shown: Vec<CaseRow> = cmp
+            .cases
+            .iter()
+            .filter(|r| filter.keeps(r))
+            .cloned()
+            .collect();
         let total = cmp.cases.len();
         let count = format!("{} of {total} cases", shown.len());
         let study = cmp.study.clone();
@@ -153,7 +164,8 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                     "/studies/{}/compare?candidates={joined}&mode={m}&category={}&q={}",
                     cmp.study, filter.category, filter.search
                 );
-                let class = if filter.mode == m || (filter.mode.is_empty() && m == "disagreements") {
+                let class = if filter.mode == m || (filter.mode.is_empty() && m == "disagreements")
+                {
                     "tab active"
                 } else {
                     "tab"
@@ -165,14 +177,21 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             .chain(categories.clone())
             .map(|c| {
                 let selected = c == filter.category;
-                let label = if c.is_empty() { "all categories".to_owned() } else { c.clone() };
+                let label = if c.is_empty() {
+                    "all categories".to_owned()
+                } else {
+                    c.clone()
+                };
                 view! { <option value=c selected=selected>{label}</option> }
             })
             .collect_view();
         let action = format!("/studies/{}/compare", cmp.study);
         let header = format!(
             "{} v{} · generation {} · lock {}",
-            cmp.study, cmp.version, cmp.generation, &cmp.lock_sha256[..12.min(cmp.lock_sha256.len())]
+            cmp.study,
+            cmp.version,
+            cmp.generation,
+            &cmp.lock_sha256[..12.min(cmp.lock_sha256.len())]
         );
         view! {
             <h1>"Side by side"</h1>
@@ -183,7 +202,14 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                     <table class="compare">
                         <thead><tr><th></th>{heads}</tr></thead>
                         <tbody>
-                            {summary_row("Verdict", &records, |r| format!("{:?}", r.verdict).to_lowercase())}
+                            <tr>
+                                <th scope="row">"Verdict"</th>
+                                {records.iter().map(|r| {
+                                    let (word, tone) = crate::verdict_word(Some(r.verdict));
+                                    let class = format!("badge {tone}");
+                                    view! { <td><span class=class>{word}</span></td> }
+                                }).collect_view()}
+                            </tr>
                             {summary_row("Tripped rules", &records, |r| {
                                 let tripped: Vec<String> = r.disqualifiers.iter()
                                     .filter(|d| d.outcome == shortlist_study::rule::Outcome::Trip)

@@ -218,7 +218,11 @@ fn generation(g: GenerationView) -> impl IntoView {
         "Generation {} · {} · {}",
         g.number,
         g.trigger,
-        if g.created_at.is_empty() { "-".to_owned() } else { g.created_at.clone() }
+        if g.created_at.is_empty() {
+            "-".to_owned()
+        } else {
+            g.created_at.clone()
+        }
     );
     let runs = g.runs.clone();
     view! {
@@ -330,7 +334,9 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 );
                 let line = format!(
                     "{}{} {} {threshold}",
-                    r.name.as_ref().map_or_else(String::new, |n| format!("{n}: ")),
+                    r.name
+                        .as_ref()
+                        .map_or_else(String::new, |n| format!("{n}: ")),
                     r.metric,
                     serde_json::to_value(r.op)
                         .ok()
@@ -341,7 +347,10 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             })
             .collect_view();
         let candidates: Vec<String> = v.candidates.iter().map(|c| c.name.clone()).collect();
-        let compare_href = format!("/studies/{name}/compare?candidates={}", candidates.join(","));
+        let compare_href = format!(
+            "/studies/{name}/compare?candidates={}",
+            candidates.join(",")
+        );
         let lock_action = format!("/studies/{name}/lock");
         let run_action = format!("/studies/{name}/runs");
         let done = v.state == StudyState::Done;
@@ -397,10 +406,13 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                             <button type="submit">"Lock"</button>
                         </form>
                     })}
-                    {locked.then(|| view! {
+                    {(locked && v.state == StudyState::Locked).then(|| view! {
                         <form method="post" action=run_action.clone()>
                             <button type="submit" id="run">"Run"</button>
                         </form>
+                    })}
+                    {(v.state == StudyState::Running).then(|| view! {
+                        <span class="muted">"Running: see the progress below."</span>
                     })}
                     {(locked && done).then(|| view! {
                         <form method="post" action=run_action.clone()>

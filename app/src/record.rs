@@ -60,14 +60,14 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                     <h2>"1 · Identity"</h2>
                     {rows(v.identity.clone())}
                 </section>
-                <section class="card">
+                <section class="card wide">
                     <h2>"2 · Quality"</h2>
                     {rows(v.quality_summary.clone())}
                     <div class="chart" inner_html=charts.pass_rate.clone()></div>
                     <p class="muted small">{v.categories_note.clone()}</p>
                     {v.paired.clone().map(|p| view! { <p class="small">{p}</p> })}
                 </section>
-                <section class="card">
+                <section class="card wide">
                     <h2>"3 · Disqualifiers"</h2>
                     <p class="small">{v.rules_summary.clone()}</p>
                     <div class="scroll">

@@ -32,7 +32,9 @@ impl Drop for Driver {
 
 fn driver() -> Option<Driver> {
     if !Path::new(CHROMIUM).exists() || !Path::new(CHROMEDRIVER).exists() {
-        eprintln!("SKIPPED: {CHROMIUM} or {CHROMEDRIVER} is absent (scripts/test installs chromium and chromium-driver)");
+        eprintln!(
+            "SKIPPED: {CHROMIUM} or {CHROMEDRIVER} is absent (scripts/test installs chromium and chromium-driver)"
+        );
         return None;
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -112,7 +114,12 @@ async fn shoot(c: &Client, name: &str) {
 }
 
 async fn text_of(c: &Client, css: &str) -> String {
-    c.find(Locator::Css(css)).await.unwrap().text().await.unwrap()
+    c.find(Locator::Css(css))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -137,15 +144,13 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     ]);
     let other = Mock::start(&["--answers", wrong.to_str().unwrap(), "--ttft-ms", "300"]);
     let payload = "<script>alert(1)</script>\"><img src=x onerror=alert(2)>";
-    let text = study_text(d, &format!("{}#mock", good.url))
-        .replace(
-            "Can the smallest model answer six trivial questions?",
-            &payload.replace('"', "\\\""),
-        )
-        + &format!(
-            "\n[[candidate]]\nname = \"other\"\nsource = \"{}#mock\"\nprice_per_device_hour = 0.05\n",
-            other.url
-        );
+    let text = study_text(d, &format!("{}#mock", good.url)).replace(
+        "Can the smallest model answer six trivial questions?",
+        &payload.replace('"', "\\\""),
+    ) + &format!(
+        "\n[[candidate]]\nname = \"other\"\nsource = \"{}#mock\"\nprice_per_device_hour = 0.05\n",
+        other.url
+    );
     let server = Server::start(d, &["--workers", "1"], &[]);
     let base = format!("http://{}", server.addr);
     let profile = tempfile::tempdir().unwrap();
@@ -166,7 +171,10 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .click()
         .await
         .unwrap();
-    c.wait().for_url(&format!("{base}/studies/mini").parse().unwrap()).await.unwrap();
+    c.wait()
+        .for_url(&format!("{base}/studies/mini").parse().unwrap())
+        .await
+        .unwrap();
     assert_eq!(text_of(&c, "#study-state").await, "draft");
     // The payload in the question is text, not markup: no dialog opened (WebDriver would fail
     // every command with "unexpected alert open"), and the only script is ours.
@@ -175,7 +183,11 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .await
         .unwrap();
     assert_eq!(scripts, json!(1));
-    assert!(text_of(&c, ".question").await.contains("<script>alert(1)</script>"));
+    assert!(
+        text_of(&c, ".question")
+            .await
+            .contains("<script>alert(1)</script>")
+    );
 
     // Lock, then Run; follow the progress to done without a reload.
     c.find(Locator::Css("form[action$='/lock'] button"))
@@ -185,8 +197,16 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .await
         .unwrap();
     c.wait().for_element(Locator::Id("run")).await.unwrap();
-    c.find(Locator::Id("run")).await.unwrap().click().await.unwrap();
-    c.wait().for_element(Locator::Css("tr[data-job]")).await.unwrap();
+    c.find(Locator::Id("run"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("tr[data-job]"))
+        .await
+        .unwrap();
     c.execute("window.__stayed = true;", vec![]).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(180);
     loop {
@@ -197,8 +217,15 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         assert!(Instant::now() < deadline, "the run did not finish: {state}");
         tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    let stayed = c.execute("return window.__stayed === true;", vec![]).await.unwrap();
-    assert_eq!(stayed, json!(true), "the page followed the run without a reload");
+    let stayed = c
+        .execute("return window.__stayed === true;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(
+        stayed,
+        json!(true),
+        "the page followed the run without a reload"
+    );
     let bars = c
         .execute(
             "return Array.from(document.querySelectorAll('progress')).map(p => p.value);",
@@ -207,38 +234,67 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .await
         .unwrap();
     assert!(
-        bars.as_array().unwrap().iter().all(|v| v.as_f64() == Some(1.0)),
+        bars.as_array()
+            .unwrap()
+            .iter()
+            .all(|v| v.as_f64() == Some(1.0)),
         "{bars}"
     );
     c.goto(&format!("{base}/studies/mini")).await.unwrap();
     shoot(&c, "study").await;
 
     // Compare both candidates: the disagreement is the capital.
-    c.goto(&format!("{base}/studies/mini/compare?candidates=smol,other")).await.unwrap();
+    c.goto(&format!(
+        "{base}/studies/mini/compare?candidates=smol,other"
+    ))
+    .await
+    .unwrap();
     assert_eq!(text_of(&c, "#case-count").await, "1 of 6 cases");
     assert!(text_of(&c, "table.cases").await.contains("capital"));
     assert!(c.find(Locator::Css("table.compare")).await.is_ok());
     shoot(&c, "compare").await;
-    c.find(Locator::LinkText("all")).await.unwrap().click().await.unwrap();
-    c.wait().for_element(Locator::Css("table.cases")).await.unwrap();
+    c.find(Locator::LinkText("all"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    c.wait()
+        .for_element(Locator::Css("table.cases"))
+        .await
+        .unwrap();
     assert_eq!(text_of(&c, "#case-count").await, "6 of 6 cases");
 
     // A case: each candidate's output and checks.
-    c.goto(&format!("{base}/studies/mini/cases/capital")).await.unwrap();
+    c.goto(&format!("{base}/studies/mini/cases/capital"))
+        .await
+        .unwrap();
     let page = text_of(&c, "main").await;
     assert!(page.contains("Paris.") && page.contains("Lyon."), "{page}");
     shoot(&c, "case").await;
 
     // The record page and its PDF (one page).
-    c.goto(&format!("{base}/studies/mini/candidates/smol")).await.unwrap();
+    c.goto(&format!("{base}/studies/mini/candidates/smol"))
+        .await
+        .unwrap();
     assert!(text_of(&c, ".verdict").await.contains("DISQUALIFIED"));
     shoot(&c, "record").await;
     c.goto(&format!("{base}/")).await.unwrap();
     shoot(&c, "home").await;
     c.close().await.unwrap();
 
-    let pdf = http(&server.addr, "GET", "/studies/mini/candidates/smol/record.pdf", &[], b"");
+    let pdf = http(
+        &server.addr,
+        "GET",
+        "/studies/mini/candidates/smol/record.pdf",
+        &[],
+        b"",
+    );
     assert_eq!(pdf.header("content-type"), Some("application/pdf"));
     assert!(pdf.body.starts_with("%PDF"), "a PDF");
-    assert_eq!(crate::report::page_objects(pdf.body.as_bytes()), 1, "exactly one page");
+    assert_eq!(
+        crate::report::page_objects(pdf.body.as_bytes()),
+        1,
+        "exactly one page"
+    );
 }

@@ -23,7 +23,10 @@ impl Server {
     pub fn start(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = shortlist();
         command
-            .env("DATABASE_URL", format!("sqlite://{}?mode=rwc", dir.join("web.db").display()))
+            .env(
+                "DATABASE_URL",
+                format!("sqlite://{}?mode=rwc", dir.join("web.db").display()),
+            )
             .current_dir(dir)
             .args(["serve", "--bind", "127.0.0.1:0"])
             .args(extra)
@@ -73,7 +76,9 @@ impl Reply {
 /// One HTTP/1.1 request over a fresh connection.
 pub fn http(addr: &str, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Reply {
     let mut stream = TcpStream::connect(addr).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .unwrap();
     let mut head = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
         body.len()
@@ -174,7 +179,10 @@ const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded")
 fn off_loopback_without_a_token_refuses_to_start() {
     let dir = tempfile::tempdir().unwrap();
     let out = shortlist()
-        .env("DATABASE_URL", format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display()))
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display()),
+        )
         .args(["serve", "--bind", "0.0.0.0:0"])
         .env_remove("SHORTLIST_TOKEN")
         .output()
@@ -187,7 +195,10 @@ fn off_loopback_without_a_token_refuses_to_start() {
 fn forms_runs_and_refusals_over_http() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mock = Mock::start(&["--answers", data("study/mini.answers.jsonl").to_str().unwrap()]);
+    let mock = Mock::start(&[
+        "--answers",
+        data("study/mini.answers.jsonl").to_str().unwrap(),
+    ]);
     let server = Server::start(d, &["--workers", "1"], &[]);
     let a = server.addr.as_str();
     assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
@@ -217,7 +228,10 @@ fn forms_runs_and_refusals_over_http() {
         &form(&[("toml", &text)]),
     );
     assert_eq!(evil.status, 403);
-    assert_eq!(http(a, "GET", "/api/studies", &[], b"").json(), Value::Array(vec![]));
+    assert_eq!(
+        http(a, "GET", "/api/studies", &[], b"").json(),
+        Value::Array(vec![])
+    );
 
     // A bad study comes back with its line and field; nothing is stored.
     let bad = http(
@@ -229,7 +243,10 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(bad.status, 400);
     assert!(bad.body.contains("workload.rate_rps"), "{}", bad.body);
-    assert_eq!(http(a, "GET", "/api/studies", &[], b"").json(), Value::Array(vec![]));
+    assert_eq!(
+        http(a, "GET", "/api/studies", &[], b"").json(),
+        Value::Array(vec![])
+    );
 
     // The form: 303 to the study's page.
     let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
@@ -249,7 +266,12 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(changed.status, 303);
     let v1 = http(a, "GET", "/api/studies", &[], b"").json();
-    assert!(v1.as_array().unwrap().iter().any(|s| s["version"] == 1 && s["state"] == "locked"));
+    assert!(
+        v1.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["version"] == 1 && s["state"] == "locked")
+    );
 
     // Two Run clicks at once queue one run (on version 1, locked).
     let v2 = http(a, "GET", "/api/studies/mini", &[], b"").json();
@@ -277,32 +299,74 @@ fn forms_runs_and_refusals_over_http() {
     let generations = status["generations"].as_array().unwrap();
     assert_eq!(generations.len(), 1, "two clicks, one run: {status}");
     assert_eq!(generations[0]["jobs"].as_array().unwrap().len(), 4);
-    let record = http(a, "GET", "/api/studies/mini/candidates/smol/record", &[], b"").json();
+    let record = http(
+        a,
+        "GET",
+        "/api/studies/mini/candidates/smol/record",
+        &[],
+        b"",
+    )
+    .json();
     assert_eq!(record["verdict"], "disqualified");
-    let pdf = http(a, "GET", "/studies/mini/candidates/smol/record.pdf", &[], b"");
+    let pdf = http(
+        a,
+        "GET",
+        "/studies/mini/candidates/smol/record.pdf",
+        &[],
+        b"",
+    );
     assert_eq!(pdf.header("content-type"), Some("application/pdf"));
-    assert_eq!(http(a, "GET", "/studies/mini/candidates/smol", &[], b"").status, 200);
-    let compare = http(a, "GET", "/studies/mini/compare?candidates=smol&mode=all", &[], b"");
+    assert_eq!(
+        http(a, "GET", "/studies/mini/candidates/smol", &[], b"").status,
+        200
+    );
+    let compare = http(
+        a,
+        "GET",
+        "/studies/mini/compare?candidates=smol&mode=all",
+        &[],
+        b"",
+    );
     assert_eq!(compare.status, 200);
     assert!(compare.body.contains("6 of 6 cases"), "{}", compare.body);
 
     // An upload over the limit: 413, and the server is still up.
     let big = vec![b'a'; 17 << 20];
-    let refused = http(a, "POST", "/api/studies", &[("content-type", "text/plain")], &big);
+    let refused = http(
+        a,
+        "POST",
+        "/api/studies",
+        &[("content-type", "text/plain")],
+        &big,
+    );
     assert_eq!(refused.status, 413);
     assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
     let metrics = http(a, "GET", "/metrics", &[], b"").body;
-    assert!(metrics.contains("shortlist_jobs{state=\"done\"} 4"), "{metrics}");
-    assert!(metrics.contains("shortlist_http_request_seconds_bucket"), "{metrics}");
+    assert!(
+        metrics.contains("shortlist_jobs{state=\"done\"} 4"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("shortlist_http_request_seconds_bucket"),
+        "{metrics}"
+    );
 }
 
 #[test]
 fn a_token_guards_writes_and_the_api() {
     let dir = tempfile::tempdir().unwrap();
     let token = "a-long-enough-test-token";
-    let server = Server::start(dir.path(), &["--workers", "0"], &[("SHORTLIST_TOKEN", token)]);
+    let server = Server::start(
+        dir.path(),
+        &["--workers", "0"],
+        &[("SHORTLIST_TOKEN", token)],
+    );
     let a = server.addr.as_str();
-    assert_eq!(http(a, "GET", "/", &[], b"").status, 200, "pages read without it");
+    assert_eq!(
+        http(a, "GET", "/", &[], b"").status,
+        200,
+        "pages read without it"
+    );
     assert_eq!(http(a, "GET", "/api/studies", &[], b"").status, 401);
     let text = study_text(dir.path(), "http://127.0.0.1:9#m");
     assert_eq!(
@@ -317,7 +381,10 @@ fn a_token_guards_writes_and_the_api() {
     let login = http(a, "POST", "/login", &[FORM], &form(&[("token", token)]));
     assert_eq!(login.status, 303);
     let cookie = login.header("set-cookie").unwrap().to_owned();
-    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"), "{cookie}");
+    assert!(
+        cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"),
+        "{cookie}"
+    );
     let pair = cookie.split(';').next().unwrap();
     let created = http(
         a,
@@ -346,7 +413,10 @@ fn untrusted_text_is_escaped() {
         let page = http(a, "GET", path, &[], b"").body;
         assert!(!page.contains("<script>alert"), "{path}: {page}");
         assert!(!page.contains("<img src=x"), "{path}");
-        assert!(page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"), "{path}: {page}");
+        assert!(
+            page.contains("&lt;script&gt;alert(1)&lt;/script&gt;"),
+            "{path}: {page}"
+        );
         // The only script is ours.
         assert_eq!(page.matches("<script").count(), 1, "{path}");
     }

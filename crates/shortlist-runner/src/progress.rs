@@ -195,16 +195,19 @@ impl ProgressSink {
     }
 
     /// [`ProgressSink::emit`] from code running inside another runtime (a load step's
-    /// observer): the store write is handed to the application's runtime. Count updates are
-    /// written at most every [`MIN_INTERVAL`], so they stay in order.
+    /// observer), where blocking on the application's runtime is not allowed: the write is made
+    /// from a short-lived thread of its own and waited for, so events stay in order.
     pub fn emit_detached(&self, event: ProgressEvent) {
         if let Some((job, at_ms, json)) = self.prepare(event) {
-            let store = self.store.clone();
-            self.rt.spawn(async move {
-                if let Err(e) = store.put_progress(job, at_ms, &json).await {
-                    tracing::warn!(job, error = %e, "progress event not stored");
-                }
+            let stored = std::thread::scope(|scope| {
+                scope
+                    .spawn(|| self.rt.block_on(self.store.put_progress(job, at_ms, &json)))
+                    .join()
             });
+            match stored {
+                Ok(result) => self.store_event(result),
+                Err(_) => tracing::warn!(job, "the progress writer panicked"),
+            }
         }
     }
 

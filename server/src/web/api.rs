@@ -127,7 +127,11 @@ pub(crate) async fn compare(
     Path(name): Path<String>,
     Query(q): Query<CompareQuery>,
 ) -> ApiResult {
-    let candidates: Vec<String> = q.candidates.split(',').map(|c| c.trim().to_owned()).collect();
+    let candidates: Vec<String> = q
+        .candidates
+        .split(',')
+        .map(|c| c.trim().to_owned())
+        .collect();
     ok(st
         .service
         .compare(&name, None, &candidates, q.generation)
@@ -138,5 +142,9 @@ pub(crate) async fn record(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,
 ) -> ApiResult {
-    ok(st.service.record(&name, None, &candidate, None).await?.record)
+    ok(st
+        .service
+        .record(&name, None, &candidate, None)
+        .await?
+        .record)
 }

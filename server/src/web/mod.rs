@@ -92,7 +92,10 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))
-        .route("/static/style.css", get(|| async { asset("text/css; charset=utf-8", STYLE) }))
+        .route(
+            "/static/style.css",
+            get(|| async { asset("text/css; charset=utf-8", STYLE) }),
+        )
         .route(
             "/static/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
@@ -140,7 +143,10 @@ fn read_token(file: Option<&PathBuf>) -> anyhow::Result<Option<Arc<str>>> {
     };
     match token {
         Some(t) if t.len() < 16 => {
-            bail!("the access token is {} characters; use at least 16", t.len())
+            bail!(
+                "the access token is {} characters; use at least 16",
+                t.len()
+            )
         }
         Some(t) => Ok(Some(Arc::from(t))),
         None => Ok(None),

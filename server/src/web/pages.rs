@@ -178,31 +178,40 @@ pub(crate) async fn events(
         .unwrap_or(0);
     let service = st.service.clone();
     let state = (service, name, version, start, None::<String>, true);
-    let stream = stream::unfold(state, |(service, name, version, mut after, mut last_state, first)| async move {
-        if !first {
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-        let mut events = Vec::new();
-        if let Ok(rows) = service.progress_after(&name, version, after).await {
-            for (id, event) in rows {
-                after = id;
-                if let Ok(data) = serde_json::to_string(&event) {
-                    events.push(Ok(Event::default().id(id.to_string()).event("progress").data(data)));
+    let stream = stream::unfold(
+        state,
+        |(service, name, version, mut after, mut last_state, first)| async move {
+            if !first {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            let mut events = Vec::new();
+            if let Ok(rows) = service.progress_after(&name, version, after).await {
+                for (id, event) in rows {
+                    after = id;
+                    if let Ok(data) = serde_json::to_string(&event) {
+                        events.push(Ok(Event::default()
+                            .id(id.to_string())
+                            .event("progress")
+                            .data(data)));
+                    }
                 }
             }
-        }
-        if let Ok(p) = service.run_progress(&name, Some(version)).await {
-            let s = serde_json::to_value(p.state)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default();
-            if last_state.as_deref() != Some(&s) {
-                events.push(Ok(Event::default().event("state").data(s.clone())));
-                last_state = Some(s);
+            if let Ok(p) = service.run_progress(&name, Some(version)).await {
+                let s = serde_json::to_value(p.state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                if last_state.as_deref() != Some(&s) {
+                    events.push(Ok(Event::default().event("state").data(s.clone())));
+                    last_state = Some(s);
+                }
             }
-        }
-        Some((stream::iter(events), (service, name, version, after, last_state, false)))
-    });
+            Some((
+                stream::iter(events),
+                (service, name, version, after, last_state, false),
+            ))
+        },
+    );
     use futures_util::StreamExt as _;
     Ok(Sse::new(stream.flatten()).keep_alive(KeepAlive::default()))
 }
@@ -279,7 +288,11 @@ pub(crate) async fn record_pdf(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
-    let record = st.service.record(&name, None, &candidate, None).await?.record;
+    let record = st
+        .service
+        .record(&name, None, &candidate, None)
+        .await?
+        .record;
     // Typesetting takes milliseconds of CPU: off the runtime's workers.
     let pdf = tokio::task::spawn_blocking(move || render_pdf(&record, PaperSize::A4))
         .await

@@ -86,7 +86,11 @@ fn presented_token(headers: &HeaderMap) -> Option<String> {
 
 /// Constant-time comparison of two tokens.
 fn same(a: &str, b: &str) -> bool {
-    a.len() == b.len() && a.bytes().zip(b.bytes()).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
 }
 
 fn refuse(status: StatusCode, api: bool, why: &str) -> Response {
@@ -94,7 +98,10 @@ fn refuse(status: StatusCode, api: bool, why: &str) -> Response {
         let body = serde_json::json!({"error": {"status": status.as_u16(), "message": why}});
         (status, axum::Json(body)).into_response()
     } else {
-        super::html(status, shortlist_app::error_page(status.as_u16(), "Refused", why))
+        super::html(
+            status,
+            shortlist_app::error_page(status.as_u16(), "Refused", why),
+        )
     }
 }
 
@@ -103,7 +110,10 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
     let started = Instant::now();
     let path = request.uri().path().to_owned();
     let api = path.starts_with("/api/");
-    let write = !matches!(*request.method(), Method::GET | Method::HEAD | Method::OPTIONS);
+    let write = !matches!(
+        *request.method(),
+        Method::GET | Method::HEAD | Method::OPTIONS
+    );
     let headers = request.headers();
     let response = if write && cross_site(headers) {
         refuse(
@@ -150,7 +160,9 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
 /// `/metrics`: jobs by state and the app's request latency histogram, in Prometheus text.
 pub async fn metrics(State(state): State<AppState>) -> Response {
     let mut text = String::new();
-    text.push_str("# HELP shortlist_jobs Jobs in the queue by state.\n# TYPE shortlist_jobs gauge\n");
+    text.push_str(
+        "# HELP shortlist_jobs Jobs in the queue by state.\n# TYPE shortlist_jobs gauge\n",
+    );
     match state.service.job_counts().await {
         Ok(counts) => {
             for (s, n) in counts {
@@ -165,7 +177,11 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
                 .into_response();
         }
     }
-    let m = state.metrics.inner.lock().unwrap_or_else(|p| p.into_inner());
+    let m = state
+        .metrics
+        .inner
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
     text.push_str("# HELP shortlist_http_request_seconds Latency of the app's responses.\n# TYPE shortlist_http_request_seconds histogram\n");
     let mut cumulative = 0;
     for (i, b) in BUCKETS.iter().enumerate() {

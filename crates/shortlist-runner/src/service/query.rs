@@ -299,7 +299,16 @@ impl StudyService {
             checks: case
                 .checks()
                 .iter()
-                .map(|k| (k.name().to_owned(), format!("{:?}", k.kind()).split('(').next().unwrap_or("").to_lowercase()))
+                .map(|k| {
+                    (
+                        k.name().to_owned(),
+                        format!("{:?}", k.kind())
+                            .split('(')
+                            .next()
+                            .unwrap_or("")
+                            .to_lowercase(),
+                    )
+                })
                 .collect(),
             answers,
         })
