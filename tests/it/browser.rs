@@ -113,6 +113,11 @@ async fn shoot(c: &Client, name: &str) {
     c.set_window_size(1280, 900).await.unwrap();
 }
 
+/// Click what `locator` finds.
+async fn click(c: &Client, locator: Locator<'_>) {
+    c.find(locator).await.unwrap().click().await.unwrap();
+}
+
 async fn text_of(c: &Client, css: &str) -> String {
     c.find(Locator::Css(css))
         .await
@@ -165,12 +170,7 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     )
     .await
     .unwrap();
-    c.find(Locator::Css("form button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("form button[type=submit]")).await;
     c.wait()
         .for_url(&format!("{base}/studies/mini").parse().unwrap())
         .await
@@ -190,19 +190,9 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     );
 
     // Lock, then Run; follow the progress to done without a reload.
-    c.find(Locator::Css("form[action$='/lock'] button"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Css("form[action$='/lock'] button")).await;
     c.wait().for_element(Locator::Id("run")).await.unwrap();
-    c.find(Locator::Id("run"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::Id("run")).await;
     c.wait()
         .for_element(Locator::Css("tr[data-job]"))
         .await
@@ -253,12 +243,7 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     assert!(text_of(&c, "table.cases").await.contains("capital"));
     assert!(c.find(Locator::Css("table.compare")).await.is_ok());
     shoot(&c, "compare").await;
-    c.find(Locator::LinkText("all"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    click(&c, Locator::LinkText("all")).await;
     c.wait()
         .for_element(Locator::Css("table.cases"))
         .await

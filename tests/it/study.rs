@@ -40,6 +40,18 @@ fn sl(url: &str, dir: &Path, args: &[&str]) -> Output {
         .expect("the shortlist binary runs")
 }
 
+/// `study create FILE` and `study lock mini`, both succeeding.
+fn create_and_lock(url: &str, dir: &Path, study: &Path) {
+    let file = study.display().to_string();
+    for args in [
+        vec!["study", "create", file.as_str()],
+        vec!["study", "lock", "mini"],
+    ] {
+        let out = sl(url, dir, &args);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+}
+
 fn json_of(out: &Output) -> Value {
     serde_json::from_str(&stdout(out))
         .unwrap_or_else(|e| panic!("{e}: {} / {}", stdout(out), stderr(out)))
@@ -174,14 +186,7 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (study, url) = setup(d, &format!("gguf:{}", model.display()));
-    let file = study.display().to_string();
-    for args in [
-        vec!["study", "create", file.as_str()],
-        vec!["study", "lock", "mini"],
-    ] {
-        let out = sl(&url, d, &args);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    }
+    create_and_lock(&url, d, &study);
     let out = sl(&url, d, &["study", "show", "mini", "--json"]);
     let shown = json_of(&out);
     let identity = &shown["candidates"][0]["stored"]["gguf"]["identity"];
@@ -411,14 +416,7 @@ fn a_study_runs_through_the_binary_against_canned_answers() {
         .replace("peak_rps = 0.5", "peak_rps = 8.0")
         .replace("sweep_rps = [1.0, 2.0]", "sweep_rps = [16.0]");
     std::fs::write(&study, text).unwrap();
-    let file = study.display().to_string();
-    for args in [
-        vec!["study", "create", file.as_str()],
-        vec!["study", "lock", "mini"],
-    ] {
-        let out = sl(&url, d, &args);
-        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    }
+    create_and_lock(&url, d, &study);
     let out = sl(&url, d, &["study", "run", "mini", "--json"]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let ran = json_of(&out);

@@ -52,29 +52,8 @@ where
         );
         return;
     };
-    static N: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    let db = format!(
-        "shortlist_t_{}_{}_{nanos}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    );
-    sqlx::any::install_default_drivers();
-    let admin = AnyPool::connect(&admin_url).await.unwrap();
-    admin
-        .execute(AssertSqlSafe(format!("CREATE DATABASE {db}")))
-        .await
-        .unwrap();
-    let (base, rest) = admin_url.rsplit_once('/').unwrap();
-    let query = rest
-        .split_once('?')
-        .map_or(String::new(), |(_, q)| format!("?{q}"));
-    let store = Store::connect_with(&format!("{base}/{db}{query}"), 8)
-        .await
-        .unwrap();
+    let (admin, db, url) = fresh_postgres(&admin_url).await;
+    let store = Store::connect_with(&url, 8).await.unwrap();
     assert_eq!(store.backend(), Backend::Postgres);
     let outcome = tokio::spawn(body(store.clone())).await;
     store.close().await;
@@ -92,6 +71,32 @@ fn executor() -> RunExecutor {
         machine: serde_json::json!({"cpu_model": "test CPU", "cores": 2}),
         code_version: "0.0.0-test".to_owned(),
     }
+}
+
+/// A new, empty database on the server `admin_url` names: its admin pool, name and URL.
+async fn fresh_postgres(admin_url: &str) -> (AnyPool, String, String) {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let db = format!(
+        "shortlist_t_{}_{}_{nanos}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    );
+    sqlx::any::install_default_drivers();
+    let admin = AnyPool::connect(admin_url).await.unwrap();
+    admin
+        .execute(AssertSqlSafe(format!("CREATE DATABASE {db}")))
+        .await
+        .unwrap();
+    let (base, rest) = admin_url.rsplit_once('/').unwrap();
+    let query = rest
+        .split_once('?')
+        .map_or(String::new(), |(_, q)| format!("?{q}"));
+    let url = format!("{base}/{db}{query}");
+    (admin, db, url)
 }
 
 /// One contract test, run on both databases.
@@ -1038,24 +1043,8 @@ async fn postgres_upgrades_in_place() {
         );
         return;
     };
-    let db = format!("shortlist_up_{}", std::process::id());
-    sqlx::any::install_default_drivers();
-    let admin = AnyPool::connect(&admin_url).await.unwrap();
-    admin
-        .execute(AssertSqlSafe(format!(
-            "DROP DATABASE IF EXISTS {db} WITH (FORCE)"
-        )))
-        .await
-        .unwrap();
-    admin
-        .execute(AssertSqlSafe(format!("CREATE DATABASE {db}")))
-        .await
-        .unwrap();
-    let (base, rest) = admin_url.rsplit_once('/').unwrap();
-    let query = rest
-        .split_once('?')
-        .map_or(String::new(), |(_, q)| format!("?{q}"));
-    let outcome = tokio::spawn(upgrade_in_place(format!("{base}/{db}{query}"))).await;
+    let (admin, db, url) = fresh_postgres(&admin_url).await;
+    let outcome = tokio::spawn(upgrade_in_place(url)).await;
     admin
         .execute(AssertSqlSafe(format!("DROP DATABASE {db} WITH (FORCE)")))
         .await
