@@ -6,7 +6,8 @@
   if (!section || !window.EventSource) return;
   const study = section.dataset.study;
   const live = document.getElementById("live");
-  const source = new EventSource("/studies/" + encodeURIComponent(study) + "/events");
+  const after = section.dataset.after || "0";
+  const source = new EventSource("/studies/" + encodeURIComponent(study) + "/events?after=" + encodeURIComponent(after));
   let seenState = null;
   function text(row, field, value) {
     const el = row.querySelector('[data-field="' + field + '"]');
@@ -48,7 +49,7 @@
       if (bar) bar.value = fraction;
       text(row, "percent", Math.round(fraction * 100) + " %");
     }
-    if (parts.length) text(row, "text", parts.join(" · "));
+    if (parts.length || e.phase === "done" || e.phase === "failed") text(row, "text", parts.join(" · "));
     if (e.message) text(row, "message", e.message);
   });
   source.addEventListener("state", function (message) {

@@ -179,7 +179,12 @@ fn job_row(job: JobView) -> impl IntoView {
     };
     let value = format!("{:.3}", fraction.unwrap_or(0.0));
     let percent = fraction.map_or_else(|| "–".to_owned(), |f| format!("{:.0} %", f * 100.0));
-    let text = progress_text(job.progress.as_ref());
+    // A finished job's counts are its last; a load step's request counts are not (they were
+    // sampled while it ran), so a finished load job shows its closing message only.
+    let text = match job.progress.as_ref() {
+        Some(p) if job.state == "done" && p.cases.is_none() => String::new(),
+        p => progress_text(p),
+    };
     let message = job
         .progress
         .as_ref()
@@ -384,6 +389,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             })
             .collect_view();
         let generations = progress.generations.clone();
+        let after = progress.last_event_id.to_string();
         view! {
             <h1>{format!("{} v{}", v.name, v.version)} " " <span class=format!("badge {state_tone}") id="study-state">{state}</span></h1>
             <p class="question">{f.question.clone()}</p>
@@ -432,7 +438,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 </div>
                 <p><a href=compare_href>"Compare side by side"</a></p>
             </section>
-            <section id="progress" data-study=name.clone()>
+            <section id="progress" data-study=name.clone() data-after=after>
                 <h2>"Runs"</h2>
                 <p class="muted small" id="live">
                     "Live progress needs JavaScript; without it, "

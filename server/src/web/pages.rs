@@ -165,16 +165,26 @@ pub(crate) async fn run(
 
 /// `/studies/{name}/events`: server-sent events of the study's stored progress (each event's id
 /// is its row id, so a reconnecting browser resumes where it was), and its state.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EventsQuery {
+    /// The newest event the page already shows.
+    #[serde(default)]
+    after: Option<i64>,
+}
+
 pub(crate) async fn events(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    Query(q): Query<EventsQuery>,
     headers: axum::http::HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PageError> {
     let version = st.service.version_of(&name, None).await?;
+    // A reconnecting browser says the last event it saw; a new page, the last it was drawn with.
     let start: i64 = headers
         .get("last-event-id")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse().ok())
+        .or(q.after)
         .unwrap_or(0);
     let service = st.service.clone();
     let state = (service, name, version, start, None::<String>, true);

@@ -166,6 +166,8 @@ impl StudyService {
         version: Option<u32>,
     ) -> Result<RunProgress, ServiceError> {
         let version = self.version_of(name, version).await?;
+        // Read first: every event after it is news to whoever renders this view.
+        let last_event_id = self.store.last_progress_id().await?;
         let stored = self.store.study(name, version).await?;
         let jobs = self.store.jobs_of_study(name, version).await?;
         let latest: BTreeMap<i64, ProgressEvent> = self
@@ -224,6 +226,7 @@ impl StudyService {
             study: name.to_owned(),
             version,
             state: state_of(matches!(stored, StoredStudy::Locked(_)), &jobs),
+            last_event_id,
             generations,
         })
     }

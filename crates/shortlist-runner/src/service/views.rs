@@ -148,6 +148,8 @@ pub struct RunProgress {
     pub study: String,
     pub version: u32,
     pub state: StudyState,
+    /// The newest stored progress event when this was read: a follower asks for what came after.
+    pub last_event_id: i64,
     /// Newest first.
     pub generations: Vec<GenerationView>,
 }
