@@ -194,11 +194,9 @@ fn store_class(e: &StoreError) -> ErrorClass {
         ErrorClass::Corrupt
     } else if matches!(e, StoreError::Study(StudyError::Tampered { .. })) {
         ErrorClass::CheckFailed
-    } else if matches!(e, StoreError::Sql { .. }) {
-        // A statement that failed for another reason than a busy or lost connection: a
-        // constraint, a trigger (a locked row), a schema mismatch. Not fixed by retrying.
-        ErrorClass::BadInput
     } else {
+        // Bad input, a missing row, a locked study, or a statement that failed for another
+        // reason than a busy or lost connection (a constraint, a trigger): not fixed by retrying.
         ErrorClass::BadInput
     }
 }

@@ -143,7 +143,7 @@ pub fn assemble_record(inputs: RecordInputs<'_>) -> SelectionRecord {
         incomplete.push("no load run has been stored".to_owned());
     }
 
-    let cost = cost_section(&inputs, &quality, &mut values);
+    let cost = cost_section(&inputs, &mut values);
     let verdicts: Vec<_> = study.rules().iter().map(|r| r.judge(&values)).collect();
     let verdict = verdict_of(&verdicts, !incomplete.is_empty());
 
@@ -352,7 +352,7 @@ fn load_metrics(m: &Measured, target_rps: f64, values: &mut MetricValues) {
 }
 
 /// Section 7: replicas sized by the measured capacity, or why there is no estimate.
-fn cost_section(inputs: &RecordInputs<'_>, quality: &Quality, values: &mut MetricValues) -> Cost {
+fn cost_section(inputs: &RecordInputs<'_>, values: &mut MetricValues) -> Cost {
     let file = inputs.locked.study.file();
     let c = inputs.candidate;
     let Some(m) = &inputs.measured else {
@@ -383,7 +383,6 @@ fn cost_section(inputs: &RecordInputs<'_>, quality: &Quality, values: &mut Metri
     } else {
         eval_output
     };
-    let _ = quality;
     match estimate(&CostInputs {
         capacity_rps_per_replica: capacity,
         devices_per_replica: inputs

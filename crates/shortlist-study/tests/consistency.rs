@@ -7,7 +7,7 @@ use proptest::prelude::*;
 use shortlist_measure::analyze::{AnalyzeOptions, analyze};
 use shortlist_measure::slo::Slo;
 use shortlist_study::assemble::{RecordInputs, assemble_record};
-use shortlist_study::performance::{CAPACITY_CONFIDENCE, Measured, StepReport};
+use shortlist_study::performance::{Measured, StepReport};
 use shortlist_study::record::Cost;
 use shortlist_study::study::Study;
 
@@ -185,6 +185,5 @@ proptest! {
             (cost, capacity) => prop_assert!(false, "cost {:?} with capacity {:?}", cost, capacity),
         }
         prop_assert!(record.verify());
-        let _ = CAPACITY_CONFIDENCE;
     }
 }
