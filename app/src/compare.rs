@@ -4,14 +4,18 @@
 //! state (candidates, mode, category, search) lives in the URL.
 
 use leptos::prelude::*;
+use shortlist_report::overlay;
 use shortlist_runner::service::views::{CaseRow, Comparison};
 use shortlist_study::record::{Cost, SelectionRecord};
 
+use crate::encode;
 use crate::layout::document;
 
 /// Which cases the table shows.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CompareFilter {
+    /// The columns as the query string gave them (`a,b@g2`; empty: the study's candidates).
+    pub candidates: String,
     /// `disagreements` (one passes, another fails), `failures` (any fails), or `all`.
     pub mode: String,
     /// Only this category (empty: all).
@@ -51,15 +55,64 @@ fn summary_row(
     view! { <tr><th scope="row">{label}</th>{cells}</tr> }.into_any()
 }
 
+/// The four overlaid charts, drawn from the comparison's records (pure, like the record's).
+struct Charts {
+    pass_rates: Result<String, String>,
+    ttft: Result<String, String>,
+    goodput: Result<String, String>,
+    memory: Result<String, String>,
+}
+
+fn charts_of(cmp: &Comparison) -> Charts {
+    let labels = &cmp.candidates;
+    let quality: Vec<(&str, &_)> = labels
+        .iter()
+        .zip(&cmp.records)
+        .map(|(l, r)| (l.as_str(), &r.quality))
+        .collect();
+    let perf: Vec<(&str, &_)> = labels
+        .iter()
+        .zip(&cmp.records)
+        .map(|(l, r)| (l.as_str(), &r.performance))
+        .collect();
+    let memory: Vec<(&str, &_)> = labels
+        .iter()
+        .zip(&cmp.records)
+        .map(|(l, r)| (l.as_str(), &r.memory))
+        .collect();
+    let text = |e: shortlist_report::ReportError| e.to_string();
+    Charts {
+        pass_rates: overlay::pass_rates_svg(&quality).map_err(text),
+        ttft: overlay::ttft_cdfs_svg(&perf).map_err(text),
+        goodput: overlay::goodput_svg(&perf, cmp.attainment_target).map_err(text),
+        memory: overlay::memory_svg(&memory).map_err(text),
+    }
+}
+
+/// A chart, or what kept it from being drawn.
+fn chart(svg: Result<String, String>, label: &'static str) -> AnyView {
+    match svg {
+        Ok(svg) => {
+            view! { <figure class="chart" aria-label=label inner_html=svg></figure> }.into_any()
+        }
+        Err(why) => view! { <p class="error-box">{format!("{label}: {why}")}</p> }.into_any(),
+    }
+}
+
 /// The comparison page.
 pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
     let title = format!("Compare · {}", cmp.study);
     document(&title.clone(), move || {
+        let charts = charts_of(&cmp);
         let records = cmp.records.clone();
         let candidates = cmp.candidates.clone();
-        let heads = candidates
+        let heads = cmp
+            .columns
             .iter()
-            .map(|c| view! { <th scope="col">{c.clone()}</th> })
+            .map(|c| {
+                let sub = format!("v{} · generation {}", c.version, c.generation);
+                view! { <th scope="col">{c.label.clone()}<div class="muted small">{sub}</div></th> }
+            })
             .collect_view();
         let categories: Vec<String> = {
             let mut seen = Vec::new();
@@ -70,47 +123,19 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             }
             seen
         };
-        let rate_rows = categories
-            .iter()
-            .map(|cat| {
-                let cat = cat.clone();
-                let cells = records
-                    .iter()
-                    .map(|r| {
-                        let text = r
-                            .quality
-                            .categories
-                            .iter()
-                            .find(|c| c.label == cat)
-                            .map_or_else(
-                                || "–".to_owned(),
-                                |c| {
-                                    format!(
-                                        "{}/{} · {:.0} % [{:.0}–{:.0} %]",
-                                        c.passed,
-                                        c.n,
-                                        c.rate * 100.0,
-                                        c.lo * 100.0,
-                                        c.hi * 100.0
-                                    )
-                                },
-                            );
-                        view! { <td>{text}</td> }
-                    })
-                    .collect_view();
-                view! { <tr><th scope="row">{cat}</th>{cells}</tr> }
-            })
-            .collect_view();
         let pairs = cmp
             .pairs
             .clone()
             .into_iter()
             .map(|p| {
                 let line = format!("{} vs {}", p.a, p.b);
-                let verdict = if p.p_value < 0.05 {
-                    format!("differ (p = {:.3})", p.p_value)
+                let (verdict, tone) = if p.p_value < 0.05 {
+                    (format!("differ (p = {:.3})", p.p_value), "badge warn")
                 } else {
-                    format!("no significant difference (p = {:.3})", p.p_value)
+                    (
+                        format!("no significant difference (p = {:.3})", p.p_value),
+                        "badge none",
+                    )
                 };
                 view! {
                     <tr>
@@ -119,7 +144,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                         <td>{p.only_a.to_string()}</td>
                         <td>{p.only_b.to_string()}</td>
                         <td>{p.both_fail.to_string()}</td>
-                        <td>{verdict}</td>
+                        <td><span class=tone>{verdict}</span></td>
                     </tr>
                 }
             })
@@ -136,7 +161,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
         let case_rows = shown
             .into_iter()
             .map(|row| {
-                let href = format!("/studies/{study}/cases/{}", row.id);
+                let href = format!("/studies/{}/cases/{}", encode(&study), encode(&row.id));
                 let cells = (0..row.outcomes.len())
                     .map(|i| {
                         let (word, tone) = match row.outcomes[i] {
@@ -156,13 +181,20 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 view! { <tr><td><a href=href>{row.id.clone()}</a></td><td>{row.category.clone()}</td>{cells}</tr> }
             })
             .collect_view();
-        let joined = candidates.join(",");
+        let joined = if filter.candidates.is_empty() {
+            candidates.join(",")
+        } else {
+            filter.candidates.clone()
+        };
         let mode_links = ["disagreements", "failures", "all"]
             .into_iter()
             .map(|m| {
                 let href = format!(
-                    "/studies/{}/compare?candidates={joined}&mode={m}&category={}&q={}",
-                    cmp.study, filter.category, filter.search
+                    "/studies/{}/compare?candidates={}&mode={m}&category={}&q={}",
+                    encode(&cmp.study),
+                    encode(&joined),
+                    encode(&filter.category),
+                    encode(&filter.search)
                 );
                 let class = if filter.mode == m || (filter.mode.is_empty() && m == "disagreements")
                 {
@@ -185,15 +217,19 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 view! { <option value=c selected=selected>{label}</option> }
             })
             .collect_view();
-        let action = format!("/studies/{}/compare", cmp.study);
+        let action = format!("/studies/{}/compare", encode(&cmp.study));
         let header = format!(
-            "{} v{} · generation {} · lock {}",
+            "{} · lock {}",
             cmp.study,
-            cmp.version,
-            cmp.generation,
             &cmp.lock_sha256[..12.min(cmp.lock_sha256.len())]
         );
+        let study_href = format!("/studies/{}", encode(&cmp.study));
+        let criteria = cmp.criteria.clone();
+        let attainment = cmp
+            .attainment_target
+            .map_or_else(|| "none set".to_owned(), |a| format!("{:.4} %", a * 100.0));
         view! {
+            <p class="crumbs"><a href=study_href>{cmp.study.clone()}</a> " / compare"</p>
             <h1>"Side by side"</h1>
             <p class="mono small">{header}</p>
             <section class="card">
@@ -213,7 +249,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                             {summary_row("Tripped rules", &records, |r| {
                                 let tripped: Vec<String> = r.disqualifiers.iter()
                                     .filter(|d| d.outcome == shortlist_study::rule::Outcome::Trip)
-                                    .map(|d| format!("{} (observed {})", d.rule, d.observed.clone().unwrap_or_default()))
+                                    .map(|d| format!("{}: {}, observed {}", d.rule, d.condition, d.observed.clone().unwrap_or_else(|| "–".to_owned())))
                                     .collect();
                                 if tripped.is_empty() { "none".to_owned() } else { tripped.join("; ") }
                             })}
@@ -230,26 +266,55 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                                 Cost::Estimate(e) => format!("{:.4} / {:.4} {}", e.ordinary.cost_per_hour, e.peak.cost_per_hour, e.currency),
                                 Cost::Unavailable(no) => format!("not available: {}", no.why),
                             })}
-                            {summary_row("Weights sha256", &records, |r| r.identity.weights_sha256.clone().unwrap_or_else(|| "–".to_owned()))}
                         </tbody>
                     </table>
                 </div>
             </section>
             <section class="card">
-                <h2>"Pass rate per category (95 % Wilson intervals)"</h2>
-                <div class="scroll">
-                    <table class="compare">
-                        <thead><tr><th>"Category"</th>{candidates.iter().map(|c| view! { <th>{c.clone()}</th> }).collect_view()}</tr></thead>
-                        <tbody>{rate_rows}</tbody>
-                    </table>
-                </div>
-            </section>
-            <section class="card">
-                <h2>"Paired comparison (exact McNemar, same cases)"</h2>
+                <h2>"Quality"</h2>
+                {chart(charts.pass_rates, "Pass rate per category with 95 % Wilson intervals")}
+                <h3>"Paired comparison (exact McNemar, same cases)"</h3>
                 <div class="scroll">
                     <table>
                         <thead><tr><th>"Pair"</th><th>"Both pass"</th><th>"Only first"</th><th>"Only second"</th><th>"Both fail"</th><th>"Verdict"</th></tr></thead>
                         <tbody>{pairs}</tbody>
+                    </table>
+                </div>
+            </section>
+            <div class="columns">
+                <section class="card">
+                    <h2>"Latency"</h2>
+                    {chart(charts.ttft, "TTFT distributions overlaid")}
+                </section>
+                <section class="card">
+                    <h2>"Goodput under load"</h2>
+                    {chart(charts.goodput, "Goodput against offered load")}
+                    <p class="muted small">{format!("SLO attainment target: {attainment}. A point under the attainment line misses it at that load.")}</p>
+                </section>
+            </div>
+            <section class="card">
+                <h2>"Memory"</h2>
+                {chart(charts.memory, "Memory fit")}
+            </section>
+            <section class="card">
+                <h2>"Criteria and identity"</h2>
+                <p class="small">"Every column was judged by these criteria; records made under other ones are refused, not compared."</p>
+                <dl class="grid">
+                    <dt>"Eval set"</dt><dd class="mono small">{criteria.evalset}</dd>
+                    <dt>"Workload"</dt><dd class="mono small">{criteria.workload}</dd>
+                    <dt>"SLO"</dt><dd class="mono small">{criteria.slo}</dd>
+                </dl>
+                <div class="scroll">
+                    <table class="compare">
+                        <thead><tr><th></th>{candidates.iter().map(|c| view! { <th scope="col">{c.clone()}</th> }).collect_view()}</tr></thead>
+                        <tbody>
+                            {summary_row("Source", &records, |r| r.identity.source.clone())}
+                            {summary_row("Architecture", &records, |r| format!("{} · {} · {}", r.identity.architecture, r.identity.quantization, r.identity.precision))}
+                            {summary_row("Runtime", &records, |r| format!("{} {}", r.identity.runtime, r.identity.runtime_version))}
+                            {summary_row("Weights sha256", &records, |r| r.identity.weights_sha256.clone().unwrap_or_else(|| "–".to_owned()))}
+                            {summary_row("Tokenizer sha256", &records, |r| r.identity.tokenizer_sha256.clone().unwrap_or_else(|| "–".to_owned()))}
+                            {summary_row("Record sha256", &records, |r| r.record_sha256.clone())}
+                        </tbody>
                     </table>
                 </div>
             </section>

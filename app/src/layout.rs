@@ -21,6 +21,8 @@ pub fn document<V: IntoView + 'static>(title: &str, body: impl FnOnce() -> V + '
                         <a class="brand" href="/">"Shortlist"</a>
                         <nav>
                             <a href="/">"Studies"</a>
+                            <a href="/evalsets">"Eval sets"</a>
+                            <a href="/candidates">"Candidates"</a>
                             <a href="/studies/new">"New study"</a>
                         </nav>
                     </header>

@@ -10,16 +10,35 @@
 //! ```
 
 mod case;
+mod catalog;
 mod compare;
 mod layout;
 mod pages;
 mod record;
 
 pub use case::case_page;
+pub use catalog::{
+    ImportForm, RegisterForm, candidate_page, candidates_page, evalset_page, evalsets_page,
+    import_page,
+};
 pub use compare::{CompareFilter, compare_page};
 pub use layout::{document, error_page, login_page};
 pub use pages::{HomeData, home_page, new_study_page, study_page};
 pub use record::record_page;
+
+/// A URL path segment or query value, percent-encoded (unreserved characters kept).
+pub fn encode(segment: &str) -> String {
+    segment
+        .bytes()
+        .map(|b| {
+            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect()
+}
 
 /// The verdict as a word and its tone (the colour class; the word carries the meaning too).
 pub fn verdict_word(v: Option<shortlist_study::record::Verdict>) -> (&'static str, &'static str) {

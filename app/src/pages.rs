@@ -4,7 +4,8 @@
 use leptos::prelude::*;
 use shortlist_runner::progress::ProgressEvent;
 use shortlist_runner::service::views::{
-    GenerationView, JobView, RunProgress, StudyState, StudySummaryView, StudyView,
+    EvalSetSummary, GenerationView, JobView, RecentRun, RunProgress, StudyState, StudySummaryView,
+    StudyView,
 };
 
 use crate::layout::document;
@@ -25,6 +26,10 @@ pub struct HomeData {
     pub studies: Vec<StudySummaryView>,
     /// Jobs running now: study, version and the job.
     pub running: Vec<(String, u32, JobView)>,
+    /// Stored eval sets.
+    pub evalsets: Vec<EvalSetSummary>,
+    /// The newest runs, newest first.
+    pub recent: Vec<RecentRun>,
 }
 
 /// `/`: studies with their state and each candidate's verdict, and what is running now.
@@ -32,6 +37,44 @@ pub fn home_page(data: HomeData) -> String {
     document("Studies", move || {
         let running = data.running.clone();
         let studies = data.studies.clone();
+        let evalsets = data.evalsets.clone();
+        let recent = data.recent.clone();
+        let recent_rows = recent
+            .into_iter()
+            .map(|r| {
+                let href = format!("/studies/{}", crate::encode(&r.study));
+                let (tone, word) = match r.state.as_str() {
+                    "done" => ("good", "done"),
+                    "failed" => ("bad", "failed"),
+                    "running" => ("warn", "running"),
+                    other => ("none", if other == "pending" { "pending" } else { "queued" }),
+                };
+                let class = format!("badge {tone}");
+                let what = format!("{} v{} · g{}", r.study, r.version, r.generation);
+                let when = r.finished_at.clone().unwrap_or_default();
+                view! {
+                    <tr>
+                        <td><a href=href>{what}</a></td>
+                        <td>{r.candidate.clone()}</td>
+                        <td>{r.kind.clone()}</td>
+                        <td><span class=class>{word}</span>{r.error.clone().map(|e| view! { <div class="muted small">{e}</div> })}</td>
+                        <td class="small mono">{when}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        let no_runs = data.recent.is_empty();
+        let evalset_items = evalsets
+            .into_iter()
+            .map(|e| {
+                let href = format!("/evalsets/{}", crate::encode(&e.name));
+                let line = e.versions.last().map_or_else(String::new, |v| {
+                    format!(" · v{} · {} cases · sha256 {}", v.version, v.cases, &v.sha256[..12.min(v.sha256.len())])
+                });
+                view! { <li><a href=href>{e.name.clone()}</a><span class="muted small">{line}</span></li> }
+            })
+            .collect_view();
+        let no_sets = data.evalsets.is_empty();
         view! {
             <h1>"Studies"</h1>
             <section class="card">
@@ -103,6 +146,32 @@ pub fn home_page(data: HomeData) -> String {
                 </div>
                 <p><a class="button" href="/studies/new">"New study"</a></p>
             </section>
+            <div class="columns">
+                <section class="card">
+                    <h2>"Eval sets"</h2>
+                    {if no_sets {
+                        view! { <p class="muted">"None stored yet."</p> }.into_any()
+                    } else {
+                        view! { <ul class="plain">{evalset_items}</ul> }.into_any()
+                    }}
+                    <p class="small"><a href="/evalsets/import">"Import an eval set"</a></p>
+                </section>
+                <section class="card">
+                    <h2>"Recent runs"</h2>
+                    {if no_runs {
+                        view! { <p class="muted">"No run yet."</p> }.into_any()
+                    } else {
+                        view! {
+                            <div class="scroll">
+                                <table>
+                                    <thead><tr><th>"Study"</th><th>"Candidate"</th><th>"Run"</th><th>"State"</th><th>"Finished"</th></tr></thead>
+                                    <tbody>{recent_rows}</tbody>
+                                </table>
+                            </div>
+                        }.into_any()
+                    }}
+                </section>
+            </div>
         }
     })
 }

@@ -329,6 +329,78 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(compare.status, 200);
     assert!(compare.body.contains("6 of 6 cases"), "{}", compare.body);
+    // The overlaid charts are on the page, drawn for the one column.
+    for chart in [
+        "Pass rate per category, 95 % Wilson intervals",
+        "TTFT, empirical CDFs overlaid",
+        "Goodput vs offered load",
+        "Memory fit (one replica)",
+    ] {
+        assert!(compare.body.contains(chart), "{chart}");
+    }
+    // One candidate from two runs is a column each; v1 has criteria like v2's but no record.
+    let same_criteria = http(
+        a,
+        "GET",
+        "/api/studies/mini/compare?candidates=smol,smol@v1",
+        &[],
+        b"",
+    );
+    assert_eq!(same_criteria.status, 400, "{}", same_criteria.body);
+    assert!(
+        same_criteria.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("no generation has a record"),
+        "{}",
+        same_criteria.body
+    );
+    // A version with another SLO is refused, saying what differs (before any record is read).
+    let other_slo = text
+        .replace("six trivial", "six quick")
+        .replace("ttft_ms = 2000", "ttft_ms = 1500");
+    assert_eq!(
+        http(
+            a,
+            "POST",
+            "/studies",
+            &[FORM],
+            &form(&[("toml", &other_slo)])
+        )
+        .status,
+        303
+    );
+    assert_eq!(
+        http(a, "POST", "/api/studies/mini/lock", &[], b"").status,
+        200
+    );
+    let refused = http(
+        a,
+        "GET",
+        "/studies/mini/compare?candidates=smol@v2,smol@v3",
+        &[],
+        b"",
+    );
+    assert_eq!(refused.status, 422, "{}", refused.body);
+    assert!(
+        refused.body.contains("the SLO differs: v2 has"),
+        "{}",
+        refused.body
+    );
+    assert!(
+        !refused.body.contains("the eval set differs"),
+        "{}",
+        refused.body
+    );
+    let refused = http(
+        a,
+        "GET",
+        "/api/studies/mini/compare?candidates=smol@v2,smol@v3",
+        &[],
+        b"",
+    );
+    assert_eq!(refused.status, 422);
+    assert_eq!(refused.json()["error"]["class"], "bad_input");
 
     // An upload over the limit: 413, and the server is still up.
     let big = vec![b'a'; 17 << 20];
@@ -420,4 +492,200 @@ fn untrusted_text_is_escaped() {
         // The only script is ours.
         assert_eq!(page.matches("<script").count(), 1, "{path}");
     }
+}
+
+/// A multipart/form-data body with these text fields (a field named `file` is sent as a file).
+fn multipart(fields: &[(&str, &str)]) -> (String, Vec<u8>) {
+    let boundary = "----shortlist-test-boundary-7d1f";
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        let disposition = if *name == "file" {
+            format!("form-data; name=\"{name}\"; filename=\"upload.yaml\"")
+        } else {
+            format!("form-data; name=\"{name}\"")
+        };
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: {disposition}\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(value.as_bytes());
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+#[test]
+fn eval_sets_and_candidates_are_kept_and_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, &["--workers", "0"], &[]);
+    let a = server.addr.as_str();
+    let promptfoo = std::fs::read_to_string(data("eval/promptfoo.yaml")).unwrap();
+
+    // Upload from the form: a preview stores nothing and lists what was not mapped.
+    let (kind, body) = multipart(&[
+        ("format", "promptfoo"),
+        ("name", "pf"),
+        ("file", &promptfoo),
+        ("text", ""),
+        ("action", "preview"),
+    ]);
+    let preview = http(
+        a,
+        "POST",
+        "/evalsets/import",
+        &[("content-type", &kind)],
+        &body,
+    );
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert!(preview.body.contains("Unmapped: "), "{}", preview.body);
+    assert_eq!(
+        http(a, "GET", "/api/evalsets", &[], b"").json(),
+        Value::Array(vec![])
+    );
+    // A cross-site upload is refused.
+    let evil = http(
+        a,
+        "POST",
+        "/evalsets/import",
+        &[("content-type", &kind), ("origin", "http://evil.example")],
+        &body,
+    );
+    assert_eq!(evil.status, 403);
+    // Store: the set is there with its hash and cases; the same again is not a new version.
+    let (kind, body) = multipart(&[
+        ("format", "promptfoo"),
+        ("name", "pf"),
+        ("text", &promptfoo),
+        ("action", "store"),
+    ]);
+    let stored = http(
+        a,
+        "POST",
+        "/evalsets/import",
+        &[("content-type", &kind)],
+        &body,
+    );
+    assert_eq!(stored.status, 200, "{}", stored.body);
+    assert!(stored.body.contains("Stored as pf v1."), "{}", stored.body);
+    let api = http(
+        a,
+        "POST",
+        "/api/evalsets/import?format=promptfoo&name=pf&store=true",
+        &[("content-type", "text/plain")],
+        promptfoo.as_bytes(),
+    )
+    .json();
+    assert_eq!(api["stored"], serde_json::json!([1, false]), "{api}");
+    let sets = http(a, "GET", "/api/evalsets", &[], b"").json();
+    assert_eq!(sets[0]["name"], "pf");
+    assert_eq!(sets[0]["versions"][0]["sha256"], api["sha256"]);
+    let cases = api["cases"].as_u64().unwrap();
+    assert!(cases > 0);
+    let page = http(a, "GET", "/evalsets/pf", &[], b"");
+    assert_eq!(page.status, 200);
+    let set = http(a, "GET", "/api/evalsets/pf", &[], b"").json();
+    assert_eq!(set["cases"].as_array().unwrap().len() as u64, cases);
+    let first = set["cases"][0]["id"].as_str().unwrap();
+    assert!(page.body.contains(first), "{}", page.body);
+    assert_eq!(http(a, "GET", "/evalsets/nothing", &[], b"").status, 404);
+    // A bad format or an empty upload comes back with the error; nothing more is stored.
+    let (kind, body) = multipart(&[
+        ("format", "excel"),
+        ("name", "x"),
+        ("text", "a"),
+        ("action", "store"),
+    ]);
+    let bad = http(
+        a,
+        "POST",
+        "/evalsets/import",
+        &[("content-type", &kind)],
+        &body,
+    );
+    assert_eq!(bad.status, 400);
+    assert!(bad.body.contains("is not one of"), "{}", bad.body);
+    assert_eq!(
+        http(a, "GET", "/api/evalsets", &[], b"")
+            .json()
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // A study pasted without its eval set file finds the stored one by its hash.
+    let mini_yaml = std::fs::read_to_string(data("study/mini.yaml")).unwrap();
+    let (kind, body) = multipart(&[
+        ("format", "shortlist"),
+        ("name", ""),
+        ("text", &mini_yaml),
+        ("action", "store"),
+    ]);
+    assert_eq!(
+        http(
+            a,
+            "POST",
+            "/evalsets/import",
+            &[("content-type", &kind)],
+            &body
+        )
+        .status,
+        200
+    );
+    let text = study_text(d, "http://127.0.0.1:9#mock");
+    std::fs::remove_file(d.join("mini.yaml")).unwrap();
+    let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
+    assert_eq!(created.status, 303, "{}", created.body);
+
+    // Candidates: the study's, and one registered from the form.
+    let list = http(a, "GET", "/api/candidates", &[], b"").json();
+    assert_eq!(list[0]["name"], "smol");
+    assert_eq!(list[0]["used_by"][0]["study"], "mini");
+    let registered = http(
+        a,
+        "POST",
+        "/candidates",
+        &[FORM],
+        &form(&[
+            ("name", "remote"),
+            ("source", "http://127.0.0.1:9/v1#served-model"),
+            ("price", "1.5"),
+        ]),
+    );
+    assert_eq!(registered.status, 303, "{}", registered.body);
+    assert_eq!(registered.header("location"), Some("/candidates/remote"));
+    let page = http(a, "GET", "/candidates/remote", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("served-model"), "{}", page.body);
+    let detail = http(a, "GET", "/api/candidates/remote", &[], b"").json();
+    assert_eq!(
+        detail["versions"][0]["config"]["price_per_device_hour"],
+        1.5
+    );
+    // A GGUF path that is not there is refused with the reason; nothing is stored.
+    let missing = http(
+        a,
+        "POST",
+        "/candidates",
+        &[FORM],
+        &form(&[
+            ("name", "ghost"),
+            ("source", "gguf:/nonexistent/model.gguf"),
+        ]),
+    );
+    assert_eq!(missing.status, 400);
+    assert!(missing.body.contains("no such file"), "{}", missing.body);
+    assert_eq!(http(a, "GET", "/candidates/ghost", &[], b"").status, 404);
+    let bad_name = http(
+        a,
+        "POST",
+        "/api/candidates",
+        &[("content-type", "application/json")],
+        br#"{"name": "a b", "source": "http://x#m"}"#,
+    );
+    assert_eq!(bad_name.status, 400);
+    assert_eq!(http(a, "GET", "/candidates", &[], b"").status, 200);
+    let home = http(a, "GET", "/", &[], b"").body;
+    assert!(home.contains("/evalsets/pf"), "{home}");
 }

@@ -16,23 +16,23 @@ use crate::text::clip;
 
 /// The font named in the SVG. The PDF bundles it; a browser without it falls back to its own
 /// sans-serif (generic families are ignored by typst's SVG loader, so the name must come first).
-const FONT: &str = "DejaVu Sans, sans-serif";
+pub(crate) const FONT: &str = "DejaVu Sans, sans-serif";
 
 /// Chart width in SVG pixels; the PDF scales the image to its column, the web page to its box.
-const WIDTH: u32 = 520;
+pub(crate) const WIDTH: u32 = 520;
 /// Height of the TTFT and goodput charts.
-const HEIGHT: u32 = 260;
+pub(crate) const HEIGHT: u32 = 260;
 
-const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
-const GREY: RGBColor = RGBColor(0x99, 0x99, 0x99);
-const BLUE: RGBColor = RGBColor(0x1f, 0x5f, 0xa8);
-const ORANGE: RGBColor = RGBColor(0xd9, 0x7a, 0x1c);
-const RED: RGBColor = RGBColor(0xb3, 0x26, 0x1e);
-const GREEN: RGBColor = RGBColor(0x2e, 0x7d, 0x32);
+pub(crate) const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
+pub(crate) const GREY: RGBColor = RGBColor(0x99, 0x99, 0x99);
+pub(crate) const BLUE: RGBColor = RGBColor(0x1f, 0x5f, 0xa8);
+pub(crate) const ORANGE: RGBColor = RGBColor(0xd9, 0x7a, 0x1c);
+pub(crate) const RED: RGBColor = RGBColor(0xb3, 0x26, 0x1e);
+pub(crate) const GREEN: RGBColor = RGBColor(0x2e, 0x7d, 0x32);
 
 /// Most points drawn for the TTFT curve: beyond this the CDF is sampled at evenly spaced
 /// quantiles, which keeps the SVG small (a few KB) without changing its shape.
-const CDF_POINTS: usize = 400;
+pub(crate) const CDF_POINTS: usize = 400;
 
 /// The three charts of one record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,10 +58,10 @@ pub fn charts(record: &SelectionRecord, max_categories: usize) -> Result<Charts,
 /// Category rows the PDF's chart shows before it keeps only the weakest (and says so).
 pub const PDF_MAX_CATEGORIES: usize = 16;
 
-type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
+pub(crate) type Area<'a> = DrawingArea<SVGBackend<'a>, Shift>;
 
 /// Draw into a fresh SVG string; plotters' errors become [`ReportError::Chart`].
-fn svg(
+pub(crate) fn svg(
     chart: &'static str,
     size: (u32, u32),
     draw: impl FnOnce(&Area<'_>) -> Result<(), String>,
@@ -79,12 +79,12 @@ fn svg(
     Ok(out)
 }
 
-fn font(size: u32) -> TextStyle<'static> {
+pub(crate) fn font(size: u32) -> TextStyle<'static> {
     (FONT, size).into_font().color(&INK)
 }
 
 /// A chart that says why it is empty, so a missing measurement is visible, not silently blank.
-fn placeholder(
+pub(crate) fn placeholder(
     chart: &'static str,
     size: (u32, u32),
     title: &str,
@@ -123,11 +123,37 @@ pub(crate) fn num(v: f64, digits: usize) -> String {
 }
 
 /// Axis upper bound with a little head-room; never zero, so plotters gets a real range.
-fn upper(max: f64) -> f64 {
+pub(crate) fn upper(max: f64) -> f64 {
     if max.is_finite() && max > 0.0 {
         max * 1.08
     } else {
         1.0
+    }
+}
+
+/// Step points of the empirical CDF of sorted `samples` (times `scale`), or evenly spaced
+/// quantiles of it when there are more than [`CDF_POINTS`].
+pub(crate) fn cdf_points(samples: &[f64], scale: f64) -> Vec<(f64, f64)> {
+    let n = samples.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    if n <= CDF_POINTS {
+        let mut pts = Vec::with_capacity(2 * n + 1);
+        pts.push((samples[0] * scale, 0.0));
+        for (i, v) in samples.iter().enumerate() {
+            pts.push((v * scale, i as f64 / n as f64));
+            pts.push((v * scale, (i + 1) as f64 / n as f64));
+        }
+        pts
+    } else {
+        (0..=CDF_POINTS)
+            .map(|k| {
+                let q = k as f64 / CDF_POINTS as f64;
+                let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
+                (samples[idx] * scale, q)
+            })
+            .collect()
     }
 }
 
@@ -175,24 +201,7 @@ pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
     };
     let x_hi = upper(max * scale);
 
-    // Step points of the CDF, or evenly spaced quantiles of it when there are many samples.
-    let points: Vec<(f64, f64)> = if n <= CDF_POINTS {
-        let mut pts = Vec::with_capacity(2 * n + 1);
-        pts.push((samples[0] * scale, 0.0));
-        for (i, v) in samples.iter().enumerate() {
-            pts.push((v * scale, i as f64 / n as f64));
-            pts.push((v * scale, (i + 1) as f64 / n as f64));
-        }
-        pts
-    } else {
-        (0..=CDF_POINTS)
-            .map(|k| {
-                let q = k as f64 / CDF_POINTS as f64;
-                let idx = ((q * n as f64).ceil() as usize).clamp(1, n) - 1;
-                (samples[idx] * scale, q)
-            })
-            .collect()
-    };
+    let points = cdf_points(&samples, scale);
     let caption = format!("TTFT, empirical CDF: n = {n}, {}", clip(population, 52));
     let p99_label = if n < 100 {
         "p99 (= max, n < 100)"

@@ -30,6 +30,7 @@
 
 pub mod charts;
 mod error;
+pub mod overlay;
 pub mod pdf;
 pub mod sample;
 pub mod text;

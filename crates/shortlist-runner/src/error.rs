@@ -110,6 +110,9 @@ pub enum ServiceError {
     /// The input is not usable as it stands: what, and why.
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
+    /// Records judged by different criteria cannot be compared: what differs.
+    #[error("{what}: these records cannot be compared: {}", differs.join("; "))]
+    Incomparable { what: String, differs: Vec<String> },
     /// The load generator failed (not the target, not the input).
     #[error("{what}: the load generator failed: {why}")]
     LoadGenerator { what: String, why: String },
@@ -148,7 +151,8 @@ impl ServiceError {
             ServiceError::Study(_)
             | ServiceError::Eval(_)
             | ServiceError::File { .. }
-            | ServiceError::Invalid { .. } => ErrorClass::BadInput,
+            | ServiceError::Invalid { .. }
+            | ServiceError::Incomparable { .. } => ErrorClass::BadInput,
             ServiceError::Run(e) => e.class(),
             ServiceError::LoadGenerator { .. }
             | ServiceError::Unreachable { .. }

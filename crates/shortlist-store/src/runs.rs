@@ -332,6 +332,27 @@ impl Store {
         rows.iter().map(run_row).collect()
     }
 
+    /// The newest `limit` runs of every study, newest first, each with its study's name and
+    /// version.
+    pub async fn recent_runs(&self, limit: u32) -> Result<Vec<(String, u32, Run)>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT s.name AS study_name, s.version AS study_version, {} \
+             FROM runs r JOIN studies s ON s.id = r.study_id ORDER BY r.id DESC LIMIT $1",
+            prefixed("r", RUN_COLUMNS)
+        )))
+        .bind(i64::from(limit))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("listing recent runs"))?;
+        rows.iter()
+            .map(|row| {
+                let name: String = col(row, "runs", &"recent", "study_name")?;
+                let version = col_u(row, "runs", &name, "study_version")?;
+                Ok((name, version, run_row(row)?))
+            })
+            .collect()
+    }
+
     /// The runs of one generation of a study version, in creation order.
     pub async fn runs_of_generation(
         &self,

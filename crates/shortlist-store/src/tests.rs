@@ -474,6 +474,16 @@ async fn runs_and_results(store: Store) {
         all.iter().map(|r| r.kind).collect::<Vec<_>>(),
         [RunKind::Quality, RunKind::Sweep]
     );
+    // Newest first, with the study they belong to, and no more than asked for.
+    let recent = store.recent_runs(10).await.unwrap();
+    assert_eq!(
+        recent
+            .iter()
+            .map(|(s, v, r)| (s.as_str(), *v, r.id))
+            .collect::<Vec<_>>(),
+        [("support", 1, load.id), ("support", 1, all[0].id)]
+    );
+    assert_eq!(store.recent_runs(1).await.unwrap().len(), 1);
 }
 contract!(runs_and_results);
 

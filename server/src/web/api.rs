@@ -7,13 +7,13 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use shortlist_runner::ServiceError;
-use shortlist_runner::service::{RunParams, Trigger};
+use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::AppState;
 use super::pages::status_of;
 
 /// A failed API call: the status its class implies and `{"error": {"status", "class", "message"}}`.
-pub(crate) struct ApiError(ServiceError);
+pub(crate) struct ApiError(pub(crate) ServiceError);
 
 impl From<ServiceError> for ApiError {
     fn from(e: ServiceError) -> Self {
@@ -117,7 +117,11 @@ pub(crate) async fn run(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct CompareQuery {
+    /// Columns: `name`, `name@v2`, `name@g3` or `name@v2.g3`, comma-separated.
     candidates: String,
+    /// The default study version of the columns (else the latest).
+    #[serde(default)]
+    version: Option<u32>,
     #[serde(default)]
     generation: Option<u32>,
 }
@@ -127,14 +131,10 @@ pub(crate) async fn compare(
     Path(name): Path<String>,
     Query(q): Query<CompareQuery>,
 ) -> ApiResult {
-    let candidates: Vec<String> = q
-        .candidates
-        .split(',')
-        .map(|c| c.trim().to_owned())
-        .collect();
+    let picks = Pick::parse_list(&q.candidates)?;
     ok(st
         .service
-        .compare(&name, None, &candidates, q.generation)
+        .compare(&name, q.version, &picks, q.generation)
         .await?)
 }
 

@@ -5,6 +5,7 @@
 //! drive it in memory or on a port.
 
 mod api;
+mod catalog;
 mod pages;
 mod security;
 
@@ -79,6 +80,17 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             "/studies/{name}/candidates/{candidate}/record.json",
             get(api::record),
         )
+        .route("/evalsets", get(catalog::evalsets))
+        .route(
+            "/evalsets/import",
+            get(catalog::import_form).post(catalog::import),
+        )
+        .route("/evalsets/{name}", get(catalog::evalset))
+        .route(
+            "/candidates",
+            get(catalog::candidates).post(catalog::register),
+        )
+        .route("/candidates/{name}", get(catalog::candidate))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/api/studies", get(api::studies).post(api::create_study))
         .route("/api/studies/{name}", get(api::study))
@@ -90,6 +102,14 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             "/api/studies/{name}/candidates/{candidate}/record",
             get(api::record),
         )
+        .route("/api/evalsets", get(catalog::api::evalsets))
+        .route("/api/evalsets/import", post(catalog::api::import))
+        .route("/api/evalsets/{name}", get(catalog::api::evalset))
+        .route(
+            "/api/candidates",
+            get(catalog::api::candidates).post(catalog::api::register),
+        )
+        .route("/api/candidates/{name}", get(catalog::api::candidate))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))
         .route(

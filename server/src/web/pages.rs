@@ -11,12 +11,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
-use shortlist_app::{CompareFilter, HomeData};
+use shortlist_app::{CompareFilter, HomeData, encode};
 use shortlist_report::view::view as record_view;
 use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::ServiceError;
-use shortlist_runner::service::{RunParams, Trigger};
+use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::{AppState, html};
 
@@ -34,6 +34,9 @@ pub(crate) fn status_of(e: &ServiceError) -> StatusCode {
     if e.is_not_found() {
         return StatusCode::NOT_FOUND;
     }
+    if matches!(e, ServiceError::Incomparable { .. }) {
+        return StatusCode::UNPROCESSABLE_ENTITY;
+    }
     match e.class() {
         ErrorClass::BadInput => StatusCode::BAD_REQUEST,
         ErrorClass::CheckFailed => StatusCode::CONFLICT,
@@ -50,6 +53,7 @@ impl IntoResponse for PageError {
             StatusCode::SERVICE_UNAVAILABLE => "Unavailable",
             StatusCode::INTERNAL_SERVER_ERROR => "Stored data could not be read",
             StatusCode::CONFLICT => "The lock no longer holds",
+            StatusCode::UNPROCESSABLE_ENTITY => "Not comparable",
             _ => "Not possible",
         };
         html(
@@ -70,9 +74,16 @@ pub(crate) fn not_found(why: &str) -> Response {
 pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageError> {
     let studies = st.service.list_studies().await?;
     let running = st.service.running_jobs().await?;
+    let evalsets = st.service.list_eval_sets().await?;
+    let recent = st.service.recent_runs(12).await?;
     Ok(html(
         StatusCode::OK,
-        shortlist_app::home_page(HomeData { studies, running }),
+        shortlist_app::home_page(HomeData {
+            studies,
+            running,
+            evalsets,
+            recent,
+        }),
     ))
 }
 
@@ -228,8 +239,12 @@ pub(crate) async fn events(
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct CompareQuery {
+    /// Columns: `name`, `name@v2`, `name@g3` or `name@v2.g3`, comma-separated.
     #[serde(default)]
     candidates: Option<String>,
+    /// The default study version of the columns (else the latest).
+    #[serde(default)]
+    version: Option<u32>,
     #[serde(default)]
     mode: Option<String>,
     #[serde(default)]
@@ -243,23 +258,24 @@ pub(crate) async fn compare(
     Path(name): Path<String>,
     Query(q): Query<CompareQuery>,
 ) -> Result<Response, PageError> {
-    let candidates: Vec<String> = match q.candidates.as_deref().filter(|c| !c.is_empty()) {
-        Some(list) => list.split(',').map(|c| c.trim().to_owned()).collect(),
+    let picks = match q.candidates.as_deref().filter(|c| !c.trim().is_empty()) {
+        Some(list) => Pick::parse_list(list)?,
         None => st
             .service
-            .show(&name, None)
+            .show(&name, q.version)
             .await?
             .candidates
-            .into_iter()
-            .map(|c| c.name)
+            .iter()
+            .map(|c| Pick::of(&c.name))
             .collect(),
     };
-    let cmp = st.service.compare(&name, None, &candidates, None).await?;
+    let cmp = st.service.compare(&name, q.version, &picks, None).await?;
     Ok(html(
         StatusCode::OK,
         shortlist_app::compare_page(
             cmp,
             CompareFilter {
+                candidates: q.candidates.unwrap_or_default(),
                 mode: q.mode.unwrap_or_default(),
                 category: q.category.unwrap_or_default(),
                 search: q.q.unwrap_or_default(),
@@ -366,18 +382,4 @@ pub(crate) async fn login(State(st): State<AppState>, Form(form): Form<LoginForm
         ],
     )
         .into_response()
-}
-
-/// A path segment, percent-encoded where it must be.
-pub(crate) fn encode(segment: &str) -> String {
-    segment
-        .bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

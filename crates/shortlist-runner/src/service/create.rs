@@ -62,7 +62,24 @@ impl StudyService {
         text: &str,
         study_path: &Path,
     ) -> Result<Created, ServiceError> {
-        let checked = check(&self.config, source, text, study_path)?;
+        // An eval set already stored (imported in the workbench, or pinned by another study)
+        // is found by the hash the study pins when its path is not a file here.
+        let stored_set = match Study::from_toml(source, text) {
+            Ok(study) => {
+                let pinned = &study.file().evalset;
+                let on_disk = self.config.resolve_from(study_path, &pinned.path).is_file();
+                match ContentHash::parse(&pinned.sha256) {
+                    Some(hash) if !on_disk => match self.store.eval_set_by_hash(&hash).await {
+                        Ok(v) => Some(v.yaml),
+                        Err(StoreError::NotFound { .. }) => None,
+                        Err(e) => return Err(e.into()),
+                    },
+                    _ => None,
+                }
+            }
+            Err(_) => None,
+        };
+        let checked = check(&self.config, source, text, study_path, stored_set)?;
         let file = checked.study.file().clone();
         let hash = ContentHash::parse(checked.set.sha256())
             .ok_or_else(|| ServiceError::invalid(source, "the eval set's hash is not a SHA-256"))?;
@@ -160,19 +177,25 @@ fn check(
     source: &str,
     text: &str,
     study_path: &Path,
+    stored_set: Option<String>,
 ) -> Result<Checked, ServiceError> {
     let study = Study::from_toml(source, text)?;
     let file = study.file();
 
     let set_path = config.resolve_from(study_path, &file.evalset.path);
-    let yaml = read(&set_path).map_err(|why| {
-        field_error(
-            source,
-            text,
-            "evalset",
-            format!("{why} (paths are relative to the study file)"),
-        )
-    })?;
+    let yaml = match stored_set {
+        Some(yaml) => yaml,
+        None => read(&set_path).map_err(|why| {
+            field_error(
+                source,
+                text,
+                "evalset",
+                format!(
+                    "{why} (paths are relative to the study file; an eval set stored in the workbench is found by its sha256)"
+                ),
+            )
+        })?,
+    };
     let set = EvalSet::from_yaml(&set_path.display().to_string(), &yaml)?;
     if set.sha256() != file.evalset.sha256 {
         return Err(field_error(
@@ -240,7 +263,10 @@ fn check(
 
 /// The stored configuration of a candidate: its study entry plus, for a GGUF file, what the
 /// file says about itself.
-fn candidate_config(config: &Config, c: &CandidateRef) -> Result<serde_json::Value, String> {
+pub(super) fn candidate_config(
+    config: &Config,
+    c: &CandidateRef,
+) -> Result<serde_json::Value, String> {
     let source = config.expand_source(&c.source);
     let spec = CandidateSpec::parse(&source).map_err(|e| e.to_string())?;
     let facts = match spec {

@@ -3,6 +3,8 @@
 //! verify, run) and queries (a study, its runs' progress, a record, a comparison) return view
 //! structs; front ends render them and hold no policy of their own.
 
+mod catalog;
+mod compare;
 mod create;
 mod query;
 pub mod views;
@@ -17,6 +19,8 @@ use shortlist_store::{Store, StoreError};
 use shortlist_study::study::LockedStudy;
 use tokio::sync::broadcast;
 
+pub use catalog::ImportFormat;
+pub use compare::Pick;
 pub use shortlist_store::generations::Trigger;
 
 use crate::config::Config;

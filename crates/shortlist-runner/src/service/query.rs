@@ -1,11 +1,9 @@
 //! The service's queries: a study as stored, the list of studies, where a study's runs stand
 //! (generations, jobs and their latest progress, runs with who executed them), progress events
-//! after a point, and candidates side by side.
+//! and progress events after a point.
 
 use std::collections::BTreeMap;
 
-use shortlist_evals::results::CaseResult;
-use shortlist_evals::stats::McNemar;
 use shortlist_store::jobs::{Job, JobState};
 use shortlist_store::progress::ProgressRow;
 use shortlist_store::runs::{Run, RunKind};
@@ -13,8 +11,8 @@ use shortlist_store::studies::StoredStudy;
 use shortlist_study::record::Verdict;
 
 use super::views::{
-    CandidateView, CaseRow, Comparison, GenerationView, JobView, PairView, RunProgress, RunView,
-    StudyState, StudySummaryView, StudyView,
+    CandidateView, GenerationView, JobView, RunProgress, RunView, StudyState, StudySummaryView,
+    StudyView,
 };
 use super::{StudyService, not_found};
 use crate::error::ServiceError;
@@ -86,7 +84,7 @@ fn run_view(run: &Run) -> RunView {
 }
 
 impl StudyService {
-    async fn latest_verdict(
+    pub(super) async fn latest_verdict(
         &self,
         study: &str,
         version: u32,
@@ -363,139 +361,5 @@ impl StudyService {
             .iter()
             .map(|row| Ok((row.id, event_of(row)?)))
             .collect()
-    }
-
-    /// Candidates side by side from one generation (the latest with records of all of them
-    /// when `generation` is `None`): their records, the paired McNemar table of each pair, and
-    /// every case's outcome per candidate.
-    pub async fn compare(
-        &self,
-        name: &str,
-        version: Option<u32>,
-        candidates: &[String],
-        generation: Option<u32>,
-    ) -> Result<Comparison, ServiceError> {
-        let version = self.version_of(name, version).await?;
-        let locked = self.store.verify_study(name, version).await?;
-        if candidates.is_empty() {
-            return Err(ServiceError::invalid("candidates", "name at least one"));
-        }
-        for c in candidates {
-            super::super::jobs::candidate_ref(&locked, c)?;
-        }
-        let records = self.store.records_of_study(name, version).await?;
-        let generation = match generation {
-            Some(g) => g,
-            None => records
-                .iter()
-                .map(|r| r.generation)
-                .filter(|g| {
-                    candidates.iter().all(|c| {
-                        records
-                            .iter()
-                            .any(|r| r.generation == *g && &r.candidate == c)
-                    })
-                })
-                .max()
-                .ok_or_else(|| {
-                    ServiceError::invalid(
-                        format!("study `{name}` v{version}"),
-                        "no generation has a record of every candidate asked for",
-                    )
-                })?,
-        };
-        let mut chosen = Vec::new();
-        for c in candidates {
-            let r = records
-                .iter()
-                .rev()
-                .find(|r| r.generation == generation && &r.candidate == c)
-                .ok_or_else(|| {
-                    ServiceError::invalid(
-                        format!("candidate `{c}`"),
-                        format!("no record in generation {generation}"),
-                    )
-                })?;
-            chosen.push(r.record.clone());
-        }
-        // Every case's scored outcome per candidate, from the generation's quality runs.
-        let runs = self
-            .store
-            .runs_of_generation(name, version, generation)
-            .await?;
-        let mut outcomes: Vec<BTreeMap<String, CaseResult>> = Vec::new();
-        for c in candidates {
-            let mut by_case = BTreeMap::new();
-            if let Some(run) = runs
-                .iter()
-                .find(|r| &r.candidate == c && r.kind == RunKind::Quality)
-            {
-                for case in self.store.case_results(run.id).await? {
-                    let result: CaseResult =
-                        serde_json::from_value(case.scores).map_err(|e| ServiceError::Corrupt {
-                            what: format!(
-                                "table `case_results`, run {}, case `{}`",
-                                run.id, case.case_id
-                            ),
-                            why: e.to_string(),
-                        })?;
-                    by_case.insert(case.case_id, result);
-                }
-            }
-            outcomes.push(by_case);
-        }
-        let set = crate::jobs::stored_set(&self.store, &locked).await?;
-        let cases: Vec<CaseRow> = set
-            .cases()
-            .iter()
-            .map(|k| {
-                let per: Vec<Option<&CaseResult>> =
-                    outcomes.iter().map(|m| m.get(k.id())).collect();
-                let decided: Vec<Option<bool>> = per
-                    .iter()
-                    .map(|r| r.and_then(|r| r.outcome.decided()))
-                    .collect();
-                CaseRow {
-                    id: k.id().to_owned(),
-                    category: k.category().as_string(),
-                    disagreement: decided.contains(&Some(true)) && decided.contains(&Some(false)),
-                    outcomes: decided,
-                    latencies_s: per.iter().map(|r| r.and_then(|r| r.latency_s)).collect(),
-                    tokens: per.iter().map(|r| r.and_then(|r| r.tokens)).collect(),
-                }
-            })
-            .collect();
-        let mut pairs = Vec::new();
-        for i in 0..candidates.len() {
-            for j in i + 1..candidates.len() {
-                let both: Vec<(bool, bool)> = cases
-                    .iter()
-                    .filter_map(|row| Some((row.outcomes[i]?, row.outcomes[j]?)))
-                    .collect();
-                if both.is_empty() {
-                    continue;
-                }
-                let t = McNemar::from_pairs(both);
-                pairs.push(PairView {
-                    a: candidates[i].clone(),
-                    b: candidates[j].clone(),
-                    both_pass: t.both_pass,
-                    only_a: t.a_only,
-                    only_b: t.b_only,
-                    both_fail: t.both_fail,
-                    p_value: t.p_value,
-                });
-            }
-        }
-        Ok(Comparison {
-            study: name.to_owned(),
-            version,
-            generation,
-            lock_sha256: locked.sha256,
-            candidates: candidates.to_vec(),
-            records: chosen,
-            pairs,
-            cases,
-        })
     }
 }

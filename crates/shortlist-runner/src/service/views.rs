@@ -202,14 +202,42 @@ pub struct CaseRow {
     pub disagreement: bool,
 }
 
-/// Candidates side by side, from their records of one generation and their stored cases.
+/// One column of a comparison: a candidate's record from one study version and generation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Column {
+    /// The candidate's name, with version and generation where the columns differ in them.
+    pub label: String,
+    pub candidate: String,
+    pub version: u32,
+    pub generation: u32,
+}
+
+/// What every column of a comparison was judged by (equal for all, or it is refused).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CriteriaView {
+    /// The eval set's path and hash.
+    pub evalset: String,
+    /// The workload section, as canonical JSON.
+    pub workload: String,
+    /// The SLO, as canonical JSON.
+    pub slo: String,
+}
+
+/// Candidates side by side, from their records and their stored cases.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Comparison {
     pub study: String,
+    /// The first column's version and generation.
     pub version: u32,
     pub generation: u32,
     pub lock_sha256: String,
+    /// The columns' labels, in order.
     pub candidates: Vec<String>,
+    pub columns: Vec<Column>,
+    pub criteria: CriteriaView,
+    /// The SLO's attainment target, when it sets one (the attainment line of the goodput chart:
+    /// goodput = target × offered).
+    pub attainment_target: Option<f64>,
     pub records: Vec<SelectionRecord>,
     pub pairs: Vec<PairView>,
     pub cases: Vec<CaseRow>,
@@ -243,4 +271,123 @@ pub struct CaseView {
     /// The checks by name and kind.
     pub checks: Vec<(String, String)>,
     pub answers: Vec<CaseAnswer>,
+}
+
+/// A study version that uses an eval set or a candidate.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyUse {
+    pub study: String,
+    pub version: u32,
+    pub locked: bool,
+    /// For a candidate: the verdict of its latest record in this study version.
+    pub verdict: Option<Verdict>,
+    /// For a candidate: the generation of that record.
+    pub record_generation: Option<u32>,
+}
+
+/// One version of an eval set.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalSetVersionView {
+    pub version: u32,
+    pub sha256: String,
+    pub cases: usize,
+    /// Cases per category, in the set's order.
+    pub categories: Vec<(String, usize)>,
+    pub description: Option<String>,
+}
+
+/// An eval set with its versions (oldest first).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalSetSummary {
+    pub name: String,
+    pub versions: Vec<EvalSetVersionView>,
+    pub used_by: Vec<StudyUse>,
+}
+
+/// One case of an eval set as stored: its text and its checks.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalCaseView {
+    pub id: String,
+    pub category: String,
+    pub system: Option<String>,
+    /// `(role, content)` in order.
+    pub messages: Vec<(String, String)>,
+    /// The names of the tools offered.
+    pub tools: Vec<String>,
+    /// `(name, the check as canonical JSON)`.
+    pub checks: Vec<(String, String)>,
+}
+
+/// One eval set version in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct EvalSetView {
+    pub name: String,
+    pub version: u32,
+    pub sha256: String,
+    pub description: Option<String>,
+    pub categories: Vec<(String, usize)>,
+    /// Every version of this name: `(version, sha256)`.
+    pub versions: Vec<(u32, String)>,
+    pub used_by: Vec<StudyUse>,
+    pub cases: Vec<EvalCaseView>,
+}
+
+/// What an import would store (or stored).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ImportPreview {
+    pub name: String,
+    pub format: super::catalog::ImportFormat,
+    pub sha256: String,
+    pub cases: usize,
+    pub categories: Vec<(String, usize)>,
+    /// What had no faithful equivalent, item by item.
+    pub unmapped: Vec<shortlist_evals::import::Unmapped>,
+    /// Close but not identical mappings.
+    pub notes: Vec<String>,
+    /// The eval set as `shortlist.evalset.v1` YAML.
+    pub yaml: String,
+    /// `(version, newly stored)` once stored; `None` for a preview.
+    pub stored: Option<(u32, bool)>,
+}
+
+/// A stored candidate in one line.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateSummary {
+    pub name: String,
+    pub versions: u32,
+    pub source: String,
+    pub identity: String,
+    pub used_by: Vec<StudyUse>,
+}
+
+/// One version of a candidate's configuration.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateVersionView {
+    pub version: u32,
+    pub sha256: String,
+    pub config: serde_json::Value,
+}
+
+/// A stored candidate in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CandidateDetail {
+    pub name: String,
+    /// The latest configuration's identity, as labelled rows.
+    pub identity: Vec<(String, String)>,
+    pub versions: Vec<CandidateVersionView>,
+    pub used_by: Vec<StudyUse>,
+}
+
+/// A run of some study, for the home page.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RecentRun {
+    pub study: String,
+    pub version: u32,
+    pub generation: u32,
+    pub candidate: String,
+    pub kind: String,
+    pub state: String,
+    pub error: Option<String>,
+    /// RFC 3339, when finished.
+    pub finished_at: Option<String>,
 }

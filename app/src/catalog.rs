@@ -1,0 +1,394 @@
+//! `/evalsets`, `/evalsets/{name}`, `/evalsets/import`, `/candidates` and `/candidates/{name}`:
+//! what a team keeps besides its studies. Case text, check parameters and model names are
+//! untrusted and reach the page only as escaped text.
+
+use leptos::prelude::*;
+use shortlist_runner::service::ImportFormat;
+use shortlist_runner::service::views::{
+    CandidateDetail, CandidateSummary, EvalSetSummary, EvalSetView, ImportPreview, StudyUse,
+};
+
+use crate::layout::document;
+use crate::{encode, verdict_word};
+
+/// The studies that use something, as links.
+fn uses(list: Vec<StudyUse>, show_verdict: bool) -> AnyView {
+    if list.is_empty() {
+        return view! { <span class="muted">"no study yet"</span> }.into_any();
+    }
+    list.into_iter()
+        .map(|u| {
+            let href = format!("/studies/{}", encode(&u.study));
+            let label = format!(
+                "{} v{}{}",
+                u.study,
+                u.version,
+                if u.locked { "" } else { " (draft)" }
+            );
+            let verdict = show_verdict.then(|| {
+                let (word, tone) = verdict_word(u.verdict);
+                let class = format!("badge {tone}");
+                let generation = u.record_generation.map(
+                    |g| view! { <span class="muted small">{format!(" generation {g}")}</span> },
+                );
+                view! { " "<span class=class>{word}</span>{generation} }
+            });
+            view! { <div><a href=href>{label}</a>{verdict}</div> }
+        })
+        .collect_view()
+        .into_any()
+}
+
+fn categories_text(cats: &[(String, usize)]) -> String {
+    cats.iter()
+        .map(|(c, n)| format!("{c} {n}"))
+        .collect::<Vec<_>>()
+        .join(" · ")
+}
+
+/// `/evalsets`: every eval set with its versions and the studies that pin them.
+pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
+    document("Eval sets", move || {
+        let empty = sets.is_empty();
+        let rows = sets
+            .into_iter()
+            .map(|s| {
+                let href = format!("/evalsets/{}", encode(&s.name));
+                let latest = s.versions.last().cloned();
+                let versions = s
+                    .versions
+                    .iter()
+                    .map(|v| {
+                        let href = format!("/evalsets/{}?version={}", encode(&s.name), v.version);
+                        let label =
+                            format!("v{} {}", v.version, &v.sha256[..12.min(v.sha256.len())]);
+                        view! { <div><a class="mono small" href=href>{label}</a></div> }
+                    })
+                    .collect_view();
+                let (cases, cats) = latest.map_or((String::new(), String::new()), |v| {
+                    (v.cases.to_string(), categories_text(&v.categories))
+                });
+                view! {
+                    <tr>
+                        <td><a href=href>{s.name.clone()}</a></td>
+                        <td>{versions}</td>
+                        <td>{cases}</td>
+                        <td class="small">{cats}</td>
+                        <td>{uses(s.used_by, false)}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <h1>"Eval sets"</h1>
+            <section class="card">
+                {empty.then(|| view! { <p class="muted">"No eval set is stored yet. A study stores the set it pins; or import one."</p> })}
+                <div class="scroll">
+                    <table>
+                        <thead><tr><th>"Eval set"</th><th>"Versions (sha256)"</th><th>"Cases"</th><th>"Categories (latest)"</th><th>"Used by"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                </div>
+                <p><a class="button" href="/evalsets/import">"Import an eval set"</a></p>
+            </section>
+        }
+    })
+}
+
+/// `/evalsets/{name}`: one version's cases with their text and checks, by category.
+pub fn evalset_page(v: EvalSetView) -> String {
+    let title = format!("{} v{}", v.name, v.version);
+    document(&title.clone(), move || {
+        let name = v.name.clone();
+        let versions = v
+            .versions
+            .iter()
+            .map(|(n, sha)| {
+                let href = format!("/evalsets/{}?version={n}", encode(&name));
+                let class = if *n == v.version { "mono small active" } else { "mono small" };
+                view! { <li><a class=class href=href>{format!("v{n}")}</a>" "<span class="mono small">{sha.clone()}</span></li> }
+            })
+            .collect_view();
+        let mut groups: Vec<(String, Vec<_>)> = Vec::new();
+        for c in v.cases {
+            match groups.iter_mut().find(|(k, _)| *k == c.category) {
+                Some((_, list)) => list.push(c),
+                None => groups.push((c.category.clone(), vec![c])),
+            }
+        }
+        let sections = groups
+            .into_iter()
+            .map(|(cat, cases)| {
+                let heading = format!("{cat} · {} cases", cases.len());
+                let items = cases
+                    .into_iter()
+                    .map(|c| {
+                        let messages = c
+                            .messages
+                            .into_iter()
+                            .map(|(role, text)| view! { <div class="msg"><span class="role">{role}</span><pre class="text">{text}</pre></div> })
+                            .collect_view();
+                        let checks = c
+                            .checks
+                            .into_iter()
+                            .map(|(n, json)| view! { <li><strong>{n}</strong>" "<code class="small">{json}</code></li> })
+                            .collect_view();
+                        let tools = (!c.tools.is_empty()).then(|| view! { <p class="small">"Tools: " {c.tools.join(", ")}</p> });
+                        let system = c.system.map(|s| view! { <div class="msg"><span class="role">"system"</span><pre class="text">{s}</pre></div> });
+                        view! {
+                            <details class="case-item">
+                                <summary><span class="mono">{c.id.clone()}</span></summary>
+                                {system}
+                                {messages}
+                                {tools}
+                                <ul class="checks">{checks}</ul>
+                            </details>
+                        }
+                    })
+                    .collect_view();
+                view! { <section class="card"><h2>{heading}</h2>{items}</section> }
+            })
+            .collect_view();
+        let desc = v.description.clone();
+        view! {
+            <p class="crumbs"><a href="/evalsets">"Eval sets"</a> " / " {v.name.clone()}</p>
+            <h1>{title.clone()}</h1>
+            {desc.map(|d| view! { <p class="question">{d}</p> })}
+            <div class="columns">
+                <section class="card">
+                    <h2>"Versions"</h2>
+                    <ul class="plain">{versions}</ul>
+                </section>
+                <section class="card">
+                    <h2>"This version"</h2>
+                    <dl class="grid">
+                        <dt>"sha256"</dt><dd class="mono small">{v.sha256.clone()}</dd>
+                        <dt>"Categories"</dt><dd>{categories_text(&v.categories)}</dd>
+                        <dt>"Used by"</dt><dd>{uses(v.used_by, false)}</dd>
+                    </dl>
+                </section>
+            </div>
+            {sections}
+        }
+    })
+}
+
+/// What the import form was filled with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImportForm {
+    /// `shortlist` (an eval set's own YAML) or an [`ImportFormat`] name.
+    pub format: String,
+    pub name: String,
+    pub text: String,
+    pub answers: String,
+}
+
+/// `/evalsets/import`: upload or paste another tool's file, see what it becomes (cases by
+/// category, every unmapped item), then store it.
+pub fn import_page(
+    form: ImportForm,
+    preview: Option<ImportPreview>,
+    error: Option<String>,
+) -> String {
+    document("Import an eval set", move || {
+        let options = ImportFormat::ALL
+            .iter()
+            .map(|(_, n)| {
+                let label = match *n {
+                    "shortlist" => "shortlist.evalset.v1 (YAML)",
+                    "promptfoo" => "promptfoo tests (YAML)",
+                    "openai-evals" => "OpenAI evals samples (JSONL)",
+                    "inspect" => "inspect samples (JSONL)",
+                    "inspect-csv" => "inspect samples (CSV)",
+                    _ => "BFCL questions (JSONL)",
+                };
+                (*n, label)
+            })
+            .map(|(value, label)| {
+                let selected = form.format == value;
+                view! { <option value=value selected=selected>{label}</option> }
+            })
+            .collect_view();
+        let preview_view = preview.map(|p| {
+            let stored = p.stored.map(|(v, new)| {
+                let href = format!("/evalsets/{}?version={v}", encode(&p.name));
+                let line = if new { format!("Stored as {} v{v}.", p.name) } else { format!("Already stored as {} v{v} (same content).", p.name) };
+                view! { <p class="ok-box" role="status">{line}" "<a href=href>"Open it"</a></p> }
+            });
+            let unmapped = p
+                .unmapped
+                .iter()
+                .map(|u| view! { <tr><td class="mono small">{u.case.clone()}</td><td>{u.what.clone()}</td><td>{u.reason.clone()}</td></tr> })
+                .collect_view();
+            let notes = p.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
+            let unmapped_count = format!("Unmapped: {} item(s)", p.unmapped.len());
+            view! {
+                <section class="card">
+                    <h2>"Preview"</h2>
+                    {stored}
+                    <dl class="grid">
+                        <dt>"Name"</dt><dd>{p.name.clone()}</dd>
+                        <dt>"Cases"</dt><dd>{p.cases.to_string()}</dd>
+                        <dt>"Categories"</dt><dd>{categories_text(&p.categories)}</dd>
+                        <dt>"sha256"</dt><dd class="mono small">{p.sha256.clone()}</dd>
+                    </dl>
+                    <h3>{unmapped_count}</h3>
+                    {(!p.unmapped.is_empty()).then(|| view! {
+                        <div class="scroll"><table>
+                            <thead><tr><th>"Case"</th><th>"What"</th><th>"Why"</th></tr></thead>
+                            <tbody>{unmapped}</tbody>
+                        </table></div>
+                    })}
+                    {(!p.notes.is_empty()).then(|| view! { <h3>"Notes"</h3><ul>{notes}</ul> })}
+                    <details><summary>"The eval set (YAML)"</summary><pre class="text">{p.yaml.clone()}</pre></details>
+                </section>
+            }
+        });
+        view! {
+            <p class="crumbs"><a href="/evalsets">"Eval sets"</a> " / import"</p>
+            <h1>"Import an eval set"</h1>
+            <section class="card">
+                <p>"Upload or paste a file from promptfoo, OpenAI evals, inspect or BFCL (or an eval set of ours). Preview first: what could not be mapped is listed item by item; nothing is stored until you press Store."</p>
+                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                <form method="post" action="/evalsets/import" enctype="multipart/form-data" class="stack">
+                    <label for="format">"Format"</label>
+                    <select id="format" name="format">{options}</select>
+                    <label for="name">"Name of the eval set"</label>
+                    <input id="name" name="name" value=form.name.clone() placeholder="support-v2" autocomplete="off"/>
+                    <label for="file">"File"</label>
+                    <input id="file" type="file" name="file"/>
+                    <label for="text">"…or its text"</label>
+                    <textarea id="text" name="text" rows="10" spellcheck="false">{form.text.clone()}</textarea>
+                    <label for="answers">"BFCL possible answers (optional file)"</label>
+                    <input id="answers" type="file" name="answers"/>
+                    <div class="row">
+                        <button type="submit" name="action" value="preview">"Preview"</button>
+                        <button type="submit" name="action" value="store" class="secondary">"Store"</button>
+                    </div>
+                </form>
+            </section>
+            {preview_view}
+        }
+    })
+}
+
+/// What the register form was filled with.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RegisterForm {
+    pub name: String,
+    pub source: String,
+    pub price: String,
+}
+
+/// `/candidates`: stored candidate configurations, and the form that registers one.
+pub fn candidates_page(
+    list: Vec<CandidateSummary>,
+    form: RegisterForm,
+    error: Option<String>,
+) -> String {
+    document("Candidates", move || {
+        let empty = list.is_empty();
+        let rows = list
+            .into_iter()
+            .map(|c| {
+                let href = format!("/candidates/{}", encode(&c.name));
+                view! {
+                    <tr>
+                        <td><a href=href>{c.name.clone()}</a></td>
+                        <td>{c.versions.to_string()}</td>
+                        <td class="mono small">{c.source.clone()}</td>
+                        <td class="small">{c.identity.clone()}</td>
+                        <td>{uses(c.used_by, true)}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <h1>"Candidates"</h1>
+            <section class="card">
+                {empty.then(|| view! { <p class="muted">"No candidate is stored yet."</p> })}
+                <div class="scroll">
+                    <table>
+                        <thead><tr><th>"Candidate"</th><th>"Versions"</th><th>"Source"</th><th>"Identity"</th><th>"Studies and verdicts"</th></tr></thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                </div>
+            </section>
+            <section class="card">
+                <h2>"Register a candidate"</h2>
+                <p class="small">"A GGUF file (" <code>"gguf:PATH"</code> "), a model folder holding one (" <code>"folder:PATH"</code> "), or an OpenAI-compatible endpoint (" <code>"http://host:port#MODEL"</code> "). A GGUF file is read for what it says about itself. Paths are on the server."</p>
+                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                <form method="post" action="/candidates" class="stack">
+                    <label for="cname">"Name"</label>
+                    <input id="cname" name="name" value=form.name.clone() autocomplete="off"/>
+                    <label for="source">"Source"</label>
+                    <input id="source" name="source" value=form.source.clone() placeholder="gguf:~/.cache/shortlist/models/model.gguf" autocomplete="off"/>
+                    <label for="price">"Price per device-hour (optional)"</label>
+                    <input id="price" name="price" value=form.price.clone() inputmode="decimal"/>
+                    <button type="submit">"Register"</button>
+                </form>
+            </section>
+        }
+    })
+}
+
+/// `/candidates/{name}`: a candidate's identity, every version of its configuration, and the
+/// studies and records that used it.
+pub fn candidate_page(d: CandidateDetail) -> String {
+    let title = format!("Candidate {}", d.name);
+    document(&title.clone(), move || {
+        let identity = d
+            .identity
+            .iter()
+            .map(|(k, v)| view! { <dt>{k.clone()}</dt><dd class="mono small">{v.clone()}</dd> })
+            .collect_view();
+        let versions = d
+            .versions
+            .iter()
+            .rev()
+            .map(|v| {
+                let json = serde_json::to_string_pretty(&v.config).unwrap_or_default();
+                let summary = format!("v{} · sha256 {}", v.version, v.sha256);
+                view! { <details><summary class="mono small">{summary}</summary><pre class="text">{json}</pre></details> }
+            })
+            .collect_view();
+        let records = d
+            .used_by
+            .iter()
+            .filter_map(|u| {
+                u.record_generation.map(|g| {
+                    let href = format!(
+                        "/studies/{}/candidates/{}",
+                        encode(&u.study),
+                        encode(&d.name)
+                    );
+                    let (word, tone) = verdict_word(u.verdict);
+                    let class = format!("badge {tone}");
+                    let label = format!("{} v{} · generation {g}", u.study, u.version);
+                    view! { <li><a href=href>{label}</a>" "<span class=class>{word}</span></li> }
+                })
+            })
+            .collect_view();
+        let used = d.used_by.clone();
+        view! {
+            <p class="crumbs"><a href="/candidates">"Candidates"</a> " / " {d.name.clone()}</p>
+            <h1>{title.clone()}</h1>
+            <div class="columns">
+                <section class="card">
+                    <h2>"Identity (latest version)"</h2>
+                    <dl class="grid">{identity}</dl>
+                </section>
+                <section class="card">
+                    <h2>"Studies"</h2>
+                    {uses(used, true)}
+                    <h3>"Records"</h3>
+                    <ul class="plain">{records}</ul>
+                </section>
+            </div>
+            <section class="card">
+                <h2>"Configuration versions"</h2>
+                {versions}
+            </section>
+        }
+    })
+}

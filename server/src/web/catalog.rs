@@ -1,0 +1,282 @@
+//! Eval sets and candidates: their pages, the import (preview, then store) and the register
+//! form, and their JSON API.
+
+use axum::Form;
+use axum::extract::{Multipart, Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Redirect, Response};
+use serde::Deserialize;
+use shortlist_app::{ImportForm, RegisterForm, encode};
+use shortlist_runner::ServiceError;
+use shortlist_runner::service::ImportFormat;
+use shortlist_runner::service::views::ImportPreview;
+
+use super::pages::{PageError, status_of};
+use super::{AppState, html};
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct VersionQuery {
+    #[serde(default)]
+    version: Option<u32>,
+}
+
+pub(crate) async fn evalsets(State(st): State<AppState>) -> Result<Response, PageError> {
+    let sets = st.service.list_eval_sets().await?;
+    Ok(html(StatusCode::OK, shortlist_app::evalsets_page(sets)))
+}
+
+pub(crate) async fn evalset(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(q): Query<VersionQuery>,
+) -> Result<Response, PageError> {
+    let view = st.service.eval_set(&name, q.version).await?;
+    Ok(html(StatusCode::OK, shortlist_app::evalset_page(view)))
+}
+
+pub(crate) async fn import_form() -> Response {
+    html(
+        StatusCode::OK,
+        shortlist_app::import_page(
+            ImportForm {
+                format: "promptfoo".to_owned(),
+                ..ImportForm::default()
+            },
+            None,
+            None,
+        ),
+    )
+}
+
+/// The import form's fields, read from its multipart body (files as UTF-8 text).
+async fn read_import(mut body: Multipart) -> Result<(ImportForm, bool), String> {
+    let mut form = ImportForm::default();
+    let (mut file, mut store) = (String::new(), false);
+    while let Some(field) = body
+        .next_field()
+        .await
+        .map_err(|e| format!("the upload could not be read: {e}"))?
+    {
+        let name = field.name().unwrap_or_default().to_owned();
+        let bytes = field
+            .bytes()
+            .await
+            .map_err(|e| format!("field `{name}` could not be read: {e}"))?;
+        let text = String::from_utf8(bytes.to_vec())
+            .map_err(|_| format!("field `{name}` is not UTF-8 text"))?;
+        match name.as_str() {
+            "format" => form.format = text,
+            "name" => form.name = text.trim().to_owned(),
+            "file" => file = text,
+            "text" => form.text = text,
+            "answers" => form.answers = text,
+            "action" => store = text == "store",
+            _ => {}
+        }
+    }
+    // An uploaded file wins over the text box, and comes back in it for the next step.
+    if !file.is_empty() {
+        form.text = file;
+    }
+    Ok((form, store))
+}
+
+async fn import_of(
+    st: &AppState,
+    form: &ImportForm,
+    store: bool,
+) -> Result<ImportPreview, ServiceError> {
+    if form.text.trim().is_empty() {
+        return Err(ServiceError::Invalid {
+            what: "the file".to_owned(),
+            why: "choose a file or paste its text".to_owned(),
+        });
+    }
+    let answers = (!form.answers.trim().is_empty()).then_some(form.answers.as_str());
+    let format = ImportFormat::parse(&form.format)?;
+    st.service
+        .import_eval_set(format, &form.name, &form.text, answers, store)
+        .await
+}
+
+pub(crate) async fn import(State(st): State<AppState>, body: Multipart) -> Response {
+    let (form, store) = match read_import(body).await {
+        Ok(f) => f,
+        Err(why) => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                shortlist_app::import_page(ImportForm::default(), None, Some(why)),
+            );
+        }
+    };
+    match import_of(&st, &form, store).await {
+        Ok(preview) => html(
+            StatusCode::OK,
+            shortlist_app::import_page(form, Some(preview), None),
+        ),
+        // Nothing was stored: the form comes back with the error and what was sent.
+        Err(e) => html(
+            status_of(&e),
+            shortlist_app::import_page(form, None, Some(e.to_string())),
+        ),
+    }
+}
+
+pub(crate) async fn candidates(State(st): State<AppState>) -> Result<Response, PageError> {
+    let list = st.service.list_candidates().await?;
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::candidates_page(list, RegisterForm::default(), None),
+    ))
+}
+
+pub(crate) async fn candidate(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+) -> Result<Response, PageError> {
+    let detail = st.service.candidate(&name).await?;
+    Ok(html(StatusCode::OK, shortlist_app::candidate_page(detail)))
+}
+
+#[derive(Debug, Deserialize)]
+pub(crate) struct Register {
+    name: String,
+    source: String,
+    #[serde(default)]
+    price: String,
+}
+
+async fn register_of(st: &AppState, form: &Register) -> Result<(u32, bool), ServiceError> {
+    let price = match form.price.trim() {
+        "" => None,
+        p => Some(p.parse::<f64>().map_err(|_| ServiceError::Invalid {
+            what: "price per device-hour".to_owned(),
+            why: format!("`{p}` is not a number"),
+        })?),
+    };
+    st.service
+        .register_candidate(form.name.trim(), &form.source, price)
+        .await
+}
+
+pub(crate) async fn register(
+    State(st): State<AppState>,
+    Form(form): Form<Register>,
+) -> Result<Response, PageError> {
+    match register_of(&st, &form).await {
+        Ok(_) => {
+            Ok(Redirect::to(&format!("/candidates/{}", encode(form.name.trim()))).into_response())
+        }
+        Err(e) => {
+            let list = st.service.list_candidates().await?;
+            Ok(html(
+                status_of(&e),
+                shortlist_app::candidates_page(
+                    list,
+                    RegisterForm {
+                        name: form.name,
+                        source: form.source,
+                        price: form.price,
+                    },
+                    Some(e.to_string()),
+                ),
+            ))
+        }
+    }
+}
+
+/// The JSON API of the same pages.
+pub(crate) mod api {
+    use axum::Json;
+    use axum::body::Bytes;
+    use axum::extract::{Path, Query, State};
+    use axum::response::{IntoResponse, Response};
+    use serde::Deserialize;
+    use shortlist_runner::ServiceError;
+    use shortlist_runner::service::ImportFormat;
+
+    use super::VersionQuery;
+    use crate::web::AppState;
+    use crate::web::api::ApiError;
+
+    type ApiResult = Result<Response, ApiError>;
+
+    fn ok(value: impl serde::Serialize) -> ApiResult {
+        Ok(Json(serde_json::to_value(value).unwrap_or_default()).into_response())
+    }
+
+    fn utf8(body: &Bytes) -> Result<String, ApiError> {
+        String::from_utf8(body.to_vec()).map_err(|_| {
+            ApiError::from(ServiceError::Invalid {
+                what: "the request body".to_owned(),
+                why: "not UTF-8 text".to_owned(),
+            })
+        })
+    }
+
+    pub(crate) async fn evalsets(State(st): State<AppState>) -> ApiResult {
+        ok(st.service.list_eval_sets().await?)
+    }
+
+    pub(crate) async fn evalset(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+        Query(q): Query<VersionQuery>,
+    ) -> ApiResult {
+        ok(st.service.eval_set(&name, q.version).await?)
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct ImportQuery {
+        format: String,
+        name: String,
+        /// `false` (the default): preview only.
+        #[serde(default)]
+        store: bool,
+    }
+
+    /// `POST /api/evalsets/import?format=promptfoo&name=N[&store=true]` with the file as body.
+    pub(crate) async fn import(
+        State(st): State<AppState>,
+        Query(q): Query<ImportQuery>,
+        body: Bytes,
+    ) -> ApiResult {
+        let text = utf8(&body)?;
+        let format = ImportFormat::parse(&q.format)?;
+        ok(st
+            .service
+            .import_eval_set(format, &q.name, &text, None, q.store)
+            .await?)
+    }
+
+    pub(crate) async fn candidates(State(st): State<AppState>) -> ApiResult {
+        ok(st.service.list_candidates().await?)
+    }
+
+    pub(crate) async fn candidate(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> ApiResult {
+        ok(st.service.candidate(&name).await?)
+    }
+
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct RegisterBody {
+        name: String,
+        source: String,
+        #[serde(default)]
+        price_per_device_hour: Option<f64>,
+    }
+
+    /// `POST /api/candidates` with `{"name", "source", "price_per_device_hour"?}`.
+    pub(crate) async fn register(
+        State(st): State<AppState>,
+        Json(b): Json<RegisterBody>,
+    ) -> ApiResult {
+        let (version, inserted) = st
+            .service
+            .register_candidate(&b.name, &b.source, b.price_per_device_hour)
+            .await?;
+        ok(serde_json::json!({"name": b.name, "version": version, "inserted": inserted}))
+    }
+}
