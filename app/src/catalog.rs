@@ -109,6 +109,8 @@ pub fn evalset_page(v: EvalSetView) -> String {
                 view! { <li><a class=class href=href>{format!("v{n}")}</a>" "<span class="mono small">{sha.clone()}</span></li> }
             })
             .collect_view();
+        // A small set is shown whole; a large one keeps each case folded until asked for.
+        let open = v.cases.len() <= 40;
         let mut groups: Vec<(String, Vec<_>)> = Vec::new();
         for c in v.cases {
             match groups.iter_mut().find(|(k, _)| *k == c.category) {
@@ -119,7 +121,11 @@ pub fn evalset_page(v: EvalSetView) -> String {
         let sections = groups
             .into_iter()
             .map(|(cat, cases)| {
-                let heading = format!("{cat} · {} cases", cases.len());
+                let heading = format!(
+                    "{cat} · {} case{}",
+                    cases.len(),
+                    if cases.len() == 1 { "" } else { "s" }
+                );
                 let items = cases
                     .into_iter()
                     .map(|c| {
@@ -136,7 +142,7 @@ pub fn evalset_page(v: EvalSetView) -> String {
                         let tools = (!c.tools.is_empty()).then(|| view! { <p class="small">"Tools: " {c.tools.join(", ")}</p> });
                         let system = c.system.map(|s| view! { <div class="msg"><span class="role">"system"</span><pre class="text">{s}</pre></div> });
                         view! {
-                            <details class="case-item">
+                            <details class="case-item" open=open>
                                 <summary><span class="mono">{c.id.clone()}</span></summary>
                                 {system}
                                 {messages}

@@ -37,6 +37,20 @@ impl CompareFilter {
     }
 }
 
+/// The non-empty parts joined, or a dash when there are none.
+fn words(parts: &[&str], sep: &str) -> String {
+    let kept: Vec<&str> = parts
+        .iter()
+        .copied()
+        .filter(|p| !p.trim().is_empty())
+        .collect();
+    if kept.is_empty() {
+        "–".to_owned()
+    } else {
+        kept.join(sep)
+    }
+}
+
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0))
 }
@@ -309,8 +323,8 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                         <thead><tr><th></th>{candidates.iter().map(|c| view! { <th scope="col">{c.clone()}</th> }).collect_view()}</tr></thead>
                         <tbody>
                             {summary_row("Source", &records, |r| r.identity.source.clone())}
-                            {summary_row("Architecture", &records, |r| format!("{} · {} · {}", r.identity.architecture, r.identity.quantization, r.identity.precision))}
-                            {summary_row("Runtime", &records, |r| format!("{} {}", r.identity.runtime, r.identity.runtime_version))}
+                            {summary_row("Architecture", &records, |r| words(&[&r.identity.architecture, &r.identity.quantization, &r.identity.precision], " · "))}
+                            {summary_row("Runtime", &records, |r| words(&[&r.identity.runtime, &r.identity.runtime_version], " "))}
                             {summary_row("Weights sha256", &records, |r| r.identity.weights_sha256.clone().unwrap_or_else(|| "–".to_owned()))}
                             {summary_row("Tokenizer sha256", &records, |r| r.identity.tokenizer_sha256.clone().unwrap_or_else(|| "–".to_owned()))}
                             {summary_row("Record sha256", &records, |r| r.record_sha256.clone())}

@@ -242,6 +242,20 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     assert_eq!(text_of(&c, "#case-count").await, "1 of 6 cases");
     assert!(text_of(&c, "table.cases").await.contains("capital"));
     assert!(c.find(Locator::Css("table.compare")).await.is_ok());
+    // Four overlaid charts, each drawn (an SVG with both candidates named in it).
+    let charts = c
+        .execute(
+            "return Array.from(document.querySelectorAll('figure.chart svg')).map(s => s.textContent);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let charts = charts.as_array().unwrap();
+    assert_eq!(charts.len(), 4, "{charts:?}");
+    for chart in &charts[..3] {
+        let text = chart.as_str().unwrap();
+        assert!(text.contains("smol") && text.contains("other"), "{text}");
+    }
     shoot(&c, "compare").await;
     click(&c, Locator::LinkText("all")).await;
     c.wait()
@@ -266,6 +280,40 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     shoot(&c, "record").await;
     c.goto(&format!("{base}/")).await.unwrap();
     shoot(&c, "home").await;
+
+    // Eval sets: the study's, and one imported from promptfoo with a preview first.
+    c.goto(&format!("{base}/evalsets/import")).await.unwrap();
+    let promptfoo = std::fs::read_to_string(data("eval/promptfoo.yaml")).unwrap();
+    c.execute(
+        "document.getElementById('text').value = arguments[0]; document.getElementById('name').value = 'imported';",
+        vec![json!(promptfoo)],
+    )
+    .await
+    .unwrap();
+    click(&c, Locator::Css("button[value=preview]")).await;
+    c.wait().for_element(Locator::Css("dl.grid")).await.unwrap();
+    assert!(text_of(&c, "main").await.contains("Unmapped: "));
+    shoot(&c, "import-preview").await;
+    click(&c, Locator::Css("button[value=store]")).await;
+    c.wait().for_element(Locator::Css(".ok-box")).await.unwrap();
+    c.goto(&format!("{base}/evalsets")).await.unwrap();
+    let sets = text_of(&c, "main").await;
+    assert!(sets.contains("imported") && sets.contains("mini"), "{sets}");
+    shoot(&c, "evalsets").await;
+    c.goto(&format!("{base}/evalsets/study-mini"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, "main").await.contains("capital"));
+    shoot(&c, "evalset").await;
+
+    // Candidates: both of the study's, with their verdicts; one in full.
+    c.goto(&format!("{base}/candidates")).await.unwrap();
+    let list = text_of(&c, "main").await;
+    assert!(list.contains("smol") && list.contains("other"), "{list}");
+    shoot(&c, "candidates").await;
+    c.goto(&format!("{base}/candidates/smol")).await.unwrap();
+    assert!(text_of(&c, "main").await.contains("Endpoint model id"));
+    shoot(&c, "candidate").await;
     c.close().await.unwrap();
 
     let pdf = http(

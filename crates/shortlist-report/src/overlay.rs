@@ -1,7 +1,8 @@
 //! The comparison page's charts: several candidates in one chart each — pass rate per category
 //! with 95 % Wilson intervals, TTFT CDFs, goodput against offered load with the target rate and
 //! the attainment line, and the memory fit. Each candidate keeps one colour *and* one marker or
-//! dash in every chart, and the legend names it, so no chart relies on colour alone.
+//! dash in every chart, and the key under each chart names it, so no chart relies on colour
+//! alone and no key covers a curve.
 //!
 //! Like [`crate::charts`], every chart is a pure function of its inputs (same inputs, same
 //! bytes); values that are not finite are left out, and an empty chart says why.
@@ -95,46 +96,89 @@ fn key_marker<DB: DrawingBackend>(
     drawn.map_err(|e| e.to_string())
 }
 
-/// A line of `look` through `points`: solid or dashed, with a legend entry named `label`
-/// showing its line and marker.
+/// A line of `look` through `points`: solid or dashed.
 fn line<'a, 'b: 'a>(
     chart: &mut Chart2d<'a, 'b>,
     points: Vec<(f64, f64)>,
     look: Look,
-    label: String,
 ) -> Result<(), String> {
     let style = look.color.stroke_width(2);
-    let anno = if look.dashed {
+    if look.dashed {
         chart
             .draw_series(DashedLineSeries::new(points, 7, 4, style))
-            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
     } else {
         chart
             .draw_series(LineSeries::new(points, style))
-            .map_err(|e| e.to_string())?
-    };
-    let anno = anno.label(label);
-    let c = look.color;
-    let at = move |x: i32, y: i32| {
-        EmptyElement::at((x, y)) + PathElement::new([(0, 0), (16, 0)], c.stroke_width(2))
-    };
-    match look.marker {
-        0 => anno.legend(move |(x, y)| at(x, y) + Circle::new((8, 0), 3, c.filled())),
-        1 => anno.legend(move |(x, y)| at(x, y) + TriangleMarker::new((8, 0), 4, c.filled())),
-        _ => anno.legend(move |(x, y)| at(x, y) + Rectangle::new([(5, -3), (11, 3)], c.filled())),
-    };
+            .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 
-fn legend<'a, 'b: 'a>(chart: &mut Chart2d<'a, 'b>, at: SeriesLabelPosition) -> Result<(), String> {
-    chart
-        .configure_series_labels()
-        .position(at)
-        .background_style(WHITE.mix(0.85))
-        .border_style(RGBColor(0xdd, 0xdd, 0xdd))
-        .label_font(font(13))
-        .draw()
-        .map_err(|e| e.to_string())
+/// One line of a chart's key.
+enum Key {
+    /// A column: its line and marker.
+    Column(Look, String),
+    /// A reference line: colour, dashed, label.
+    Reference(RGBColor, bool, String),
+    /// A filled area's colour.
+    Swatch(RGBColor, String),
+}
+
+/// Height of a key of `n` entries, in pixels.
+fn key_height(n: usize) -> u32 {
+    8 + 20 * n as u32
+}
+
+/// The key under a chart, one entry per line, starting at `left` pixels.
+fn draw_key<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    left: i32,
+    entries: &[Key],
+) -> Result<(), String> {
+    for (i, entry) in entries.iter().enumerate() {
+        let y = 10 + 20 * i as i32;
+        let (color, dashed, label, look) = match entry {
+            Key::Column(look, label) => (look.color, look.dashed, label, Some(*look)),
+            Key::Reference(color, dashed, label) => (*color, *dashed, label, None),
+            Key::Swatch(color, label) => {
+                area.draw(&Rectangle::new(
+                    [(left + 4, y - 6), (left + 24, y + 6)],
+                    color.filled(),
+                ))
+                .map_err(|e| e.to_string())?;
+                area.draw(&Text::new(
+                    label.clone(),
+                    (left + 36, y),
+                    font(13).pos(Pos::new(HPos::Left, VPos::Center)),
+                ))
+                .map_err(|e| e.to_string())?;
+                continue;
+            }
+        };
+        let segments: &[(i32, i32)] = if dashed {
+            &[(0, 7), (11, 18), (22, 28)]
+        } else {
+            &[(0, 28)]
+        };
+        for (a, b) in segments {
+            area.draw(&PathElement::new(
+                [(left + a, y), (left + b, y)],
+                color.stroke_width(2),
+            ))
+            .map_err(|e| e.to_string())?;
+        }
+        if let Some(look) = look {
+            key_marker(area, look, (left + 14, y), 4)?;
+        }
+        area.draw(&Text::new(
+            label.clone(),
+            (left + 36, y),
+            font(13).pos(Pos::new(HPos::Left, VPos::Center)),
+        ))
+        .map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn mesh<'a, 'b: 'a>(
@@ -307,7 +351,7 @@ pub fn pass_rates_svg(columns: &[(&str, &Quality)]) -> Result<String, ReportErro
     })
 }
 
-/// TTFT empirical CDFs of every column overlaid, each with its n and population in the legend.
+/// TTFT empirical CDFs of every column overlaid, each with its n and population in the key.
 pub fn ttft_cdfs_svg(columns: &[(&str, &Performance)]) -> Result<String, ReportError> {
     const CHART: &str = "compare_ttft";
     let sorted: Vec<(String, Vec<f64>)> = columns
@@ -326,10 +370,10 @@ pub fn ttft_cdfs_svg(columns: &[(&str, &Performance)]) -> Result<String, ReportE
                 .find(|l| l.metric.to_ascii_lowercase().contains("ttft"))
                 .map_or("samples", |l| l.population.as_str());
             let label = format!(
-                "{} (n = {}, {})",
+                "{}: n = {}, {}",
                 clip(name, 24),
                 s.len(),
-                clip(population, 28)
+                clip(population, 40)
             );
             (label, s)
         })
@@ -352,10 +396,12 @@ pub fn ttft_cdfs_svg(columns: &[(&str, &Performance)]) -> Result<String, ReportE
         (1.0, "s")
     };
     let x_hi = upper(max * scale);
-    let height = HEIGHT + 20 * columns.len() as u32;
+    let key_px = key_height(columns.len());
+    let height = HEIGHT + key_px;
     svg(CHART, (WIDTH, height), |root| {
+        let (plot, key) = root.split_vertically(HEIGHT);
         let mut chart = build(
-            root,
+            &plot,
             "TTFT, empirical CDFs overlaid".to_owned(),
             0.0..x_hi,
             0.0..1.0,
@@ -366,19 +412,24 @@ pub fn ttft_cdfs_svg(columns: &[(&str, &Performance)]) -> Result<String, ReportE
             "requests ≤ x (%)",
             true,
         )?;
-        for (i, (label, samples)) in sorted.iter().enumerate() {
+        for (i, (_, samples)) in sorted.iter().enumerate() {
             if samples.is_empty() {
                 continue;
             }
             let points = cdf_points(samples, scale);
             let lk = look(i);
-            line(&mut chart, points.clone(), lk, label.clone())?;
+            line(&mut chart, points.clone(), lk)?;
             // A marker every tenth of the curve, so a curve is told apart without colour.
             let step = (points.len() / 8).max(1);
             let every: Vec<(f64, f64)> = points.iter().step_by(step).copied().collect();
             markers(&mut chart, lk, &every, 3)?;
         }
-        legend(&mut chart, SeriesLabelPosition::LowerRight)
+        let entries: Vec<Key> = sorted
+            .iter()
+            .enumerate()
+            .map(|(i, (label, _))| Key::Column(look(i), label.clone()))
+            .collect();
+        draw_key(&key, 20, &entries)
     })
 }
 
@@ -424,10 +475,32 @@ pub fn goodput_svg(
         .fold(0.0, f64::max);
     let y_max = rows.iter().flatten().map(|r| r.1).fold(0.0, f64::max);
     let (x_hi, y_hi) = (upper(x_max), upper(y_max.max(x_max.min(y_max * 1.5))));
-    let height = HEIGHT + 20 * columns.len() as u32;
+    let attainment = attainment_target.filter(|a| a.is_finite() && *a > 0.0 && *a <= 1.0);
+    let mut entries: Vec<Key> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, (name, _))| Key::Column(look(i), format!("{}: goodput", clip(name, 40))))
+        .collect();
+    entries.push(Key::Reference(
+        RGBColor(0xcc, 0xcc, 0xcc),
+        false,
+        "served = offered".to_owned(),
+    ));
+    if let Some(a) = attainment {
+        entries.push(Key::Reference(
+            INK,
+            true,
+            format!(
+                "attainment line: goodput = {} % of offered",
+                num(a * 100.0, 2)
+            ),
+        ));
+    }
+    let height = HEIGHT + key_height(entries.len());
     svg(CHART, (WIDTH, height), |root| {
+        let (plot, key) = root.split_vertically(HEIGHT);
         let mut chart = build(
-            root,
+            &plot,
             "Goodput vs offered load (excluded steps left out)".to_owned(),
             0.0..x_hi,
             0.0..y_hi,
@@ -439,10 +512,8 @@ pub fn goodput_svg(
                 [(0.0, 0.0), (ideal, ideal)],
                 RGBColor(0xcc, 0xcc, 0xcc).stroke_width(1),
             ))
-            .map_err(|e| e.to_string())?
-            .label("served = offered")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RGBColor(0xcc, 0xcc, 0xcc)));
-        if let Some(a) = attainment_target.filter(|a| a.is_finite() && *a > 0.0 && *a <= 1.0) {
+            .map_err(|e| e.to_string())?;
+        if let Some(a) = attainment {
             let end = x_hi.min(y_hi / a);
             chart
                 .draw_series(DashedLineSeries::new(
@@ -451,19 +522,14 @@ pub fn goodput_svg(
                     3,
                     INK.stroke_width(1),
                 ))
-                .map_err(|e| e.to_string())?
-                .label(format!(
-                    "attainment line ({} % of offered)",
-                    num(a * 100.0, 2)
-                ))
-                .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], INK.stroke_width(1)));
+                .map_err(|e| e.to_string())?;
         }
-        for (i, ((name, _), pts)) in columns.iter().zip(&rows).enumerate() {
+        for (i, pts) in rows.iter().enumerate() {
             if pts.is_empty() {
                 continue;
             }
             let lk = look(i);
-            line(&mut chart, pts.clone(), lk, clip(name, 30))?;
+            line(&mut chart, pts.clone(), lk)?;
             markers(&mut chart, lk, pts, 4)?;
         }
         if let Some(t) = target {
@@ -484,7 +550,7 @@ pub fn goodput_svg(
                 )))
                 .map_err(|e| e.to_string())?;
         }
-        legend(&mut chart, SeriesLabelPosition::UpperLeft)
+        draw_key(&key, 20, &entries)
     })
 }
 
@@ -501,8 +567,19 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
         ("KV cache", RGBColor(0x7f, 0xa8, 0xd6)),
         ("overhead", RGBColor(0xc9, 0xd6, 0xe6)),
     ];
+    // A fit with no weights was not measured (an endpoint, or no GGUF): said, not drawn as 0.
+    let measured = |f: &MemoryFit| f.weights_bytes > 0;
+    if !columns.iter().any(|(_, f)| measured(f)) {
+        return placeholder(
+            CHART,
+            (WIDTH, 120),
+            "Memory fit",
+            "not measured: no candidate here is a GGUF file",
+        );
+    }
     let usable = columns
         .iter()
+        .filter(|(_, f)| measured(f))
         .map(|(_, f)| f.usable_bytes_per_device)
         .max()
         .unwrap_or(0) as f64
@@ -513,7 +590,8 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
         .fold(usable, f64::max);
     let x_hi = upper(x_max) * 1.3;
     let n = columns.len();
-    let height = 110 + 34 * n as u32;
+    let plot_px = 110 + 34 * n as u32;
+    let height = plot_px + key_height(4);
     let longest = columns
         .iter()
         .map(|(c, _)| c.chars().count().min(24))
@@ -521,7 +599,8 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
         .unwrap_or(0);
     let label_area = (longest as u32 * 8 + 16).clamp(60, 210);
     svg(CHART, (WIDTH, height), |root| {
-        let mut chart = ChartBuilder::on(root)
+        let (plot, key) = root.split_vertically(plot_px);
+        let mut chart = ChartBuilder::on(&plot)
             .caption("Memory fit (one replica)", font(17))
             .margin(8)
             .margin_right(18)
@@ -546,12 +625,22 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
             let top = (n - row) as f64;
             let (y0, y1) = (top - 0.75, top - 0.25);
             let (x_px, y_px) = chart.backend_coord(&(0.0, top - 0.5));
-            root.draw(&Text::new(
+            plot.draw(&Text::new(
                 clip(name, 24),
                 (x_px - 8, y_px),
                 font(13).pos(Pos::new(HPos::Right, VPos::Center)),
             ))
             .map_err(|e| e.to_string())?;
+            if !measured(f) {
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        "not measured (not a GGUF file)",
+                        (x_hi * 0.01, top - 0.5),
+                        font(13).pos(Pos::new(HPos::Left, VPos::Center)),
+                    )))
+                    .map_err(|e| e.to_string())?;
+                continue;
+            }
             let mut x = 0.0;
             for (bytes, (_, color)) in [f.weights_bytes, f.kv_bytes, f.overhead_bytes]
                 .into_iter()
@@ -589,27 +678,20 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
                     3,
                     INK.stroke_width(1),
                 ))
-                .map_err(|e| e.to_string())?
-                .label(format!("usable per device: {} GiB", num(usable, 1)))
-                .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], INK.stroke_width(1)));
+                .map_err(|e| e.to_string())?;
         }
-        for (label, color) in parts {
-            chart
-                .draw_series(std::iter::empty::<Rectangle<(f64, f64)>>())
-                .map_err(|e| e.to_string())?
-                .label(label)
-                .legend(move |(x, y)| {
-                    Rectangle::new([(x, y - 5), (x + 14, y + 5)], color.filled())
-                });
+        let mut entries: Vec<Key> = parts
+            .iter()
+            .map(|(label, color)| Key::Swatch(*color, (*label).to_owned()))
+            .collect();
+        if usable > 0.0 {
+            entries.push(Key::Reference(
+                INK,
+                true,
+                format!("usable memory of one device: {} GiB", num(usable, 1)),
+            ));
         }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
-            .background_style(WHITE.mix(0.9))
-            .border_style(RGBColor(0xdd, 0xdd, 0xdd))
-            .label_font(font(12))
-            .draw()
-            .map_err(|e| e.to_string())
+        draw_key(&key, 20, &entries)
     })
 }
 
@@ -633,13 +715,20 @@ mod tests {
         assert!(!pass.contains("<model>"), "names are escaped");
         let p = [("first", &a.performance), ("second", &b.performance)];
         let ttft = ttft_cdfs_svg(&p).unwrap();
-        assert!(ttft.contains("first (n = ") && ttft.contains("second (n = "));
+        assert!(ttft.contains("first: n = ") && ttft.contains("second: n = "));
         let good = goodput_svg(&p, Some(0.99)).unwrap();
-        assert!(good.contains("attainment line (99 % of offered)"));
+        assert!(good.contains("attainment line: goodput = 99 % of offered"));
         assert!(good.contains("target "));
         let m = [("first", &a.memory), ("second", &b.memory)];
         let mem = memory_svg(&m).unwrap();
-        assert!(mem.contains("usable per device") && mem.contains("GiB ·"));
+        assert!(mem.contains("usable memory of one device") && mem.contains("GiB ·"));
+        // A fit with no weights (an endpoint) is said to be unmeasured, not drawn as 0 GiB.
+        let mut endpoint = a.memory.clone();
+        endpoint.weights_bytes = 0;
+        let mixed = memory_svg(&[("gguf", &a.memory), ("endpoint", &endpoint)]).unwrap();
+        assert!(mixed.contains("not measured (not a GGUF file)"));
+        let none = memory_svg(&[("endpoint", &endpoint)]).unwrap();
+        assert!(none.contains("not measured: no candidate here is a GGUF file"));
         // Pure: the same inputs give the same bytes.
         assert_eq!(ttft, ttft_cdfs_svg(&p).unwrap());
     }
