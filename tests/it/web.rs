@@ -334,10 +334,64 @@ fn forms_runs_and_refusals_over_http() {
         "Pass rate per category, 95 % Wilson intervals",
         "TTFT, empirical CDFs overlaid",
         "Goodput vs offered load",
-        "Memory fit (one replica)",
+        "Memory fit",
     ] {
         assert!(compare.body.contains(chart), "{chart}");
     }
+    // A second run: the comparison (built once, then kept) moves to its records, and one
+    // candidate from both runs is two columns on the same cases.
+    let first = http(
+        a,
+        "GET",
+        "/api/studies/mini/compare?candidates=smol",
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(first["generation"], 1);
+    let again = http(
+        a,
+        "POST",
+        "/api/studies/mini/runs",
+        &[],
+        br#"{"again": true}"#,
+    );
+    assert_eq!(again.status, 202, "{}", again.body);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
+        if s["state"] == "done" && s["generations"].as_array().unwrap().len() == 2 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the second run did not finish: {s}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let second = http(
+        a,
+        "GET",
+        "/api/studies/mini/compare?candidates=smol",
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(second["generation"], 2, "a stale comparison was served");
+    let both = http(
+        a,
+        "GET",
+        "/api/studies/mini/compare?candidates=smol@g1,smol@g2",
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(
+        both["candidates"],
+        serde_json::json!(["smol (g1)", "smol (g2)"])
+    );
+    assert_eq!(both["pairs"][0]["only_a"], 0, "{both}");
+    assert_eq!(both["pairs"][0]["only_b"], 0, "{both}");
     // One candidate from two runs is a column each; v1 has criteria like v2's but no record.
     let same_criteria = http(
         a,
@@ -415,7 +469,7 @@ fn forms_runs_and_refusals_over_http() {
     assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
     let metrics = http(a, "GET", "/metrics", &[], b"").body;
     assert!(
-        metrics.contains("shortlist_jobs{state=\"done\"} 4"),
+        metrics.contains("shortlist_jobs{state=\"done\"} 8"),
         "{metrics}"
     );
     assert!(

@@ -153,6 +153,28 @@ impl Store {
             })
     }
 
+    /// How many records a study version has and the newest one's id: records are sealed and
+    /// only ever added, so an unchanged stamp means unchanged records.
+    pub async fn records_stamp(&self, study: &str, version: u32) -> Result<(i64, i64), StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(r.id) AS n, COALESCE(MAX(r.id), 0) AS newest \
+             FROM selection_records r JOIN studies s ON s.id = r.study_id \
+             WHERE s.name = $1 AND s.version = $2",
+        )
+        .bind(study)
+        .bind(i64::from(version))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "counting the records of study `{study}` v{version}"
+        )))?;
+        let key = format!("{study} v{version}");
+        Ok((
+            col(&row, "selection_records", &key, "n")?,
+            col(&row, "selection_records", &key, "newest")?,
+        ))
+    }
+
     /// Every record of a study version, oldest first.
     pub async fn records_of_study(
         &self,

@@ -6,8 +6,9 @@
 //! under another SLO is not the same number. (Judge rubrics are part of the eval set and its
 //! hash; a study names no judge model of its own.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use shortlist_evals::results::CaseResult;
@@ -93,6 +94,38 @@ impl fmt::Display for Pick {
     }
 }
 
+/// What a comparison was asked for: study, default version, columns, default generation.
+type CacheKey = (String, u32, Vec<Pick>, Option<u32>);
+
+/// Comparisons already built. A comparison reads only sealed data — records (only ever added)
+/// and the case results of generations that have them — so one stays valid while the records
+/// stamp of its study versions ([`shortlist_store::Store::records_stamp`]) is unchanged; a new
+/// or refreshed record changes the stamp. The lock is still verified on every call.
+#[derive(Debug, Default)]
+pub(crate) struct CompareCache {
+    entries: Mutex<Vec<(CacheKey, Vec<(i64, i64)>, Arc<Comparison>)>>,
+}
+
+/// Comparisons kept, newest first; beyond this the oldest is dropped.
+const CACHED_COMPARISONS: usize = 16;
+
+impl CompareCache {
+    fn get(&self, key: &CacheKey, stamp: &[(i64, i64)]) -> Option<Arc<Comparison>> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries
+            .iter()
+            .find(|(k, s, _)| k == key && s == stamp)
+            .map(|(_, _, c)| Arc::clone(c))
+    }
+
+    fn put(&self, key: CacheKey, stamp: Vec<(i64, i64)>, value: Arc<Comparison>) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.retain(|(k, _, _)| *k != key);
+        entries.insert(0, (key, stamp, value));
+        entries.truncate(CACHED_COMPARISONS);
+    }
+}
+
 /// What a study version judges by; two columns are comparable only when these are equal.
 fn criteria_of(locked: &LockedStudy) -> CriteriaView {
     let f = locked.study.file();
@@ -140,7 +173,8 @@ impl StudyService {
     /// Candidates side by side (see [`Pick`] for what a column is): their records, the paired
     /// McNemar table of each pair of columns on the same cases, and every case's outcome per
     /// column. `version` is the default version of the columns; `generation`, when given, the
-    /// default generation.
+    /// default generation. A comparison of unchanged records is built once and then served
+    /// from memory ([`CompareCache`]).
     pub async fn compare(
         &self,
         name: &str,
@@ -152,6 +186,29 @@ impl StudyService {
             return Err(ServiceError::invalid("candidates", "name at least one"));
         }
         let base = self.version_of(name, version).await?;
+        let versions: BTreeSet<u32> = picks.iter().map(|p| p.version.unwrap_or(base)).collect();
+        let mut stamp = Vec::new();
+        for v in &versions {
+            // Verified on every call: a lock tampered with is never served from memory.
+            self.store.verify_study(name, *v).await?;
+            stamp.push(self.store.records_stamp(name, *v).await?);
+        }
+        let key: CacheKey = (name.to_owned(), base, picks.to_vec(), generation);
+        if let Some(hit) = self.comparisons.get(&key, &stamp) {
+            return Ok((*hit).clone());
+        }
+        let built = self.build_comparison(name, base, picks, generation).await?;
+        self.comparisons.put(key, stamp, Arc::new(built.clone()));
+        Ok(built)
+    }
+
+    async fn build_comparison(
+        &self,
+        name: &str,
+        base: u32,
+        picks: &[Pick],
+        generation: Option<u32>,
+    ) -> Result<Comparison, ServiceError> {
         // Each version's lock (verified), records and criteria.
         let mut versions: BTreeMap<u32, (LockedStudy, Vec<StoredRecord>, CriteriaView)> =
             BTreeMap::new();
@@ -384,6 +441,42 @@ mod tests {
         let mut versions = [col("a", 1, 1), col("a", 2, 1)];
         label_columns(&mut versions);
         assert_eq!(versions[1].label, "a (v2 g1)");
+    }
+
+    #[test]
+    fn a_cached_comparison_is_served_only_while_its_records_stamp_holds() {
+        let cmp = |study: &str| Comparison {
+            study: study.into(),
+            version: 1,
+            generation: 1,
+            lock_sha256: String::new(),
+            candidates: vec![],
+            columns: vec![],
+            criteria: CriteriaView {
+                evalset: String::new(),
+                workload: String::new(),
+                slo: String::new(),
+            },
+            attainment_target: None,
+            records: vec![],
+            pairs: vec![],
+            cases: vec![],
+        };
+        let cache = CompareCache::default();
+        let key = |s: &str| (s.to_owned(), 1, vec![Pick::of("a")], None);
+        cache.put(key("s"), vec![(2, 10)], Arc::new(cmp("s")));
+        assert_eq!(cache.get(&key("s"), &[(2, 10)]).unwrap().study, "s");
+        // A new record (count and newest id move) is a miss; so is another question.
+        assert!(cache.get(&key("s"), &[(3, 11)]).is_none());
+        assert!(cache.get(&key("t"), &[(2, 10)]).is_none());
+        // Putting again replaces; the oldest entries go past the bound.
+        cache.put(key("s"), vec![(3, 11)], Arc::new(cmp("s")));
+        assert!(cache.get(&key("s"), &[(2, 10)]).is_none());
+        for i in 0..CACHED_COMPARISONS {
+            cache.put(key(&format!("x{i}")), vec![], Arc::new(cmp("x")));
+        }
+        assert!(cache.get(&key("s"), &[(3, 11)]).is_none());
+        assert!(cache.get(&key("x0"), &[]).is_some());
     }
 
     #[test]

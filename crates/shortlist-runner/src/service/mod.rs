@@ -64,6 +64,8 @@ pub struct StudyService {
     /// Serializes run requests in this process: two clicks at once must not both see "nothing
     /// queued" and queue a generation each.
     requests: Arc<tokio::sync::Mutex<()>>,
+    /// Comparisons of sealed records, built once.
+    comparisons: Arc<compare::CompareCache>,
 }
 
 impl StudyService {
@@ -81,6 +83,7 @@ impl StudyService {
             config: Arc::new(config),
             events,
             requests: Arc::new(tokio::sync::Mutex::new(())),
+            comparisons: Arc::default(),
         }
     }
 
