@@ -184,13 +184,17 @@ pub fn new_study_page(text: String, error: Option<String>) -> String {
             <h1>"New study"</h1>
             <section class="card">
                 <p>
-                    "Paste a study file (" <code>"shortlist.study.v1"</code>
-                    "). Paths in it are read on the server, from its working folder. A draft can be edited until it is locked."
+                    "Upload or paste a study file (" <code>"shortlist.study.v1"</code>
+                    "), and upload its eval set with it — or let the study find it on the server: by its path, or among the stored eval sets by the sha256 it pins. A draft can be edited until it is locked."
                 </p>
                 {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
-                <form method="post" action="/studies" class="stack">
-                    <label for="toml">"Study (TOML)"</label>
+                <form method="post" action="/studies" enctype="multipart/form-data" class="stack">
+                    <label for="file">"Study file"</label>
+                    <input id="file" type="file" name="file" accept=".toml"/>
+                    <label for="toml">"…or its text (TOML)"</label>
                     <textarea id="toml" name="toml" rows="22" spellcheck="false">{text}</textarea>
+                    <label for="evalset">"Its eval set (optional: a shortlist.evalset.v1 file)"</label>
+                    <input id="evalset" type="file" name="evalset" accept=".yaml,.yml"/>
                     <button type="submit">"Save draft"</button>
                 </form>
             </section>

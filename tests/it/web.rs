@@ -692,6 +692,49 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
     let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
     assert_eq!(created.status, 303, "{}", created.body);
 
+    // A study uploaded with its eval set: the set is checked against the pin and stored with
+    // the study — and not at all when the study is refused.
+    let up_yaml = mini_yaml.replace("name: study-mini", "name: study-uploaded");
+    let up_sha = shortlist_evals::EvalSet::from_yaml("up.yaml", &up_yaml)
+        .unwrap()
+        .sha256()
+        .to_owned();
+    let up_study = text
+        .replace("name = \"mini\"", "name = \"uploaded\"")
+        .replace("mini.yaml", "not-on-the-server.yaml")
+        .replace(
+            shortlist_evals::EvalSet::from_yaml("m.yaml", &mini_yaml)
+                .unwrap()
+                .sha256(),
+            &up_sha,
+        );
+    let (kind, body) = multipart(&[
+        ("file", &up_study.replace("rate_rps = 8.0", "rate_rps = -1")),
+        ("toml", ""),
+        ("evalset", &up_yaml),
+    ]);
+    let refused = http(a, "POST", "/studies", &[("content-type", &kind)], &body);
+    assert_eq!(refused.status, 400, "{}", refused.body);
+    let names = |v: Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert!(
+        !names(http(a, "GET", "/api/evalsets", &[], b"").json())
+            .contains(&"study-uploaded".to_owned())
+    );
+    let (kind, body) = multipart(&[("file", &up_study), ("toml", ""), ("evalset", &up_yaml)]);
+    let uploaded = http(a, "POST", "/studies", &[("content-type", &kind)], &body);
+    assert_eq!(uploaded.status, 303, "{}", uploaded.body);
+    assert_eq!(uploaded.header("location"), Some("/studies/uploaded"));
+    assert!(
+        names(http(a, "GET", "/api/evalsets", &[], b"").json())
+            .contains(&"study-uploaded".to_owned())
+    );
+
     // Candidates: the study's, and one registered from the form.
     let list = http(a, "GET", "/api/candidates", &[], b"").json();
     assert_eq!(list[0]["name"], "smol");

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Form;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -99,16 +99,68 @@ pub(crate) struct NewStudy {
     toml: String,
 }
 
-pub(crate) async fn create_study(
-    State(st): State<AppState>,
-    Form(form): Form<NewStudy>,
-) -> Response {
+/// The new-study form as sent: pasted (urlencoded) or uploaded (multipart, with the study file
+/// and optionally its eval set); an uploaded file wins over the text box.
+async fn read_new_study(
+    st: &AppState,
+    request: Request,
+) -> Result<(String, Option<String>), String> {
+    let multipart = request
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    if !multipart {
+        let Form(form) = Form::<NewStudy>::from_request(request, st)
+            .await
+            .map_err(|e| format!("the form could not be read: {e}"))?;
+        return Ok((form.toml, None));
+    }
+    let mut body = Multipart::from_request(request, st)
+        .await
+        .map_err(|e| format!("the upload could not be read: {e}"))?;
+    let (mut toml, mut file, mut evalset) = (String::new(), String::new(), None);
+    while let Some(field) = body
+        .next_field()
+        .await
+        .map_err(|e| format!("the upload could not be read: {e}"))?
+    {
+        let name = field.name().unwrap_or_default().to_owned();
+        let bytes = field
+            .bytes()
+            .await
+            .map_err(|e| format!("field `{name}` could not be read: {e}"))?;
+        let text = String::from_utf8(bytes.to_vec())
+            .map_err(|_| format!("field `{name}` is not UTF-8 text"))?;
+        match name.as_str() {
+            "toml" => toml = text,
+            "file" => file = text,
+            "evalset" if !text.trim().is_empty() => evalset = Some(text),
+            _ => {}
+        }
+    }
+    if !file.trim().is_empty() {
+        toml = file;
+    }
+    Ok((toml, evalset))
+}
+
+pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -> Response {
+    let (toml, evalset) = match read_new_study(&st, request).await {
+        Ok(parts) => parts,
+        Err(why) => {
+            return html(
+                StatusCode::BAD_REQUEST,
+                shortlist_app::new_study_page(String::new(), Some(why)),
+            );
+        }
+    };
     let base = std::env::current_dir()
         .unwrap_or_default()
         .join("pasted.study.toml");
     match st
         .service
-        .create_study_text("the pasted study", &form.toml, &base)
+        .create_study_with_set("the pasted study", &toml, &base, evalset)
         .await
     {
         Ok(created) => {
@@ -118,7 +170,7 @@ pub(crate) async fn create_study(
         // Nothing was stored: the form comes back with the error (line and field) and the text.
         Err(e) => html(
             status_of(&e),
-            shortlist_app::new_study_page(form.toml, Some(e.to_string())),
+            shortlist_app::new_study_page(toml, Some(e.to_string())),
         ),
     }
 }

@@ -62,6 +62,24 @@ impl StudyService {
         text: &str,
         study_path: &Path,
     ) -> Result<Created, ServiceError> {
+        self.create_study_with_set(source, text, study_path, None)
+            .await
+    }
+
+    /// [`StudyService::create_study_text`] with the eval set's YAML given beside the study (an
+    /// upload) instead of read from its path; it must hash to what the study pins, and is
+    /// stored only when the whole study checks out.
+    pub async fn create_study_with_set(
+        &self,
+        source: &str,
+        text: &str,
+        study_path: &Path,
+        evalset_yaml: Option<String>,
+    ) -> Result<Created, ServiceError> {
+        if evalset_yaml.is_some() {
+            let checked = check(&self.config, source, text, study_path, evalset_yaml)?;
+            return self.store_checked(source, text, checked).await;
+        }
         // An eval set already stored (imported in the workbench, or pinned by another study)
         // is found by the hash the study pins when its path is not a file here.
         let stored_set = match Study::from_toml(source, text) {
@@ -80,6 +98,16 @@ impl StudyService {
             Err(_) => None,
         };
         let checked = check(&self.config, source, text, study_path, stored_set)?;
+        self.store_checked(source, text, checked).await
+    }
+
+    /// Store what [`check`] accepted: the eval set, SLO, workload, candidates, then the study.
+    async fn store_checked(
+        &self,
+        source: &str,
+        text: &str,
+        checked: Checked,
+    ) -> Result<Created, ServiceError> {
         let file = checked.study.file().clone();
         let hash = ContentHash::parse(checked.set.sha256())
             .ok_or_else(|| ServiceError::invalid(source, "the eval set's hash is not a SHA-256"))?;
@@ -183,6 +211,7 @@ fn check(
     let file = study.file();
 
     let set_path = config.resolve_from(study_path, &file.evalset.path);
+    let given = stored_set.is_some();
     let yaml = match stored_set {
         Some(yaml) => yaml,
         None => read(&set_path).map_err(|why| {
@@ -196,16 +225,20 @@ fn check(
             )
         })?,
     };
-    let set = EvalSet::from_yaml(&set_path.display().to_string(), &yaml)?;
+    let set_label = if given {
+        "the eval set given with it".to_owned()
+    } else {
+        set_path.display().to_string()
+    };
+    let set = EvalSet::from_yaml(&set_label, &yaml)?;
     if set.sha256() != file.evalset.sha256 {
         return Err(field_error(
             source,
             text,
             "evalset",
             format!(
-                "the study pins sha256 {} but {} hashes to {} (pin the version you mean)",
+                "the study pins sha256 {} but {set_label} hashes to {} (pin the version you mean)",
                 file.evalset.sha256,
-                set_path.display(),
                 set.sha256()
             ),
         ));
