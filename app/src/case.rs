@@ -60,15 +60,33 @@ pub fn case_page(case: CaseView) -> String {
                     .unwrap_or_default()
                     .into_iter()
                     .map(|j| {
+                        // The wire names (`pass`, `may_disqualify`), in words.
+                        let word = |v: serde_json::Value| {
+                            v.as_str().unwrap_or("?").replace(['_', '-'], " ")
+                        };
                         let head = format!(
-                            "judge {} ({}) on {}",
+                            "judge {} ({}) on {}: {}",
                             j.judge,
                             j.judge_model.unwrap_or_else(|| "?".to_owned()),
-                            j.check
+                            j.check,
+                            word(serde_json::to_value(j.verdict).unwrap_or_default())
+                        );
+                        // The judge's calibration decides whether its verdict may gate.
+                        let calibration = match (j.gate.kappa, j.gate.items) {
+                            (Some(k), Some(n)) => format!("calibration: κ = {k:.2} on {n} items; "),
+                            (Some(k), None) => format!("calibration: κ = {k:.2}; "),
+                            _ => "calibration: none qualifying; ".to_owned(),
+                        };
+                        let gate = format!(
+                            "{calibration}{}: {} · rubric sha256 {}",
+                            word(serde_json::to_value(j.gate.status).unwrap_or_default()),
+                            j.gate.reason,
+                            j.rubric_sha256
                         );
                         view! {
                             <details>
                                 <summary>{head}</summary>
+                                <p class="small muted">{gate}</p>
                                 <pre class="output">{j.judge_output.unwrap_or_default()}</pre>
                             </details>
                         }
@@ -122,4 +140,50 @@ pub fn case_page(case: CaseView) -> String {
             {answers}
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use shortlist_runner::service::views::CaseAnswer;
+
+    #[test]
+    fn a_judged_case_shows_the_transcript_verdict_and_calibration_escaped() {
+        let result = serde_json::from_value(serde_json::json!({
+            "id": "tone", "category": "ordinary", "weight": 1.0, "outcome": "pass",
+            "checks": [{"name": "polite", "outcome": "pass", "reason": "the judge said PASS"}],
+            "output": "Sure <b>thing</b>",
+            "judgements": [{
+                "check": "polite", "judge": "grader", "rubric_sha256": "ab12",
+                "judge_model": "big-judge", "judge_output": "PASS <script>x()</script>",
+                "verdict": "pass",
+                "gate": {"status": "may-disqualify", "reason": "calibrated", "items": 40, "kappa": 0.82}
+            }]
+        }))
+        .unwrap();
+        let page = case_page(CaseView {
+            study: "s".into(),
+            version: 1,
+            generation: Some(1),
+            id: "tone".into(),
+            category: "ordinary".into(),
+            system: None,
+            messages: vec![("user".into(), "Say hi".into())],
+            tools: vec![],
+            checks: vec![("polite".into(), "Judge".into())],
+            answers: vec![CaseAnswer {
+                candidate: "m".into(),
+                result: Some(result),
+                output: Some("Sure <b>thing</b>".into()),
+                error: None,
+            }],
+        });
+        assert!(
+            page.contains("judge grader (big-judge) on polite: pass"),
+            "{page}"
+        );
+        assert!(page.contains("calibration: κ = 0.82 on 40 items; may disqualify: calibrated"));
+        assert!(page.contains("PASS &lt;script&gt;x()&lt;/script&gt;"));
+        assert!(!page.contains("<script>x()"));
+    }
 }
