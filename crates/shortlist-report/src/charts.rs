@@ -9,7 +9,9 @@ use plotters::coord::Shift;
 use plotters::prelude::*;
 use plotters::style::text_anchor::{HPos, Pos, VPos};
 use shortlist_measure::percentile::{Quantile, nearest_rank};
-use shortlist_study::record::{Performance, Quality, RateWithInterval, SelectionRecord};
+use shortlist_study::record::{
+    LatencyLine, Performance, Quality, RateWithInterval, SelectionRecord,
+};
 
 use crate::ReportError;
 use crate::text::clip;
@@ -112,6 +114,43 @@ pub(crate) fn placeholder(
     })
 }
 
+/// A cartesian chart on an SVG drawing area.
+pub(crate) type Chart2d<'a, 'b> = ChartContext<
+    'a,
+    SVGBackend<'b>,
+    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
+>;
+
+/// A vertical line at `x` (of an x axis up to `x_hi`, a y axis up to `y_hi`) labelled at
+/// height `y`: the label sits left of the line in the right half, so it never clips.
+pub(crate) fn vertical_mark<'a, 'b: 'a>(
+    chart: &mut Chart2d<'a, 'b>,
+    (x, x_hi, y_hi): (f64, f64, f64),
+    y: f64,
+    label: String,
+    color: RGBColor,
+) -> Result<(), String> {
+    chart
+        .draw_series(LineSeries::new(
+            [(x, 0.0), (x, y_hi)],
+            color.stroke_width(1),
+        ))
+        .map_err(|e| e.to_string())?;
+    let (pos, dx) = if x > x_hi * 0.55 {
+        (Pos::new(HPos::Right, VPos::Center), -0.01 * x_hi)
+    } else {
+        (Pos::new(HPos::Left, VPos::Center), 0.01 * x_hi)
+    };
+    chart
+        .draw_series(std::iter::once(Text::new(
+            label,
+            (x + dx, y),
+            (FONT, 14).into_font().color(&color).pos(pos),
+        )))
+        .map_err(|e| e.to_string())?;
+    Ok(())
+}
+
 /// Format a number with at most `digits` decimals and no trailing zeros: `0.5`, `12`, `0.125`.
 pub(crate) fn num(v: f64, digits: usize) -> String {
     let s = format!("{v:.digits$}");
@@ -157,11 +196,8 @@ pub(crate) fn cdf_points(samples: &[f64], scale: f64) -> Vec<(f64, f64)> {
     }
 }
 
-/// TTFT as an empirical CDF. p50 and p99 are the record's own figures (those printed in the
-/// latency table) when it has a TTFT line, else nearest-rank values of the samples; with fewer
-/// than 100 samples p99 is the maximum, and the label says so (docs/metrics.md).
-pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
-    const CHART: &str = "ttft";
+/// A record's TTFT samples (finite, non-negative, sorted) and its TTFT latency line, if any.
+pub(crate) fn ttft_of(perf: &Performance) -> (Vec<f64>, Option<&LatencyLine>) {
     let mut samples: Vec<f64> = perf
         .ttft_samples_s
         .iter()
@@ -173,6 +209,15 @@ pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
         .latencies
         .iter()
         .find(|l| l.metric.to_ascii_lowercase().contains("ttft"));
+    (samples, line)
+}
+
+/// TTFT as an empirical CDF. p50 and p99 are the record's own figures (those printed in the
+/// latency table) when it has a TTFT line, else nearest-rank values of the samples; with fewer
+/// than 100 samples p99 is the maximum, and the label says so (docs/metrics.md).
+pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
+    const CHART: &str = "ttft";
+    let (samples, line) = ttft_of(perf);
     let population = line.map_or("samples in this record", |l| l.population.as_str());
     if samples.is_empty() {
         return placeholder(
@@ -363,25 +408,13 @@ pub fn goodput_svg(perf: &Performance) -> Result<String, ReportError> {
         ];
         for (value, label, color, frac) in marks {
             let Some(x) = value else { continue };
-            chart
-                .draw_series(LineSeries::new(
-                    [(x, 0.0), (x, y_hi)],
-                    color.stroke_width(1),
-                ))
-                .map_err(|e| e.to_string())?;
-            let right_half = x > x_hi * 0.55;
-            let (pos, dx) = if right_half {
-                (Pos::new(HPos::Right, VPos::Center), -0.01 * x_hi)
-            } else {
-                (Pos::new(HPos::Left, VPos::Center), 0.01 * x_hi)
-            };
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    format!("{label} {} req/s", num(x, 2)),
-                    (x + dx, y_hi * frac),
-                    (FONT, 14).into_font().color(&color).pos(pos),
-                )))
-                .map_err(|e| e.to_string())?;
+            vertical_mark(
+                &mut chart,
+                (x, x_hi, y_hi),
+                y_hi * frac,
+                format!("{label} {} req/s", num(x, 2)),
+                color,
+            )?;
         }
         chart
             .configure_series_labels()

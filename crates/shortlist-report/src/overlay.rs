@@ -14,8 +14,8 @@ use shortlist_study::record::{Performance, Quality, RateWithInterval};
 
 use crate::ReportError;
 use crate::charts::{
-    Area, CDF_POINTS, FONT, GREY, HEIGHT, INK, WIDTH, cdf_points, font, num, placeholder, svg,
-    upper,
+    Area, CDF_POINTS, Chart2d, GREY, HEIGHT, INK, WIDTH, cdf_points, font, num, placeholder, svg,
+    ttft_of, upper, vertical_mark,
 };
 use crate::text::clip;
 
@@ -45,12 +45,6 @@ fn look(i: usize) -> Look {
         dashed: i % 2 == 1,
     }
 }
-
-type Chart2d<'a, 'b> = ChartContext<
-    'a,
-    SVGBackend<'b>,
-    Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
->;
 
 /// Markers of `look` at `points`: circles, triangles or squares.
 fn markers<'a, 'b: 'a>(
@@ -225,6 +219,39 @@ fn build<'a, 'b>(
         .map_err(|e| e.to_string())
 }
 
+/// A chart of labelled rows: `x` from 0 to `range.0`, one unit of y per row (`range.1` rows,
+/// labels drawn by the caller), the x axis named and formatted by `x_axis`.
+fn rows_chart<'a, 'b>(
+    area: &'a Area<'b>,
+    caption: &str,
+    label_area: u32,
+    range: (f64, usize),
+    x_axis: (&str, &dyn Fn(&f64) -> String),
+) -> Result<Chart2d<'a, 'b>, String> {
+    let mut chart = ChartBuilder::on(area)
+        .caption(caption, font(17))
+        .margin(8)
+        .margin_right(18)
+        .x_label_area_size(44)
+        .y_label_area_size(label_area)
+        .build_cartesian_2d(0f64..range.0, 0f64..range.1 as f64)
+        .map_err(|e| e.to_string())?;
+    chart
+        .configure_mesh()
+        .light_line_style(TRANSPARENT)
+        .bold_line_style(RGBColor(0xe6, 0xe6, 0xe6))
+        .disable_y_mesh()
+        .y_labels(0)
+        .x_desc(x_axis.0)
+        .x_label_formatter(x_axis.1)
+        .label_style(font(14))
+        .axis_desc_style(font(15))
+        .x_labels(6)
+        .draw()
+        .map_err(|e| e.to_string())?;
+    Ok(chart)
+}
+
 /// Pass rate per category for every column in one chart: a row per category (the overall rate
 /// first), in it one dot per column at its rate with its 95 % Wilson interval as a bar.
 pub fn pass_rates_svg(columns: &[(&str, &Quality)]) -> Result<String, ReportError> {
@@ -269,27 +296,13 @@ pub fn pass_rates_svg(columns: &[(&str, &Quality)]) -> Result<String, ReportErro
     };
     svg(CHART, (WIDTH, height), |root| {
         let (plot, key) = root.split_vertically(height - legend_px);
-        let mut chart = ChartBuilder::on(&plot)
-            .caption("Pass rate per category, 95 % Wilson intervals", font(17))
-            .margin(8)
-            .margin_right(18)
-            .x_label_area_size(44)
-            .y_label_area_size(label_area)
-            .build_cartesian_2d(0f64..1f64, 0f64..n as f64)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(0xe6, 0xe6, 0xe6))
-            .disable_y_mesh()
-            .y_labels(0)
-            .x_desc("pass rate (%)")
-            .x_label_formatter(&|v| format!("{:.0}", v * 100.0))
-            .label_style(font(14))
-            .axis_desc_style(font(15))
-            .x_labels(6)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        let mut chart = rows_chart(
+            &plot,
+            "Pass rate per category, 95 % Wilson intervals",
+            label_area,
+            (1.0, n),
+            ("pass rate (%)", &|v| format!("{:.0}", v * 100.0)),
+        )?;
         for (row, label) in labels.iter().enumerate() {
             // Row 0 at the top.
             let top = (n - row) as f64;
@@ -357,18 +370,8 @@ pub fn ttft_cdfs_svg(columns: &[(&str, &Performance)]) -> Result<String, ReportE
     let sorted: Vec<(String, Vec<f64>)> = columns
         .iter()
         .map(|(name, p)| {
-            let mut s: Vec<f64> = p
-                .ttft_samples_s
-                .iter()
-                .copied()
-                .filter(|v| v.is_finite() && *v >= 0.0)
-                .collect();
-            s.sort_by(f64::total_cmp);
-            let population = p
-                .latencies
-                .iter()
-                .find(|l| l.metric.to_ascii_lowercase().contains("ttft"))
-                .map_or("samples", |l| l.population.as_str());
+            let (s, line) = ttft_of(p);
+            let population = line.map_or("samples", |l| l.population.as_str());
             let label = format!(
                 "{}: n = {}, {}",
                 clip(name, 24),
@@ -533,22 +536,13 @@ pub fn goodput_svg(
             markers(&mut chart, lk, pts, 4)?;
         }
         if let Some(t) = target {
-            chart
-                .draw_series(LineSeries::new([(t, 0.0), (t, y_hi)], GREY.stroke_width(1)))
-                .map_err(|e| e.to_string())?;
-            let right_half = t > x_hi * 0.55;
-            let (pos, dx) = if right_half {
-                (Pos::new(HPos::Right, VPos::Center), -0.01 * x_hi)
-            } else {
-                (Pos::new(HPos::Left, VPos::Center), 0.01 * x_hi)
-            };
-            chart
-                .draw_series(std::iter::once(Text::new(
-                    format!("target {} req/s", num(t, 2)),
-                    (t + dx, y_hi * 0.05),
-                    (FONT, 14).into_font().color(&GREY).pos(pos),
-                )))
-                .map_err(|e| e.to_string())?;
+            vertical_mark(
+                &mut chart,
+                (t, x_hi, y_hi),
+                y_hi * 0.05,
+                format!("target {} req/s", num(t, 2)),
+                GREY,
+            )?;
         }
         draw_key(&key, 20, &entries)
     })
@@ -600,27 +594,13 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
     let label_area = (longest as u32 * 8 + 16).clamp(60, 210);
     svg(CHART, (WIDTH, height), |root| {
         let (plot, key) = root.split_vertically(plot_px);
-        let mut chart = ChartBuilder::on(&plot)
-            .caption("Memory fit (one replica)", font(17))
-            .margin(8)
-            .margin_right(18)
-            .x_label_area_size(44)
-            .y_label_area_size(label_area)
-            .build_cartesian_2d(0f64..x_hi, 0f64..n as f64)
-            .map_err(|e| e.to_string())?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(0xe6, 0xe6, 0xe6))
-            .disable_y_mesh()
-            .y_labels(0)
-            .x_desc("memory (GiB)")
-            .x_label_formatter(&|v| num(*v, 1))
-            .label_style(font(14))
-            .axis_desc_style(font(15))
-            .x_labels(6)
-            .draw()
-            .map_err(|e| e.to_string())?;
+        let mut chart = rows_chart(
+            &plot,
+            "Memory fit (one replica)",
+            label_area,
+            (x_hi, n),
+            ("memory (GiB)", &|v| num(*v, 1)),
+        )?;
         for (row, (name, f)) in columns.iter().enumerate() {
             let top = (n - row) as f64;
             let (y0, y1) = (top - 0.75, top - 0.25);

@@ -49,21 +49,10 @@ pub(crate) async fn import_form() -> Response {
 }
 
 /// The import form's fields, read from its multipart body (files as UTF-8 text).
-async fn read_import(mut body: Multipart) -> Result<(ImportForm, bool), String> {
+async fn read_import(body: Multipart) -> Result<(ImportForm, bool), String> {
     let mut form = ImportForm::default();
     let (mut file, mut store) = (String::new(), false);
-    while let Some(field) = body
-        .next_field()
-        .await
-        .map_err(|e| format!("the upload could not be read: {e}"))?
-    {
-        let name = field.name().unwrap_or_default().to_owned();
-        let bytes = field
-            .bytes()
-            .await
-            .map_err(|e| format!("field `{name}` could not be read: {e}"))?;
-        let text = String::from_utf8(bytes.to_vec())
-            .map_err(|_| format!("field `{name}` is not UTF-8 text"))?;
+    for (name, text) in super::text_fields(body).await? {
         match name.as_str() {
             "format" => form.format = text,
             "name" => form.name = text.trim().to_owned(),

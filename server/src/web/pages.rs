@@ -116,22 +116,11 @@ async fn read_new_study(
             .map_err(|e| format!("the form could not be read: {e}"))?;
         return Ok((form.toml, None));
     }
-    let mut body = Multipart::from_request(request, st)
+    let body = Multipart::from_request(request, st)
         .await
         .map_err(|e| format!("the upload could not be read: {e}"))?;
     let (mut toml, mut file, mut evalset) = (String::new(), String::new(), None);
-    while let Some(field) = body
-        .next_field()
-        .await
-        .map_err(|e| format!("the upload could not be read: {e}"))?
-    {
-        let name = field.name().unwrap_or_default().to_owned();
-        let bytes = field
-            .bytes()
-            .await
-            .map_err(|e| format!("field `{name}` could not be read: {e}"))?;
-        let text = String::from_utf8(bytes.to_vec())
-            .map_err(|_| format!("field `{name}` is not UTF-8 text"))?;
+    for (name, text) in super::text_fields(body).await? {
         match name.as_str() {
             "toml" => toml = text,
             "file" => file = text,
