@@ -10,6 +10,8 @@
 //!   [`rule::RuleVerdict`] (pass, trip, or not measured) with its evidence.
 //! - [`memory::fit`] and [`cost::estimate`] do the arithmetic of sections 4 and 7.
 //! - [`record::SelectionRecord`] holds the seven sections; `seal` stamps its own hash.
+//! - [`schedule::next_due`] and [`schedule::due_at`] say when a scheduled study is due (cron in a
+//!   time zone, daylight-saving gaps and folds run once).
 //! - [`performance::Measured`] turns analyzed load steps into section 5 (knee, capacity,
 //!   overload, excluded steps), and [`assemble::assemble_record`] builds the whole record from
 //!   typed inputs: the locked study, the candidate, what one generation's runs measured.
@@ -49,6 +51,7 @@ pub mod memory;
 pub mod performance;
 pub mod record;
 pub mod rule;
+pub mod schedule;
 pub mod study;
 
 pub use error::StudyError;
