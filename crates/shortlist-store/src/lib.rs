@@ -44,6 +44,7 @@ pub mod jobs;
 pub mod progress;
 pub mod records;
 pub mod runs;
+pub mod schedules;
 pub mod studies;
 
 use std::borrow::Cow;
@@ -107,6 +108,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0002_generations.sql"),
         true,
     ),
+    (
+        3,
+        "schedules",
+        include_str!("../../../migrations/sqlite/0003_schedules.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -119,6 +126,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         2,
         "generations",
         include_str!("../../../migrations/postgres/0002_generations.sql"),
+        false,
+    ),
+    (
+        3,
+        "schedules",
+        include_str!("../../../migrations/postgres/0003_schedules.sql"),
         false,
     ),
 ];

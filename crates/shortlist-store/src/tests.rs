@@ -942,6 +942,75 @@ contract!(job_dependencies_backoff_and_progress);
 
 /// A database written by the schema before generations (version 1) upgrades in place when it is
 /// opened: its runs become generation 1, its records and jobs keep everything, nothing is lost.
+async fn schedules_and_ticks_claimed_once(store: Store) {
+    use crate::schedules::{NewSchedule, ScheduleWhat, TickState};
+    let new = NewSchedule {
+        name: "nightly",
+        study: "support",
+        study_version: None,
+        cron: "0 3 * * *",
+        tz: "Europe/Berlin",
+        what: ScheduleWhat::All,
+        candidates: &["a".to_owned(), "b".to_owned()],
+        from_ms: 1_000,
+    };
+    let s = store.add_schedule(&new).await.unwrap();
+    assert_eq!(
+        (s.candidates.len(), s.enabled, s.what),
+        (2, true, ScheduleWhat::All)
+    );
+    let taken = store.add_schedule(&new).await.unwrap_err().to_string();
+    assert!(
+        taken.contains("a schedule named `nightly` exists"),
+        "{taken}"
+    );
+    store.set_schedule_enabled("nightly", false).await.unwrap();
+    assert!(!store.schedule("nightly").await.unwrap().enabled);
+    store.set_schedule_enabled("nightly", true).await.unwrap();
+    assert!(store.set_schedule_enabled("nope", true).await.is_err());
+    assert_eq!(store.schedules().await.unwrap().len(), 1);
+
+    // Eight claimants of one due instant at once: exactly one wins.
+    let claims: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .claim_tick(s.id, 86_400_000, TickState::Started, &format!("w{i}"))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut won = 0;
+    for c in claims {
+        won += usize::from(c.await.unwrap());
+    }
+    assert_eq!(won, 1);
+    assert!(
+        store
+            .claim_tick(s.id, 1_000, TickState::Skipped, "w")
+            .await
+            .unwrap()
+    );
+    store
+        .finish_tick(s.id, 86_400_000, TickState::Started, Some((2, 5)), None)
+        .await
+        .unwrap();
+    assert_eq!(store.last_tick_ms(s.id).await.unwrap(), Some(86_400_000));
+    let ticks = store.ticks(s.id, 10).await.unwrap();
+    assert_eq!(ticks.len(), 2);
+    assert_eq!(
+        (ticks[0].study_version, ticks[0].generation),
+        (Some(2), Some(5))
+    );
+    assert_eq!(ticks[1].state, TickState::Skipped);
+    store.remove_schedule("nightly").await.unwrap();
+    assert!(store.schedule("nightly").await.is_err());
+    assert_eq!(store.last_tick_ms(s.id).await.unwrap(), None);
+}
+contract!(schedules_and_ticks_claimed_once);
+
 async fn upgrade_in_place(url: String) {
     let old = Store::connect_at_schema(&url, 1).await;
     let locked = locked_study(&old).await;
