@@ -10,6 +10,7 @@ mod loadgen;
 mod measure;
 mod quality;
 mod report;
+mod schedule;
 mod store;
 mod study;
 mod support;

@@ -25,6 +25,7 @@ mod progress;
 mod quality;
 mod record;
 mod report;
+pub(crate) mod schedule;
 mod study;
 mod trace;
 
@@ -69,6 +70,12 @@ enum Command {
     /// in the current folder; postgres://USER:PASSWORD@HOST/DATABASE for PostgreSQL).
     #[command(subcommand)]
     Study(study::Command),
+    /// Schedules: a study run again at the instants of a cron expression in a time zone — add,
+    /// list, pause, resume, remove, history, and tick (queue what is due at an instant).
+    #[command(subcommand)]
+    Schedule(schedule::Command),
+    /// Tick the schedules every few seconds until Ctrl-C (`shortlist serve` does this too).
+    Scheduler(schedule::SchedulerArgs),
     /// The web workbench: studies, live runs, side-by-side comparison and records in the browser
     /// (server-rendered), with in-process workers; the database DATABASE_URL names.
     Serve(crate::web::ServeArgs),
@@ -121,6 +128,8 @@ pub(crate) fn main() -> ExitCode {
         Command::Models(cmd) => models::run(cmd),
         Command::Report(args) => report::run(args),
         Command::Study(cmd) => study::run(cmd, &config),
+        Command::Schedule(cmd) => schedule::run(cmd, &config),
+        Command::Scheduler(args) => schedule::run_scheduler(args, &config),
         Command::Record(args) => record::run(args, &config),
         Command::Serve(args) => crate::web::run(args, &config),
     };

@@ -377,6 +377,7 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
         trigger: Trigger::Manual,
         again: a.again,
         refresh_records: a.refresh_records,
+        ..RunParams::default()
     };
     let requested = service.request_run(&a.name, a.version, &params).await?;
     let (name, version, generation) = (&a.name, requested.version, requested.generation);

@@ -226,6 +226,13 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
                     .await;
             });
         }
+        // The scheduler ticks in the workbench too: each due instant is claimed in the database,
+        // so a second scheduler (another `serve`, or `shortlist scheduler`) never runs it twice.
+        tokio::spawn(crate::cli::schedule::scheduler_loop(
+            service.clone(),
+            format!("{}-scheduler", config.worker),
+            Duration::from_secs(30),
+        ));
         let state = AppState {
             service,
             token,

@@ -7,6 +7,7 @@ mod catalog;
 mod compare;
 mod create;
 mod query;
+pub mod schedule;
 pub mod views;
 
 use std::sync::Arc;
@@ -22,6 +23,7 @@ use tokio::sync::broadcast;
 pub use catalog::ImportFormat;
 pub use compare::Pick;
 pub use shortlist_store::generations::Trigger;
+pub use shortlist_store::schedules::ScheduleWhat;
 
 use crate::config::Config;
 use crate::error::ServiceError;
@@ -42,6 +44,11 @@ pub struct RunParams {
     /// Queue a fresh record per candidate of the latest generation (records assembled again from
     /// its stored runs; earlier records stay stored).
     pub refresh_records: bool,
+    /// Which measurements a new generation takes: the quality run, the load run, or both (the
+    /// memory fit and the record always). A record without one says it was not measured.
+    pub what: ScheduleWhat,
+    /// Only these candidates (empty: all of the study's).
+    pub candidates: Vec<String>,
 }
 
 impl Default for RunParams {
@@ -51,6 +58,8 @@ impl Default for RunParams {
             trigger: Trigger::Manual,
             again: false,
             refresh_records: false,
+            what: ScheduleWhat::All,
+            candidates: Vec::new(),
         }
     }
 }
@@ -180,6 +189,9 @@ impl StudyService {
         let _one_at_a_time = self.requests.lock().await;
         // Runs start only on locked studies whose lock still holds.
         let locked = self.store.verify_study(name, version).await?;
+        for c in &params.candidates {
+            crate::jobs::candidate_ref(&locked, c)?;
+        }
         let jobs = self.store.jobs_of_study(name, version).await?;
         let mut generations = self.store.generations(name, version).await?;
         // Jobs queued before generations existed belong to generation 1.
@@ -199,15 +211,35 @@ impl StudyService {
                         name,
                         version,
                         params.trigger,
-                        &json!({"max_tokens": params.max_tokens}),
+                        &json!({
+                            "max_tokens": params.max_tokens,
+                            "what": params.what.as_str(),
+                            "candidates": params.candidates,
+                        }),
                     )
                     .await?;
                 generations.push(g.clone());
                 (g.number, false)
             }
         };
+        // A generation keeps what it was started with: which measurements, which candidates.
+        let started = generations
+            .iter()
+            .find(|g| g.number == generation)
+            .map(|g| g.params.clone())
+            .unwrap_or_default();
+        let mut effective = params.clone();
+        if let Some(what) = started["what"].as_str().and_then(ScheduleWhat::parse) {
+            effective.what = what;
+        }
+        if let Some(list) = started["candidates"].as_array() {
+            effective.candidates = list
+                .iter()
+                .filter_map(|c| c.as_str().map(str::to_owned))
+                .collect();
+        }
         let queued = self
-            .queue_generation(&locked, generation, &jobs, params)
+            .queue_generation(&locked, generation, &jobs, &effective)
             .await?;
         Ok(RunRequested {
             study: name.to_owned(),
@@ -230,7 +262,16 @@ impl StudyService {
     ) -> Result<usize, ServiceError> {
         let (name, version) = (locked.study.name(), locked.study.version());
         let mut queued = 0;
+        let wanted = |k: JobKind| match (params.what, k) {
+            (ScheduleWhat::Quality, JobKind::Load) | (ScheduleWhat::Load, JobKind::Quality) => {
+                false
+            }
+            _ => true,
+        };
         for c in &locked.study.file().candidates {
+            if !params.candidates.is_empty() && !params.candidates.contains(&c.name) {
+                continue;
+            }
             let mine: Vec<&Job> = jobs
                 .iter()
                 .filter(|j| {
@@ -252,6 +293,7 @@ impl StudyService {
             let missing: Vec<JobKind> = JobKind::ALL
                 .into_iter()
                 .filter(|k| *k != JobKind::Record && !mine.iter().any(|j| j.kind == k.as_str()))
+                .filter(|k| wanted(*k))
                 .collect();
             let kinds: Vec<JobKind> = if !mine.is_empty() && missing.is_empty() {
                 if params.refresh_records {

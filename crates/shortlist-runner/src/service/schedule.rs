@@ -1,0 +1,338 @@
+//! Schedules: a study run again at the instants of a cron expression in a time zone. Adding
+//! checks everything first (the expression, the zone, the study and its candidates); a tick
+//! ([`StudyService::tick`]) queues what is due at an instant — each due instant claimed by its
+//! unique row, so several schedulers on one database never run it twice, and a tick missed while
+//! nothing ran is caught up once (the others recorded as skipped).
+
+use jiff::Timestamp;
+use serde::Serialize;
+use shortlist_store::schedules::{NewSchedule, ScheduleRow, ScheduleWhat, TickState};
+use shortlist_study::schedule::{Cron, Schedule, due_at, next_due};
+
+use super::{RunParams, StudyService, Trigger};
+use crate::error::ServiceError;
+use crate::time::rfc3339_ms;
+
+/// A schedule to add.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleSpec {
+    pub name: String,
+    pub study: String,
+    /// A pinned locked version (`None`: the latest locked version at each tick).
+    pub version: Option<u32>,
+    pub cron: String,
+    /// IANA time zone (default `UTC`).
+    pub tz: String,
+    pub what: ScheduleWhat,
+    /// Empty: all of the study's candidates.
+    pub candidates: Vec<String>,
+    /// Due only at instants after this (default: now).
+    pub from: Option<Timestamp>,
+}
+
+/// A schedule as shown.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ScheduleView {
+    pub name: String,
+    pub study: String,
+    /// `None`: the latest locked version.
+    pub version: Option<u32>,
+    pub cron: String,
+    pub tz: String,
+    pub what: String,
+    pub candidates: Vec<String>,
+    pub enabled: bool,
+    /// RFC 3339: due only after this.
+    pub from: String,
+    /// RFC 3339: the last due instant handled (run, skipped or failed).
+    pub last_due: Option<String>,
+    /// RFC 3339: the next due instant after now (`None` when paused or never again).
+    pub next_due: Option<String>,
+}
+
+/// One handled due instant.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TickView {
+    pub schedule: String,
+    /// RFC 3339.
+    pub due: String,
+    /// `started`, `skipped` or `failed`.
+    pub state: String,
+    pub study: String,
+    pub version: Option<u32>,
+    pub generation: Option<u32>,
+    /// Why it failed, or which tick caught it up.
+    pub detail: Option<String>,
+}
+
+/// What a tick did: runs started and instants skipped (caught up by a later one).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TickReport {
+    pub started: Vec<TickView>,
+    pub skipped: Vec<TickView>,
+    pub failed: Vec<TickView>,
+}
+
+fn ms(t: Timestamp) -> i64 {
+    t.as_millisecond()
+}
+
+fn at_ms(ms: i64) -> Timestamp {
+    Timestamp::from_millisecond(ms).unwrap_or(Timestamp::UNIX_EPOCH)
+}
+
+fn timing(row: &ScheduleRow) -> Result<Schedule, ServiceError> {
+    let cron = Cron::parse(&row.cron).map_err(|e| ServiceError::Corrupt {
+        what: format!("schedule `{}`", row.name),
+        why: e.to_string(),
+    })?;
+    Schedule::new(cron, &row.tz).map_err(|e| ServiceError::Corrupt {
+        what: format!("schedule `{}`", row.name),
+        why: e.to_string(),
+    })
+}
+
+impl StudyService {
+    /// Add a schedule after checking it whole: the expression, the zone, the study (and the
+    /// pinned version, which must be locked) and the candidates named.
+    pub async fn add_schedule(&self, spec: &ScheduleSpec) -> Result<ScheduleView, ServiceError> {
+        let cron =
+            Cron::parse(&spec.cron).map_err(|e| ServiceError::invalid("--cron", e.to_string()))?;
+        Schedule::new(cron, &spec.tz).map_err(|e| ServiceError::invalid("--tz", e.to_string()))?;
+        let version = self.version_of(&spec.study, spec.version).await?;
+        let locked = match spec.version {
+            Some(v) => self.store.verify_study(&spec.study, v).await?,
+            None => match self.store.verify_study(&spec.study, version).await {
+                Ok(l) => l,
+                // The latest version may be a draft: an earlier locked one will run until it is
+                // locked; a study never locked cannot be scheduled.
+                Err(_) => self.latest_locked(&spec.study).await?,
+            },
+        };
+        for c in &spec.candidates {
+            crate::jobs::candidate_ref(&locked, c)?;
+        }
+        let from = spec.from.unwrap_or_else(Timestamp::now);
+        self.store
+            .add_schedule(&NewSchedule {
+                name: &spec.name,
+                study: &spec.study,
+                study_version: spec.version,
+                cron: &spec.cron,
+                tz: &spec.tz,
+                what: spec.what,
+                candidates: &spec.candidates,
+                from_ms: ms(from),
+            })
+            .await?;
+        self.schedule_view(&spec.name).await
+    }
+
+    /// The latest locked version of a study.
+    async fn latest_locked(
+        &self,
+        study: &str,
+    ) -> Result<shortlist_study::study::LockedStudy, ServiceError> {
+        let mut versions: Vec<u32> = self
+            .store
+            .list_studies()
+            .await?
+            .into_iter()
+            .filter(|s| s.name == study && s.sha256.is_some())
+            .map(|s| s.version)
+            .collect();
+        versions.sort_unstable();
+        match versions.last() {
+            Some(v) => Ok(self.store.verify_study(study, *v).await?),
+            None => Err(ServiceError::invalid(
+                format!("study `{study}`"),
+                "no version is locked; lock one before scheduling it",
+            )),
+        }
+    }
+
+    /// A schedule with its last and next due instants.
+    pub async fn schedule_view(&self, name: &str) -> Result<ScheduleView, ServiceError> {
+        let row = self.store.schedule(name).await?;
+        self.view_of(row).await
+    }
+
+    async fn view_of(&self, row: ScheduleRow) -> Result<ScheduleView, ServiceError> {
+        let last = self.store.last_tick_ms(row.id).await?;
+        let t = timing(&row)?;
+        let after = Timestamp::now().max(at_ms(row.from_ms));
+        let next = if row.enabled {
+            next_due(&t, after)
+        } else {
+            None
+        };
+        Ok(ScheduleView {
+            name: row.name,
+            study: row.study,
+            version: row.study_version,
+            cron: row.cron,
+            tz: row.tz,
+            what: row.what.as_str().to_owned(),
+            candidates: row.candidates,
+            enabled: row.enabled,
+            from: rfc3339_ms(row.from_ms),
+            last_due: last.map(rfc3339_ms),
+            next_due: next.map(|n| rfc3339_ms(ms(n))),
+        })
+    }
+
+    /// Every schedule.
+    pub async fn list_schedules(&self) -> Result<Vec<ScheduleView>, ServiceError> {
+        let mut out = Vec::new();
+        for row in self.store.schedules().await? {
+            out.push(self.view_of(row).await?);
+        }
+        Ok(out)
+    }
+
+    /// Pause (`false`) or resume (`true`) a schedule. A resumed schedule catches up at most one
+    /// missed instant, like any other.
+    pub async fn set_schedule_enabled(
+        &self,
+        name: &str,
+        enabled: bool,
+    ) -> Result<ScheduleView, ServiceError> {
+        self.store.set_schedule_enabled(name, enabled).await?;
+        self.schedule_view(name).await
+    }
+
+    /// Remove a schedule (the runs it started stay).
+    pub async fn remove_schedule(&self, name: &str) -> Result<(), ServiceError> {
+        Ok(self.store.remove_schedule(name).await?)
+    }
+
+    /// A schedule's handled instants, newest first.
+    pub async fn schedule_history(
+        &self,
+        name: &str,
+        limit: u32,
+    ) -> Result<Vec<TickView>, ServiceError> {
+        let row = self.store.schedule(name).await?;
+        Ok(self
+            .store
+            .ticks(row.id, limit)
+            .await?
+            .into_iter()
+            .map(|t| TickView {
+                schedule: row.name.clone(),
+                due: rfc3339_ms(t.due_ms),
+                state: t.state.as_str().to_owned(),
+                study: row.study.clone(),
+                version: t.study_version,
+                generation: t.generation,
+                detail: t.detail,
+            })
+            .collect())
+    }
+
+    /// Queue what is due at `now` for every enabled schedule: per schedule, the latest due
+    /// instant since the last one handled is run and the earlier ones are recorded as skipped.
+    /// Each instant is claimed first; one another scheduler claimed is left to it.
+    pub async fn tick(&self, now: Timestamp, claimed_by: &str) -> Result<TickReport, ServiceError> {
+        let mut report = TickReport::default();
+        for row in self.store.schedules().await? {
+            if !row.enabled {
+                continue;
+            }
+            let t = timing(&row)?;
+            let last = self.store.last_tick_ms(row.id).await?;
+            let since = at_ms(last.unwrap_or(row.from_ms).max(row.from_ms));
+            let due = due_at(&t, since, now);
+            let Some(run_at) = due.run else { continue };
+            let view = |due: Timestamp,
+                        state: TickState,
+                        run: Option<(u32, u32)>,
+                        detail: Option<String>| TickView {
+                schedule: row.name.clone(),
+                due: rfc3339_ms(ms(due)),
+                state: state.as_str().to_owned(),
+                study: row.study.clone(),
+                version: run.map(|(v, _)| v),
+                generation: run.map(|(_, g)| g),
+                detail,
+            };
+            for skipped in &due.skipped {
+                if self
+                    .store
+                    .claim_tick(row.id, ms(*skipped), TickState::Skipped, claimed_by)
+                    .await?
+                {
+                    let detail = format!("caught up by the run due {}", rfc3339_ms(ms(run_at)));
+                    self.store
+                        .finish_tick(
+                            row.id,
+                            ms(*skipped),
+                            TickState::Skipped,
+                            None,
+                            Some(&detail),
+                        )
+                        .await?;
+                    report
+                        .skipped
+                        .push(view(*skipped, TickState::Skipped, None, Some(detail)));
+                }
+            }
+            if !self
+                .store
+                .claim_tick(row.id, ms(run_at), TickState::Started, claimed_by)
+                .await?
+            {
+                continue;
+            }
+            let params = RunParams {
+                trigger: Trigger::Schedule,
+                again: true,
+                what: row.what,
+                candidates: row.candidates.clone(),
+                ..RunParams::default()
+            };
+            let version = match row.study_version {
+                Some(v) => Ok(v),
+                None => self
+                    .latest_locked(&row.study)
+                    .await
+                    .map(|l| l.study.version()),
+            };
+            let requested = match version {
+                Ok(v) => self.request_run(&row.study, Some(v), &params).await,
+                Err(e) => Err(e),
+            };
+            match requested {
+                Ok(r) => {
+                    let run = Some((r.version, r.generation));
+                    let detail = r.resumed.then(|| {
+                        "the previous generation was unfinished: resumed instead of a new one"
+                            .to_owned()
+                    });
+                    self.store
+                        .finish_tick(
+                            row.id,
+                            ms(run_at),
+                            TickState::Started,
+                            run,
+                            detail.as_deref(),
+                        )
+                        .await?;
+                    report
+                        .started
+                        .push(view(run_at, TickState::Started, run, detail));
+                }
+                Err(e) => {
+                    let why = e.to_string();
+                    self.store
+                        .finish_tick(row.id, ms(run_at), TickState::Failed, None, Some(&why))
+                        .await?;
+                    report
+                        .failed
+                        .push(view(run_at, TickState::Failed, None, Some(why)));
+                }
+            }
+        }
+        Ok(report)
+    }
+}
