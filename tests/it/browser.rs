@@ -314,6 +314,54 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     c.goto(&format!("{base}/candidates/smol")).await.unwrap();
     assert!(text_of(&c, "main").await.contains("Endpoint model id"));
     shoot(&c, "candidate").await;
+
+    // A week of a nightly schedule, with two nights missed and caught up once.
+    let db = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
+    let cli = |args: &[&str]| {
+        let out = crate::support::shortlist()
+            .env("DATABASE_URL", &db)
+            .current_dir(d)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{args:?}: {}",
+            crate::support::stderr(&out)
+        );
+    };
+    cli(&[
+        "schedule",
+        "add",
+        "nightly",
+        "--study",
+        "mini",
+        "--cron",
+        "0 3 * * *",
+        "--tz",
+        "Europe/Berlin",
+        "--what",
+        "quality",
+        "--from",
+        "2026-11-24T00:00:00Z",
+    ]);
+    for at in [
+        "2026-11-25",
+        "2026-11-26",
+        "2026-11-27",
+        "2026-11-30",
+        "2026-12-01",
+    ] {
+        cli(&["schedule", "tick", "--at", &format!("{at}T02:30:00Z")]);
+    }
+    c.goto(&format!("{base}/schedules/nightly")).await.unwrap();
+    let page = text_of(&c, "main").await;
+    assert!(
+        page.contains("skipped") && page.contains("started"),
+        "{page}"
+    );
+    shoot(&c, "schedule").await;
     c.close().await.unwrap();
 
     let pdf = http(

@@ -785,4 +785,60 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
     assert_eq!(http(a, "GET", "/candidates", &[], b"").status, 200);
     let home = http(a, "GET", "/", &[], b"").body;
     assert!(home.contains("/evalsets/pf"), "{home}");
+
+    // Schedules: added from the command line on the same database, shown and paused here.
+    assert_eq!(
+        http(a, "POST", "/api/studies/mini/lock", &[], b"").status,
+        200
+    );
+    let cli = |args: &[&str]| {
+        let out = shortlist()
+            .env(
+                "DATABASE_URL",
+                format!("sqlite://{}?mode=rwc", d.join("web.db").display()),
+            )
+            .current_dir(d)
+            .args(args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    };
+    cli(&[
+        "schedule",
+        "add",
+        "nightly",
+        "--study",
+        "mini",
+        "--cron",
+        "0 3 * * *",
+        "--from",
+        "2026-11-01T00:00:00Z",
+    ]);
+    cli(&["schedule", "tick", "--at", "2026-11-02T03:00:00Z"]);
+    let page = http(a, "GET", "/schedules/nightly", &[], b"");
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("2026-11-02T03:00:00Z"), "{}", page.body);
+    assert!(
+        http(a, "GET", "/schedules", &[], b"")
+            .body
+            .contains("/schedules/nightly")
+    );
+    let evil = http(
+        a,
+        "POST",
+        "/schedules/nightly/pause",
+        &[FORM, ("origin", "http://evil.example")],
+        b"",
+    );
+    assert_eq!(evil.status, 403);
+    assert_eq!(
+        http(a, "GET", "/api/schedules/nightly", &[], b"").json()["schedule"]["enabled"],
+        true
+    );
+    let paused = http(a, "POST", "/schedules/nightly/pause", &[FORM], b"");
+    assert_eq!(paused.status, 303);
+    let shown = http(a, "GET", "/api/schedules/nightly", &[], b"").json();
+    assert_eq!(shown["schedule"]["enabled"], false);
+    assert_eq!(shown["history"][0]["state"], "started");
+    assert_eq!(http(a, "GET", "/schedules/nothing", &[], b"").status, 404);
 }

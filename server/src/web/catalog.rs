@@ -269,3 +269,65 @@ pub(crate) mod api {
         ok(serde_json::json!({"name": b.name, "version": version, "inserted": inserted}))
     }
 }
+
+/// `/schedules`, `/schedules/{name}` and pause / resume.
+pub(crate) mod schedules {
+    use axum::extract::{Path, State};
+    use axum::http::StatusCode;
+    use axum::response::{IntoResponse, Redirect, Response};
+    use shortlist_app::encode;
+
+    use crate::web::pages::PageError;
+    use crate::web::{AppState, html};
+
+    pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, PageError> {
+        let list = st.service.list_schedules().await?;
+        Ok(html(StatusCode::OK, shortlist_app::schedules_page(list)))
+    }
+
+    pub(crate) async fn show(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> Result<Response, PageError> {
+        let view = st.service.schedule_view(&name).await?;
+        let history = st.service.schedule_history(&name, 200).await?;
+        Ok(html(
+            StatusCode::OK,
+            shortlist_app::schedule_page(view, history),
+        ))
+    }
+
+    pub(crate) async fn pause(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> Result<Response, PageError> {
+        st.service.set_schedule_enabled(&name, false).await?;
+        Ok(Redirect::to(&format!("/schedules/{}", encode(&name))).into_response())
+    }
+
+    pub(crate) async fn resume(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> Result<Response, PageError> {
+        st.service.set_schedule_enabled(&name, true).await?;
+        Ok(Redirect::to(&format!("/schedules/{}", encode(&name))).into_response())
+    }
+
+    /// `GET /api/schedules`.
+    pub(crate) async fn api_list(
+        State(st): State<AppState>,
+    ) -> Result<Response, crate::web::api::ApiError> {
+        let list = st.service.list_schedules().await?;
+        Ok(axum::Json(serde_json::to_value(list).unwrap_or_default()).into_response())
+    }
+
+    /// `GET /api/schedules/{name}`: the schedule and its history.
+    pub(crate) async fn api_show(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> Result<Response, crate::web::api::ApiError> {
+        let view = st.service.schedule_view(&name).await?;
+        let history = st.service.schedule_history(&name, 200).await?;
+        Ok(axum::Json(serde_json::json!({"schedule": view, "history": history})).into_response())
+    }
+}

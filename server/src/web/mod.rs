@@ -91,6 +91,10 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(catalog::candidates).post(catalog::register),
         )
         .route("/candidates/{name}", get(catalog::candidate))
+        .route("/schedules", get(catalog::schedules::list))
+        .route("/schedules/{name}", get(catalog::schedules::show))
+        .route("/schedules/{name}/pause", post(catalog::schedules::pause))
+        .route("/schedules/{name}/resume", post(catalog::schedules::resume))
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/api/studies", get(api::studies).post(api::create_study))
         .route("/api/studies/{name}", get(api::study))
@@ -110,6 +114,8 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(catalog::api::candidates).post(catalog::api::register),
         )
         .route("/api/candidates/{name}", get(catalog::api::candidate))
+        .route("/api/schedules", get(catalog::schedules::api_list))
+        .route("/api/schedules/{name}", get(catalog::schedules::api_show))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))
         .route(
