@@ -28,3 +28,12 @@ CREATE TABLE schedule_ticks (
     UNIQUE (schedule_id, due_ms)
 );
 CREATE INDEX schedule_ticks_by_schedule ON schedule_ticks (schedule_id, due_ms);
+
+CREATE TABLE baselines (
+    id              INTEGER PRIMARY KEY,
+    study_id        INTEGER NOT NULL REFERENCES studies (id),
+    generation      INTEGER NOT NULL CHECK (generation >= 1),
+    accepted_by     TEXT    NOT NULL,
+    accepted_at_ms  INTEGER NOT NULL
+);
+CREATE INDEX baselines_by_study ON baselines (study_id, id);

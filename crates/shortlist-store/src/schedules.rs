@@ -1,4 +1,5 @@
-//! Schedules (a study run again at the instants of a cron expression) and their ticks. A tick is
+//! Schedules (a study run again at the instants of a cron expression) and their ticks, and the
+//! baselines regression checks compare against. A tick is
 //! claimed by inserting its `(schedule, due instant)` row: the unique key makes the claim, so
 //! several schedulers on one database never run a tick twice.
 
@@ -343,5 +344,62 @@ impl Store {
         .await
         .map_err(sql(format!("listing ticks of schedule {schedule_id}")))?;
         rows.iter().map(tick_row).collect()
+    }
+
+    /// Accept generation `generation` of a study version as its baseline.
+    pub async fn accept_baseline(
+        &self,
+        study: &str,
+        version: u32,
+        generation: u32,
+        by: &str,
+    ) -> Result<(), StoreError> {
+        let op = format!("accepting generation {generation} of study `{study}` v{version}");
+        let done = sqlx::query(
+            "INSERT INTO baselines (study_id, generation, accepted_by, accepted_at_ms) \
+             SELECT id, $1, $2, $3 FROM studies WHERE name = $4 AND version = $5",
+        )
+        .bind(i64::from(generation))
+        .bind(by)
+        .bind(now_ms())
+        .bind(study)
+        .bind(i64::from(version))
+        .execute(&self.pool)
+        .await
+        .map_err(sql(op))?;
+        if done.rows_affected() == 0 {
+            return Err(StoreError::NotFound {
+                what: format!("study `{study}` v{version}"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The latest accepted baseline of a study version: `(generation, accepted_by, at_ms)`.
+    pub async fn baseline(
+        &self,
+        study: &str,
+        version: u32,
+    ) -> Result<Option<(u32, String, i64)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT b.generation, b.accepted_by, b.accepted_at_ms FROM baselines b \
+             JOIN studies s ON s.id = b.study_id WHERE s.name = $1 AND s.version = $2 \
+             ORDER BY b.id DESC LIMIT 1",
+        )
+        .bind(study)
+        .bind(i64::from(version))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "reading the baseline of study `{study}` v{version}"
+        )))?;
+        let Some(row) = row else { return Ok(None) };
+        let key = format!("{study} v{version}");
+        let generation: i64 = col(&row, "baselines", &key, "generation")?;
+        Ok(Some((
+            u32::try_from(generation).unwrap_or(0),
+            col(&row, "baselines", &key, "accepted_by")?,
+            col(&row, "baselines", &key, "accepted_at_ms")?,
+        )))
     }
 }

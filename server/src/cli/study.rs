@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use shortlist_runner::config::Config;
+use shortlist_runner::service::check::{Against, CheckVerdict};
 use shortlist_runner::service::views::{Created, StudyView};
 use shortlist_runner::service::{RunParams, StudyService, Trigger};
 use shortlist_runner::time::now_rfc3339;
@@ -35,6 +36,55 @@ pub(crate) enum Command {
     /// with the worker and machine that executed them, the records made (from the database
     /// alone, so it follows runs of other processes).
     Status(StatusArgs),
+    /// Accept a finished generation as the study version's baseline.
+    Accept(AcceptArgs),
+    /// Each candidate's latest run against the baseline or the previous run: paired exact
+    /// McNemar overall and per category (Holm), high-value cases lost, disqualifiers newly
+    /// tripped, what changed. Exit 1 on a regression, so a pipeline can stop a rollout.
+    Check(CheckArgs),
+}
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct AcceptArgs {
+    /// The study's name.
+    name: String,
+    /// The version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// The generation to accept.
+    #[arg(long)]
+    generation: u32,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum AgainstArg {
+    Baseline,
+    Previous,
+}
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct CheckArgs {
+    /// The study's name.
+    name: String,
+    /// The version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// The reference: the accepted baseline, or the run before the latest.
+    #[arg(long, value_enum)]
+    against: AgainstArg,
+    /// Significance level of the paired tests.
+    #[arg(long, default_value_t = 0.05)]
+    alpha: f64,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -141,7 +191,59 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Run(a) => run_study(&service, a).await,
             Command::Show(a) => show(&service, a).await,
             Command::Status(a) => status(&service, a).await,
+            Command::Accept(a) => accept(&service, a, &config.worker).await,
+            Command::Check(a) => check(&service, a).await,
         }
+    })
+}
+
+async fn accept(service: &StudyService, a: AcceptArgs, by: &str) -> anyhow::Result<Outcome> {
+    service
+        .accept_baseline(&a.name, a.version, a.generation, by)
+        .await?;
+    if a.json {
+        print_json(&json!({"study": a.name, "generation": a.generation, "accepted": true}))?;
+    } else {
+        println!(
+            "study {}: generation {} is the baseline",
+            a.name, a.generation
+        );
+    }
+    Ok(Outcome::Success)
+}
+
+async fn check(service: &StudyService, a: CheckArgs) -> anyhow::Result<Outcome> {
+    let against = match a.against {
+        AgainstArg::Baseline => Against::Baseline,
+        AgainstArg::Previous => Against::Previous,
+    };
+    let view = service.check(&a.name, a.version, against, a.alpha).await?;
+    if a.json {
+        print_json(&view)?;
+    } else {
+        for c in &view.candidates {
+            let gens = match (c.reference_generation, c.current_generation) {
+                (Some(r), Some(n)) => format!(" (generation {n} against {r})"),
+                _ => String::new(),
+            };
+            let verdict = serde_json::to_value(c.verdict).unwrap_or_default();
+            println!(
+                "{}: {}{gens}",
+                c.candidate,
+                verdict.as_str().unwrap_or("?").replace('_', " ")
+            );
+            for r in &c.reasons {
+                println!("  {r}");
+            }
+            for ch in &c.changed {
+                println!("  changed: {ch}");
+            }
+        }
+    }
+    Ok(if view.verdict == CheckVerdict::Regression {
+        Outcome::CheckFailed
+    } else {
+        Outcome::Success
     })
 }
 

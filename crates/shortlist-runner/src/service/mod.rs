@@ -4,6 +4,7 @@
 //! structs; front ends render them and hold no policy of their own.
 
 mod catalog;
+pub mod check;
 mod compare;
 mod create;
 mod query;
