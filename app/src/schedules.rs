@@ -3,7 +3,8 @@
 //! failed with the reason), and pause / resume.
 
 use leptos::prelude::*;
-use shortlist_runner::service::schedule::{ScheduleView, TickView};
+use shortlist_report::overlay::history_svg;
+use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
 
 use crate::encode;
 use crate::layout::document;
@@ -54,10 +55,90 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
     })
 }
 
+/// The pass-rate history chart: one x position per run (its due date), one series per
+/// candidate.
+fn history_chart(timeline: &[HistoryPoint]) -> Result<String, String> {
+    let mut runs: Vec<(String, u32, u32)> = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for p in timeline {
+        let key = (
+            p.due.get(..10).unwrap_or(&p.due).to_owned(),
+            p.version,
+            p.generation,
+        );
+        if !runs.contains(&key) {
+            runs.push(key);
+        }
+        if !names.contains(&p.candidate) {
+            names.push(p.candidate.clone());
+        }
+    }
+    let columns: Vec<(&str, Vec<(usize, f64, f64, f64)>)> = names
+        .iter()
+        .map(|n| {
+            let pts = timeline
+                .iter()
+                .filter(|p| &p.candidate == n)
+                .filter_map(|p| {
+                    let i = runs
+                        .iter()
+                        .position(|(_, v, g)| *v == p.version && *g == p.generation)?;
+                    Some((i, p.pass_rate, p.lo, p.hi))
+                })
+                .collect();
+            (n.as_str(), pts)
+        })
+        .collect();
+    let labels: Vec<String> = runs.into_iter().map(|(d, _, _)| d).collect();
+    history_svg(&labels, &columns).map_err(|e| e.to_string())
+}
+
 /// `/schedules/{name}`.
-pub fn schedule_page(s: ScheduleView, history: Vec<TickView>) -> String {
+pub fn schedule_page(
+    s: ScheduleView,
+    history: Vec<TickView>,
+    timeline: Vec<HistoryPoint>,
+) -> String {
     let title = format!("Schedule {}", s.name);
     document(&title.clone(), move || {
+        let chart = match history_chart(&timeline) {
+            Ok(svg) => view! { <figure class="chart" aria-label="Pass rate by scheduled run" inner_html=svg></figure> }.into_any(),
+            Err(why) => view! { <p class="error-box">{why}</p> }.into_any(),
+        };
+        let timeline_rows = timeline
+            .iter()
+            .rev()
+            .map(|p| {
+                let (word, tone) = crate::verdict_word(Some(p.verdict));
+                let class = format!("badge {tone}");
+                let rate = format!(
+                    "{}/{} · {:.1} % [{:.1}–{:.1} %]",
+                    p.passed,
+                    p.n,
+                    p.pass_rate * 100.0,
+                    p.lo * 100.0,
+                    p.hi * 100.0
+                );
+                let ttft = p
+                    .ttft_p99_s
+                    .map_or_else(|| "–".to_owned(), |t| format!("{t:.2} s"));
+                let attainment = p
+                    .attainment
+                    .map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0));
+                view! {
+                    <tr>
+                        <td class="mono small">{p.due.clone()}</td>
+                        <td>{p.candidate.clone()}</td>
+                        <td>{format!("v{} · g{}", p.version, p.generation)}</td>
+                        <td>{rate}</td>
+                        <td>{ttft}</td>
+                        <td>{attainment}</td>
+                        <td>{p.goodput_rps.map_or_else(|| "–".to_owned(), |g| format!("{g:.3} req/s"))}</td>
+                        <td><span class=class>{word}</span></td>
+                    </tr>
+                }
+            })
+            .collect_view();
         let base = format!("/schedules/{}", encode(&s.name));
         let (action, label) = if s.enabled {
             (format!("{base}/pause"), "Pause")
@@ -110,7 +191,17 @@ pub fn schedule_page(s: ScheduleView, history: Vec<TickView>) -> String {
                 <form method="post" action=action class="actions"><button type="submit" class="secondary">{label}</button></form>
             </section>
             <section class="card">
-                <h2>"History"</h2>
+                <h2>"Runs"</h2>
+                {chart}
+                <div class="scroll">
+                    <table>
+                        <thead><tr><th>"Due"</th><th>"Candidate"</th><th>"Run"</th><th>"Pass rate (95 % Wilson)"</th><th>"TTFT p99"</th><th>"Attainment"</th><th>"Goodput"</th><th>"Verdict"</th></tr></thead>
+                        <tbody>{timeline_rows}</tbody>
+                    </table>
+                </div>
+            </section>
+            <section class="card">
+                <h2>"Due instants"</h2>
                 <p class="small muted">"Each due instant is handled once: started, skipped (caught up by a later run after a downtime), or failed with the reason."</p>
                 <div class="scroll">
                     <table>

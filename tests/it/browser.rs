@@ -354,6 +354,17 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "2026-12-01",
     ] {
         cli(&["schedule", "tick", "--at", &format!("{at}T02:30:00Z")]);
+        // The workbench's worker runs each night before the next.
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while http(&server.addr, "GET", "/api/studies/mini/status", &[], b"").json()["state"]
+            != "done"
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the scheduled run did not finish"
+            );
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
     }
     c.goto(&format!("{base}/schedules/nightly")).await.unwrap();
     let page = text_of(&c, "main").await;
@@ -361,6 +372,13 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         page.contains("skipped") && page.contains("started"),
         "{page}"
     );
+    let runs = http(&server.addr, "GET", "/api/schedules/nightly", &[], b"").json()["runs"].clone();
+    assert_eq!(
+        runs.as_array().unwrap().len(),
+        10,
+        "five nights x two candidates: {runs}"
+    );
+    assert!(c.find(Locator::Css("figure.chart svg")).await.is_ok());
     shoot(&c, "schedule").await;
     c.close().await.unwrap();
 

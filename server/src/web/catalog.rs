@@ -291,9 +291,10 @@ pub(crate) mod schedules {
     ) -> Result<Response, PageError> {
         let view = st.service.schedule_view(&name).await?;
         let history = st.service.schedule_history(&name, 200).await?;
+        let timeline = st.service.schedule_timeline(&name).await?;
         Ok(html(
             StatusCode::OK,
-            shortlist_app::schedule_page(view, history),
+            shortlist_app::schedule_page(view, history, timeline),
         ))
     }
 
@@ -328,6 +329,10 @@ pub(crate) mod schedules {
     ) -> Result<Response, crate::web::api::ApiError> {
         let view = st.service.schedule_view(&name).await?;
         let history = st.service.schedule_history(&name, 200).await?;
-        Ok(axum::Json(serde_json::json!({"schedule": view, "history": history})).into_response())
+        let timeline = st.service.schedule_timeline(&name).await?;
+        Ok(
+            axum::Json(serde_json::json!({"schedule": view, "history": history, "runs": timeline}))
+                .into_response(),
+        )
     }
 }

@@ -65,6 +65,27 @@ pub struct TickView {
     pub detail: Option<String>,
 }
 
+/// One candidate's figures from one scheduled run (its record).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct HistoryPoint {
+    /// RFC 3339: the due instant that started the run.
+    pub due: String,
+    pub candidate: String,
+    pub version: u32,
+    pub generation: u32,
+    pub passed: u64,
+    pub n: u64,
+    pub pass_rate: f64,
+    /// 95 % Wilson interval.
+    pub lo: f64,
+    pub hi: f64,
+    pub ttft_p99_s: Option<f64>,
+    pub attainment: Option<f64>,
+    /// `None` when the run measured no load (a quality-only schedule).
+    pub goodput_rps: Option<f64>,
+    pub verdict: shortlist_study::record::Verdict,
+}
+
 /// What a tick did: runs started and instants skipped (caught up by a later one).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct TickReport {
@@ -228,6 +249,57 @@ impl StudyService {
                 detail: t.detail,
             })
             .collect())
+    }
+
+    /// The figures of every run a schedule started that has records, oldest first (one point
+    /// per candidate and run; a run resumed by several ticks counts once).
+    pub async fn schedule_timeline(&self, name: &str) -> Result<Vec<HistoryPoint>, ServiceError> {
+        let mut ticks = self.schedule_history(name, 1000).await?;
+        ticks.reverse();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut out = Vec::new();
+        for t in ticks {
+            let (Some(v), Some(g)) = (t.version, t.generation) else {
+                continue;
+            };
+            if !seen.insert((v, g)) {
+                continue;
+            }
+            let records = self.store.records_of_study(&t.study, v).await?;
+            for r in records.iter().filter(|r| r.generation == g) {
+                let rec = &r.record;
+                // The latest record of a candidate in this run (a refreshed one replaces).
+                if records
+                    .iter()
+                    .any(|o| o.generation == g && o.candidate == r.candidate && o.id > r.id)
+                {
+                    continue;
+                }
+                out.push(HistoryPoint {
+                    due: t.due.clone(),
+                    candidate: r.candidate.clone(),
+                    version: v,
+                    generation: g,
+                    passed: rec.quality.overall.passed,
+                    n: rec.quality.overall.n,
+                    pass_rate: rec.quality.overall.rate,
+                    lo: rec.quality.overall.lo,
+                    hi: rec.quality.overall.hi,
+                    ttft_p99_s: rec
+                        .performance
+                        .latencies
+                        .iter()
+                        .find(|l| l.metric == "TTFT")
+                        .and_then(|l| l.p99_s),
+                    attainment: rec.performance.attainment,
+                    goodput_rps: (rec.performance.attainment.is_some()
+                        || !rec.performance.sweep.is_empty())
+                    .then_some(rec.performance.goodput_rps),
+                    verdict: rec.verdict,
+                });
+            }
+        }
+        Ok(out)
     }
 
     /// Queue what is due at `now` for every enabled schedule: per schedule, the latest due
