@@ -317,20 +317,7 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
 
     // A week of a nightly schedule, with two nights missed and caught up once.
     let db = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
-    let cli = |args: &[&str]| {
-        let out = crate::support::shortlist()
-            .env("DATABASE_URL", &db)
-            .current_dir(d)
-            .args(args)
-            .output()
-            .unwrap();
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{args:?}: {}",
-            crate::support::stderr(&out)
-        );
-    };
+    let cli = |args: &[&str]| crate::support::ok_on_db(&db, d, args);
     cli(&[
         "schedule",
         "add",

@@ -11,17 +11,11 @@ use serde_json::Value;
 use crate::support::{data, shortlist, stderr, stdout};
 
 fn sl(url: &str, dir: &Path, args: &[&str]) -> Output {
-    shortlist()
-        .env("DATABASE_URL", url)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the shortlist binary runs")
+    crate::support::on_db(url, dir, args)
 }
 
 fn ok_json(url: &str, dir: &Path, args: &[&str]) -> Value {
-    let out = sl(url, dir, args);
-    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    let out = crate::support::ok_on_db(url, dir, args);
     serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
 }
 

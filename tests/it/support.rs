@@ -31,6 +31,23 @@ pub fn run(args: &[&str]) -> Output {
         .expect("the shortlist binary runs")
 }
 
+/// Run `shortlist` with `args` in `dir` on the database `url` (`DATABASE_URL`).
+pub fn on_db(url: &str, dir: &std::path::Path, args: &[&str]) -> Output {
+    shortlist()
+        .env("DATABASE_URL", url)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the shortlist binary runs")
+}
+
+/// Run `shortlist` on a database and require exit 0, naming the command and its stderr if not.
+pub fn ok_on_db(url: &str, dir: &std::path::Path, args: &[&str]) -> Output {
+    let out = on_db(url, dir, args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    out
+}
+
 /// Stdout as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -791,18 +791,8 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
         http(a, "POST", "/api/studies/mini/lock", &[], b"").status,
         200
     );
-    let cli = |args: &[&str]| {
-        let out = shortlist()
-            .env(
-                "DATABASE_URL",
-                format!("sqlite://{}?mode=rwc", d.join("web.db").display()),
-            )
-            .current_dir(d)
-            .args(args)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
-    };
+    let db = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
+    let cli = |args: &[&str]| crate::support::ok_on_db(&db, d, args);
     cli(&[
         "schedule",
         "add",
