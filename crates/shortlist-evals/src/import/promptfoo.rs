@@ -25,7 +25,7 @@ use crate::wire::{OneOrMany, WireCase, WireCheck, WireInput};
 
 /// Imports promptfoo tests from YAML text.
 pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError> {
-    let doc: Value = serde_norway::from_str(text).map_err(|e| EvalError::from_yaml(file, &e))?;
+    let doc: Value = crate::set::from_yaml_text(file, text)?;
     let (tests, template, default_asserts) = match &doc {
         Value::Array(tests) => (tests.clone(), None, Vec::new()),
         Value::Object(cfg) => {
