@@ -40,9 +40,7 @@ pub fn import(
             if line.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(line).map_err(|e| {
-                EvalError::invalid(answer_file, i + 1, "", format!("not valid JSON: {e}"))
-            })?;
+            let v = super::parse_json_line(answer_file, i + 1, line)?;
             let id = v
                 .get("id")
                 .and_then(Value::as_str)
@@ -63,8 +61,7 @@ pub fn import(
             continue;
         }
         let at = |field: &str, m: String| EvalError::invalid(question_file, lineno, field, m);
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| at("", format!("not valid JSON: {e}")))?;
+        let v = super::parse_json_line(question_file, lineno, line)?;
         let src_id = v
             .get("id")
             .and_then(Value::as_str)

@@ -24,8 +24,7 @@ pub fn import_jsonl(file: &str, text: &str, name: &str) -> Result<Imported, Eval
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line)
-            .map_err(|e| EvalError::invalid(file, i + 1, "", format!("not valid JSON: {e}")))?;
+        let v = super::parse_json_line(file, i + 1, line)?;
         let obj = v
             .as_object()
             .ok_or_else(|| EvalError::invalid(file, i + 1, "", "a sample must be an object"))?;

@@ -12,6 +12,7 @@ pub mod openai_evals;
 pub mod promptfoo;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::error::EvalError;
 use crate::set::EvalSet;
@@ -108,6 +109,29 @@ pub(crate) fn slug(s: &str) -> String {
     out.trim_end_matches('-').to_owned()
 }
 
+/// The longest line a JSON-lines importer parses, in bytes: the limit of Shortlist's other
+/// line-oriented readers (`shortlist_measure::lines::MAX_LINE_BYTES`). The text is in memory
+/// already, but its parse is not: a 100 MB line of small numbers would become gigabytes of JSON
+/// values.
+pub const MAX_LINE_BYTES: usize = 32 << 20;
+
+/// One line of a JSON-lines source, refused past [`MAX_LINE_BYTES`] before it is parsed.
+pub(crate) fn parse_json_line(file: &str, lineno: usize, line: &str) -> Result<Value, EvalError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(EvalError::invalid(
+            file,
+            lineno,
+            "",
+            format!(
+                "the line is {} bytes long, over the {MAX_LINE_BYTES} a JSON-lines importer reads",
+                line.len()
+            ),
+        ));
+    }
+    serde_json::from_str(line)
+        .map_err(|e| EvalError::invalid(file, lineno, "", format!("not valid JSON: {e}")))
+}
+
 /// Makes `id` unique among `taken` by appending `-2`, `-3`, ...
 pub(crate) fn unique_id(id: String, taken: &mut std::collections::BTreeSet<String>) -> String {
     let mut candidate = id.clone();
@@ -130,6 +154,23 @@ pub(crate) fn category_from(v: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_json_line_over_the_limit_is_refused_before_parsing() {
+        let line = format!("[{}1]", "1,".repeat(MAX_LINE_BYTES / 2));
+        for import in [
+            |t: &str| openai_evals::import("big.jsonl", t, "x", openai_evals::Template::Match),
+            |t: &str| inspect::import_jsonl("big.jsonl", t, "x"),
+            |t: &str| bfcl::import("big.jsonl", t, "a.jsonl", None, "x"),
+        ] {
+            let err = import(&format!("\n{line}\n")).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("big.jsonl:2: the line is 33554435 bytes long"),
+                "{err}"
+            );
+        }
+    }
 
     #[test]
     fn slugs_and_unique_ids() {

@@ -38,8 +38,7 @@ pub fn import(
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line)
-            .map_err(|e| EvalError::invalid(file, lineno, "", format!("not valid JSON: {e}")))?;
+        let v = super::parse_json_line(file, lineno, line)?;
         let id = super::unique_id(format!("{name}-{lineno}"), &mut taken);
         let input = parse_input(v.get("input"))
             .map_err(|m| EvalError::invalid(file, lineno, "input", m))?;
