@@ -11,7 +11,7 @@
 //! answer is reported as unmapped. Multi-turn questions need BFCL's
 //! stateful executors and are reported as unmapped.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
@@ -54,7 +54,7 @@ pub fn import(
             key.insert(id.to_owned(), gt.clone());
         }
     }
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     for (i, line) in questions.lines().enumerate() {
         let lineno = i + 1;
         if line.trim().is_empty() {

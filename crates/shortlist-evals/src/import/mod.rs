@@ -132,15 +132,28 @@ pub(crate) fn parse_json_line(file: &str, lineno: usize, line: &str) -> Result<V
         .map_err(|e| EvalError::invalid(file, lineno, "", format!("not valid JSON: {e}")))
 }
 
+/// The case ids an import has handed out, and for each id asked for, the suffix to try next, so
+/// that numbering many equal ids stays linear.
+#[derive(Debug, Default)]
+pub(crate) struct TakenIds {
+    taken: std::collections::BTreeSet<String>,
+    next: std::collections::HashMap<String, usize>,
+}
+
 /// Makes `id` unique among `taken` by appending `-2`, `-3`, ...
-pub(crate) fn unique_id(id: String, taken: &mut std::collections::BTreeSet<String>) -> String {
+pub(crate) fn unique_id(id: String, taken: &mut TakenIds) -> String {
     let mut candidate = id.clone();
-    let mut n = 2;
-    while taken.contains(&candidate) {
-        candidate = format!("{id}-{n}");
-        n += 1;
+    if taken.taken.contains(&candidate) {
+        let n = taken.next.entry(id.clone()).or_insert(2);
+        loop {
+            candidate = format!("{id}-{n}");
+            *n += 1;
+            if !taken.taken.contains(&candidate) {
+                break;
+            }
+        }
     }
-    taken.insert(candidate.clone());
+    taken.taken.insert(candidate.clone());
     candidate
 }
 
@@ -173,12 +186,26 @@ mod tests {
     }
 
     #[test]
+    fn twenty_thousand_equal_ids_are_numbered_in_linear_time() {
+        let line = r#"{"id": "same", "input": "hi", "target": "hello"}"#;
+        let text = format!("{line}\n").repeat(20_000);
+        let started = std::time::Instant::now();
+        let imported = inspect::import_jsonl("same.jsonl", &text, "x").unwrap();
+        let took = started.elapsed();
+        let ids: std::collections::BTreeSet<&str> =
+            imported.set.cases.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids.len(), 20_000);
+        assert!(ids.contains("same-20000"));
+        assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+    }
+
+    #[test]
     fn slugs_and_unique_ids() {
         assert_eq!(
             slug("Refund after 30 days (high value)"),
             "refund-after-30-days-high-value"
         );
-        let mut taken = std::collections::BTreeSet::new();
+        let mut taken = TakenIds::default();
         assert_eq!(unique_id("a".into(), &mut taken), "a");
         assert_eq!(unique_id("a".into(), &mut taken), "a-2");
         assert_eq!(category_from("high_value").as_deref(), Some("high-value"));

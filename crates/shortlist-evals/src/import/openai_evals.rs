@@ -4,8 +4,6 @@
 //! `Match` → the output starts with one of them (a regex anchored at the start). Other keys on a
 //! line are kept as tags only if they are strings; model-graded samples (no `ideal`) are unmapped.
 
-use std::collections::BTreeSet;
-
 use serde_json::Value;
 
 use super::Imported;
@@ -32,7 +30,7 @@ pub fn import(
         name,
         format!("Imported from OpenAI evals samples in {file}."),
     );
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;
         if line.trim().is_empty() {
