@@ -341,3 +341,23 @@ fn a_thousand_connections_that_never_send_their_body_get_408_and_others_are_serv
     }
     engine.still_serves();
 }
+
+#[test]
+fn a_text_file_over_256_mib_is_refused_unread_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Sparse: 300 MiB of nothing on disk.
+    let path = dir.path().join("huge.yaml");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(300 << 20))
+        .expect("a sparse file");
+    let started = Instant::now();
+    let out = shortlist()
+        .args(["eval", "show"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("larger than 256 MiB"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
