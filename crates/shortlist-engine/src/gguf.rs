@@ -54,6 +54,13 @@ pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result
                 info.shape.dims()
             )));
         };
+        // An empty tensor is never a weight, and candle builds its data from a dangling pointer.
+        if bytes == 0 {
+            return Err(gguf_err(format!(
+                "tensor `{name}` has no data (dimensions {:?})",
+                info.shape.dims()
+            )));
+        }
         let stop = content
             .tensor_data_offset
             .saturating_add(info.offset)
@@ -503,6 +510,21 @@ mod tests {
         rest.extend([0; 64]);
         let msg = refused(&header(1, 0, &rest));
         assert!(msg.contains("tensor `t` claims dimensions"), "{msg}");
+    }
+
+    #[test]
+    fn a_tensor_with_zero_elements_is_refused() {
+        // Found by fuzzing: candle built such a tensor's data from a dangling pointer.
+        let mut rest = 1u64.to_le_bytes().to_vec();
+        rest.push(b't');
+        rest.extend(2u32.to_le_bytes());
+        rest.extend(32u64.to_le_bytes());
+        rest.extend(0u64.to_le_bytes());
+        rest.extend(0u32.to_le_bytes());
+        rest.extend(0u64.to_le_bytes());
+        rest.extend([0; 64]);
+        let msg = refused(&header(1, 0, &rest));
+        assert!(msg.contains("tensor `t` has no data"), "{msg}");
     }
 
     #[test]
