@@ -5,6 +5,7 @@ mod architecture;
 mod browser;
 mod engine;
 mod eval;
+mod hostile;
 mod judge;
 mod loadgen;
 mod measure;

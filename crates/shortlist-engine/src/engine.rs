@@ -382,7 +382,9 @@ impl LoadedModel {
                 message: "the prompt has no tokens".into(),
             });
         }
-        if prompt_tokens + max_tokens > self.context {
+        // Saturating: `max_tokens` comes from the client (up to u64::MAX), and a sum that wrapped
+        // would let a huge request through.
+        if prompt_tokens.saturating_add(max_tokens) > self.context {
             return Err(EngineError::ContextLimit {
                 prompt_tokens,
                 max_tokens,

@@ -39,9 +39,28 @@ pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result
     // must still be refused here rather than half-way through loading weights.
     let end = reader.seek(std::io::SeekFrom::End(0)).map_err(io_err)?;
     for (name, info) in &content.tensor_infos {
-        let elems = info.shape.elem_count();
-        let block = info.ggml_dtype.block_size();
-        let bytes = (elems / block.max(1)) as u64 * info.ggml_dtype.type_size() as u64;
+        // Checked: the dimensions are the file's word, and a product that wrapped would pass
+        // the size check below with a tensor of a few bytes.
+        let block = info.ggml_dtype.block_size().max(1) as u64;
+        let bytes = info
+            .shape
+            .dims()
+            .iter()
+            .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+            .and_then(|elems| (elems / block).checked_mul(info.ggml_dtype.type_size() as u64));
+        let Some(bytes) = bytes else {
+            return Err(gguf_err(format!(
+                "tensor `{name}` claims dimensions {:?}, more bytes than any file holds",
+                info.shape.dims()
+            )));
+        };
+        // An empty tensor is never a weight, and candle builds its data from a dangling pointer.
+        if bytes == 0 {
+            return Err(gguf_err(format!(
+                "tensor `{name}` has no data (dimensions {:?})",
+                info.shape.dims()
+            )));
+        }
         let stop = content
             .tensor_data_offset
             .saturating_add(info.offset)
@@ -418,6 +437,94 @@ mod tests {
         );
         let err = read_content(&mut Cursor::new(&bytes[..20]), "short.gguf").unwrap_err();
         assert!(matches!(err, EngineError::Gguf { .. }), "{err}");
+    }
+
+    /// A GGUF v3 header: magic, version, tensor count, metadata count, then `rest`.
+    fn header(tensors: u64, kvs: u64, rest: &[u8]) -> Vec<u8> {
+        let mut b = b"GGUF".to_vec();
+        b.extend(3u32.to_le_bytes());
+        b.extend(tensors.to_le_bytes());
+        b.extend(kvs.to_le_bytes());
+        b.extend(rest);
+        b
+    }
+
+    fn refused(bytes: &[u8]) -> String {
+        let err = read_content(&mut Cursor::new(bytes), "hostile.gguf").unwrap_err();
+        assert!(matches!(err, EngineError::Gguf { .. }), "{err}");
+        let msg = err.to_string();
+        assert!(!msg.contains('\n'), "{msg}");
+        msg
+    }
+
+    #[test]
+    fn a_header_claiming_2_pow_60_tensors_is_refused_before_allocating() {
+        let msg = refused(&header(1 << 60, 0, &[]));
+        assert!(msg.contains("tensor_count 1152921504606846976"), "{msg}");
+        // Under the count cap, but more than the remaining bytes can describe.
+        let msg = refused(&header(1 << 29, 0, &[0; 64]));
+        assert!(msg.contains("only 64 remaining"), "{msg}");
+    }
+
+    #[test]
+    fn a_key_claiming_2_pow_62_bytes_is_refused_before_allocating() {
+        let mut rest = (1u64 << 62).to_le_bytes().to_vec();
+        rest.extend([b'k'; 32]);
+        let msg = refused(&header(0, 1, &rest));
+        assert!(msg.contains("string length 4611686018427387904"), "{msg}");
+    }
+
+    #[test]
+    fn an_array_claiming_2_pow_40_elements_is_refused_before_allocating() {
+        let mut rest = 1u64.to_le_bytes().to_vec();
+        rest.push(b'a');
+        rest.extend(9u32.to_le_bytes()); // an array
+        rest.extend(0u32.to_le_bytes()); // of u8
+        rest.extend((1u64 << 40).to_le_bytes());
+        rest.extend([0; 64]);
+        let msg = refused(&header(0, 1, &rest));
+        assert!(msg.contains("array length 1099511627776"), "{msg}");
+        // Nested arrays that claim more than the file holds, a level down.
+        let mut rest = 1u64.to_le_bytes().to_vec();
+        rest.push(b'a');
+        rest.extend(9u32.to_le_bytes());
+        rest.extend(9u32.to_le_bytes()); // an array of arrays
+        rest.extend(1u64.to_le_bytes());
+        rest.extend(0u32.to_le_bytes());
+        rest.extend((1u64 << 30).to_le_bytes());
+        let msg = refused(&header(0, 1, &rest));
+        assert!(msg.contains("remaining"), "{msg}");
+    }
+
+    #[test]
+    fn tensor_dimensions_whose_product_overflows_are_refused() {
+        // One tensor `t`: four dimensions of 2^20 (2^80 elements), F32, offset 0.
+        let mut rest = 1u64.to_le_bytes().to_vec();
+        rest.push(b't');
+        rest.extend(4u32.to_le_bytes());
+        for _ in 0..4 {
+            rest.extend((1u64 << 20).to_le_bytes());
+        }
+        rest.extend(0u32.to_le_bytes());
+        rest.extend(0u64.to_le_bytes());
+        rest.extend([0; 64]);
+        let msg = refused(&header(1, 0, &rest));
+        assert!(msg.contains("tensor `t` claims dimensions"), "{msg}");
+    }
+
+    #[test]
+    fn a_tensor_with_zero_elements_is_refused() {
+        // Found by fuzzing: candle built such a tensor's data from a dangling pointer.
+        let mut rest = 1u64.to_le_bytes().to_vec();
+        rest.push(b't');
+        rest.extend(2u32.to_le_bytes());
+        rest.extend(32u64.to_le_bytes());
+        rest.extend(0u64.to_le_bytes());
+        rest.extend(0u32.to_le_bytes());
+        rest.extend(0u64.to_le_bytes());
+        rest.extend([0; 64]);
+        let msg = refused(&header(1, 0, &rest));
+        assert!(msg.contains("tensor `t` has no data"), "{msg}");
     }
 
     #[test]

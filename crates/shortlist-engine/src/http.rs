@@ -13,12 +13,11 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Json, State};
+use axum::extract::{FromRequest, Json, Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -86,14 +85,54 @@ impl ApiError {
     }
 }
 
-impl From<BytesRejection> for ApiError {
-    fn from(e: BytesRejection) -> Self {
-        Self {
-            status: e.status(),
+/// The longest request body the server reads, in bytes: ten thousand chat messages, or a prompt
+/// of several hundred thousand tokens, fit; a longer body is answered 413 before it is read whole.
+pub const MAX_BODY_BYTES: usize = 2 << 20;
+
+/// The time a client has, once its headers are in, to send its whole body. A client that sends
+/// headers and then nothing is answered 408 and let go, instead of holding its connection and
+/// its task for ever.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A request body read within [`MAX_BODY_BYTES`] and [`BODY_TIMEOUT`].
+#[derive(Debug)]
+struct RequestBody(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for RequestBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
+        let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
+        let refusal = |status: StatusCode, message: String| ApiError {
+            status,
             kind: "invalid_request_error",
             code: None,
             param: None,
-            message: format!("request body could not be read: {}", e.body_text()),
+            message,
+        };
+        match tokio::time::timeout(BODY_TIMEOUT, read).await {
+            Ok(Ok(bytes)) => Ok(Self(bytes)),
+            Ok(Err(e)) => {
+                let e = e.into_inner();
+                if e.is::<http_body_util::LengthLimitError>() {
+                    Err(refusal(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        format!("request body: longer than {MAX_BODY_BYTES} bytes"),
+                    ))
+                } else {
+                    Err(refusal(
+                        StatusCode::BAD_REQUEST,
+                        format!("request body could not be read: {e}"),
+                    ))
+                }
+            }
+            Err(_) => Err(refusal(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "request body: not received within {} s of the headers",
+                    BODY_TIMEOUT.as_secs()
+                ),
+            )),
         }
     }
 }
@@ -244,11 +283,11 @@ impl Kind {
 async fn chat_completions(
     State(st): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
 ) -> Response {
     let log = RequestLog::new(&headers, Method::POST, Kind::Chat.route());
     let result = async {
-        let (messages, options) = ChatRequest::parse(&body?)?.into_parts();
+        let (messages, options) = ChatRequest::parse(&body?.0)?.into_parts();
         let model = st.engine.model().clone();
         let pre = tokio::task::spawn_blocking(move || {
             let t0 = Instant::now();
@@ -268,11 +307,11 @@ async fn chat_completions(
 async fn completions(
     State(st): State<AppState>,
     headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<RequestBody, ApiError>,
 ) -> Response {
     let log = RequestLog::new(&headers, Method::POST, Kind::Text.route());
     let result = async {
-        let (prompt, options) = CompletionRequest::parse(&body?)?.into_parts();
+        let (prompt, options) = CompletionRequest::parse(&body?.0)?.into_parts();
         let model = st.engine.model().clone();
         let pre = tokio::task::spawn_blocking(move || {
             let t0 = Instant::now();

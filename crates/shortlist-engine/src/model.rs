@@ -322,7 +322,9 @@ impl Model {
         };
         let output_norm = l.vector("output_norm.weight", e)?;
         let gemma = cfg.arch == Architecture::Gemma3;
-        let mut layers = Vec::with_capacity(cfg.n_layer);
+        // Not `with_capacity(n_layer)`: the count is the file's word (a fuzzed header asked for
+        // 1.4 TB here), while each layer pushed below has its tensors in the file.
+        let mut layers = Vec::new();
         for il in 0..cfg.n_layer {
             let p = format!("blk.{il}.");
             let n = |s: &str| format!("{p}{s}");

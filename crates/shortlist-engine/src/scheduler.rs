@@ -231,7 +231,9 @@ impl Scheduler {
     /// Queue a request (or refuse it at once with a `Failed` event).
     pub fn submit(&mut self, req: GenRequest) {
         let now = Instant::now();
-        let need = req.prompt.len() + req.params.max_tokens();
+        // Saturating: a client may ask for up to u64::MAX tokens, and a sum that wrapped would
+        // pass every limit below.
+        let need = req.prompt.len().saturating_add(req.params.max_tokens());
         let refuse = if let Err(e) = self
             .model
             .check_context(req.prompt.len(), req.params.max_tokens())

@@ -32,6 +32,45 @@ use crate::score::tool::{ExpectedCall, FunctionSpec, NoToolCallCheck, ToolCallCh
 use crate::score::{Scorer, Verdict};
 use crate::wire::{EVALSET_FORMAT, WireCase, WireCheck, WireInput, WireSet, WireTool, WireToolRef};
 
+/// The deepest bracket nesting (`[` and `{`, counted wherever they stand) a YAML input may reach.
+///
+/// The YAML parser's time grows with the square of the flow nesting depth (a million nested `[`
+/// would take hours), and the deserializer refuses anything past 128 levels anyway, so a deeper
+/// document can never load. Brackets inside quoted text count too: a real eval set stays far below
+/// this, and the scan that enforces it is linear and cannot be fooled by quotes.
+pub const MAX_YAML_NESTING: usize = 256;
+
+/// Parses YAML text into `T`, refusing first, in linear time, a nesting deeper than
+/// [`MAX_YAML_NESTING`].
+pub(crate) fn from_yaml_text<T: serde::de::DeserializeOwned>(
+    file: &str,
+    text: &str,
+) -> Result<T, EvalError> {
+    let (mut depth, mut line) = (0usize, 1usize);
+    for b in text.bytes() {
+        match b {
+            b'[' | b'{' => {
+                depth += 1;
+                if depth > MAX_YAML_NESTING {
+                    return Err(EvalError::invalid(
+                        file,
+                        line,
+                        "",
+                        format!(
+                            "brackets nest more than {MAX_YAML_NESTING} deep; refused before \
+                             parsing (a YAML document this deep cannot be loaded)"
+                        ),
+                    ));
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            b'\n' => line += 1,
+            _ => {}
+        }
+    }
+    serde_norway::from_str(text).map_err(|e| EvalError::from_yaml(file, &e))
+}
+
 /// A case's category: the chapter's kinds of product work, or a custom one.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Category {
@@ -310,8 +349,7 @@ pub struct EvalSet {
 impl EvalSet {
     /// Parses and checks a set from YAML text; `file` is used in error messages only.
     pub fn from_yaml(file: &str, text: &str) -> Result<Self, EvalError> {
-        let probe: serde_norway::Value =
-            serde_norway::from_str(text).map_err(|e| EvalError::from_yaml(file, &e))?;
+        let probe: serde_norway::Value = from_yaml_text(file, text)?;
         match probe.get("format").and_then(serde_norway::Value::as_str) {
             Some(EVALSET_FORMAT) => {}
             Some(other) => {
@@ -336,8 +374,7 @@ impl EvalSet {
                 ));
             }
         }
-        let wire: WireSet =
-            serde_norway::from_str(text).map_err(|e| EvalError::from_yaml(file, &e))?;
+        let wire: WireSet = from_yaml_text(file, text)?;
         Self::from_wire(file, &wire, Some(text))
     }
 
@@ -923,6 +960,34 @@ fn case_line(text: &str, id: &str, from: &mut usize) -> usize {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_million_nested_brackets_are_refused_at_once_not_after_hours() {
+        let n = 1_000_000;
+        for (open, close) in [("[", "]"), ("{a: ", "}")] {
+            let text = format!(
+                "format: shortlist.evalset.v1\nname: deep\ncases:\n  - {}{}\n",
+                open.repeat(n),
+                close.repeat(n)
+            );
+            let started = std::time::Instant::now();
+            let err = super::EvalSet::from_yaml("deep.yaml", &text).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("deep.yaml:4: brackets nest more than 256 deep"),
+                "{err}"
+            );
+            assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        }
+        // As deep as the deserializer allows is still an ordinary error, quickly.
+        let text = format!(
+            "format: shortlist.evalset.v1\nname: deep\ncases: {}{}\n",
+            "[".repeat(200),
+            "]".repeat(200)
+        );
+        let err = super::EvalSet::from_yaml("deep.yaml", &text).unwrap_err();
+        assert!(err.to_string().contains("recursion limit"), "{err}");
+    }
+
     use super::*;
 
     const SET: &str = r#"

@@ -12,6 +12,8 @@
 //!   throughput, goodput, attainment and the sanity checks.
 //! - [`hist::BucketHistogram`] (explicit buckets, ours or Prometheus) and [`hdr::LatencyHdr`]
 //!   merge exactly or refuse; their percentiles are bucket ranges ([`hist::QuantileRange`]).
+//! - [`lines::LineLimit`] bounds the lines every line-oriented reader takes in
+//!   ([`lines::MAX_LINE_BYTES`] unless told otherwise).
 //! - [`capacity`] finds the knee and the highest rate meeting an attainment target.
 //!
 //! ```
@@ -36,6 +38,7 @@ pub mod capacity;
 pub mod error;
 pub mod hdr;
 pub mod hist;
+pub mod lines;
 pub mod percentile;
 pub mod record;
 pub mod samples;

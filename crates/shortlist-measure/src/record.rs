@@ -10,6 +10,7 @@ use std::io::BufRead;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{MeasureError, check_format};
+use crate::lines::{LineLimit, MAX_LINE_BYTES};
 
 /// The format tag of request-records files.
 pub const RECORDS_FORMAT: &str = "shortlist.records.v1";
@@ -386,11 +387,13 @@ impl Attempt<'_> {
     }
 }
 
-/// Reads a records file line by line: first the header, then attempts.
+/// Reads a records file line by line: first the header, then attempts. A line longer than
+/// [`MAX_LINE_BYTES`] (or the limit given to [`RecordsReader::with_max_line_bytes`]) is refused
+/// with its line number before it is held in memory.
 #[derive(Debug)]
 pub struct RecordsReader<R> {
     source: String,
-    reader: R,
+    reader: LineLimit<R>,
     line: String,
     line_number: u64,
     header: RecordsHeader,
@@ -398,8 +401,18 @@ pub struct RecordsReader<R> {
 
 impl<R: BufRead> RecordsReader<R> {
     /// Read and check the header. `source` names the input in error messages (a file path).
-    pub fn new(source: impl Into<String>, mut reader: R) -> Result<Self, MeasureError> {
+    pub fn new(source: impl Into<String>, reader: R) -> Result<Self, MeasureError> {
+        Self::with_max_line_bytes(source, reader, MAX_LINE_BYTES)
+    }
+
+    /// [`RecordsReader::new`] with another limit on the length of a line, in bytes.
+    pub fn with_max_line_bytes(
+        source: impl Into<String>,
+        reader: R,
+        max_line_bytes: usize,
+    ) -> Result<Self, MeasureError> {
         let source = source.into();
+        let mut reader = LineLimit::new(reader, max_line_bytes);
         let mut line = String::new();
         let read = reader
             .read_line(&mut line)
@@ -493,4 +506,39 @@ pub(crate) fn parse_line<'a, T: Deserialize<'a>>(text: &'a str) -> Result<T, (St
             Ok(_) => ("record".to_owned(), err.to_string()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufReader, Read};
+
+    use super::*;
+
+    const HEADER: &str =
+        "{\"format\": \"shortlist.records.v1\", \"loop\": \"open\", \"window_s\": [0, 2]}\n";
+
+    #[test]
+    fn a_100_mb_line_is_refused_by_number_after_the_limit() {
+        // 100 MB of one JSON array with no newline, streamed: never built in the test either.
+        let line = std::io::repeat(b'[').take(100_000_000);
+        let input = BufReader::new(HEADER.as_bytes().chain(line));
+        let reader = RecordsReader::new("big.records.jsonl", input).expect("the header is fine");
+        let err = reader.for_each(|_| {}).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("big.records.jsonl: line 2 is longer than 33554432 bytes"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_header_without_a_newline_is_refused_at_the_given_limit() {
+        let input = BufReader::new(std::io::repeat(b' ').take(10_000));
+        let err = RecordsReader::with_max_line_bytes("x.jsonl", input, 100).unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("x.jsonl: line 1 is longer than 100 bytes"),
+            "{err}"
+        );
+    }
 }

@@ -7,6 +7,7 @@ use std::io::BufRead;
 use std::str::FromStr;
 
 use serde::Deserialize;
+use shortlist_measure::lines::{LineLimit, MAX_LINE_BYTES};
 
 use crate::error::WorkloadError;
 use crate::trace::{FieldError, Mode, Request, RequestFields, TraceHeader};
@@ -81,12 +82,12 @@ struct Columns {
 enum Reader<R> {
     // Boxed: the CSV reader carries its own buffers and is far larger than the JSONL state.
     Csv {
-        reader: Box<csv::Reader<R>>,
+        reader: Box<csv::Reader<LineLimit<R>>>,
         cols: Columns,
         record: csv::StringRecord,
     },
     Jsonl {
-        input: R,
+        input: LineLimit<R>,
         buf: String,
         line: u64,
     },
@@ -117,13 +118,25 @@ pub struct Importer<R> {
 }
 
 impl<R: BufRead> Importer<R> {
-    /// Start reading; for CSV formats this reads and checks the header row.
+    /// Start reading; for CSV formats this reads and checks the header row. A line longer than
+    /// [`MAX_LINE_BYTES`] is refused with its number before it is held in memory.
     pub fn new(
         from: Source,
         input: R,
         source_name: impl Into<String>,
     ) -> Result<Self, WorkloadError> {
+        Self::with_max_line_bytes(from, input, source_name, MAX_LINE_BYTES)
+    }
+
+    /// [`Importer::new`] with another limit on the length of a line, in bytes.
+    pub fn with_max_line_bytes(
+        from: Source,
+        input: R,
+        source_name: impl Into<String>,
+        max_line_bytes: usize,
+    ) -> Result<Self, WorkloadError> {
         let source_name = source_name.into();
+        let input = LineLimit::new(input, max_line_bytes);
         let reader = match from {
             Source::Mooncake => Reader::Jsonl {
                 input,
@@ -481,6 +494,34 @@ mod tests {
 
     fn import(from: Source, text: &str) -> Result<Vec<Request>, WorkloadError> {
         Importer::new(from, text.as_bytes(), "in")?.collect()
+    }
+
+    #[test]
+    fn a_line_over_the_limit_is_refused_in_every_format() {
+        let long = "9".repeat(200);
+        // Mooncake has no header row: its first line is a request.
+        for (from, text, line) in [
+            (Source::Mooncake, format!("{{\"timestamp\": {long}}}\n"), 1),
+            (
+                Source::Azure,
+                format!("TIMESTAMP,ContextTokens,GeneratedTokens\n{long},1,1\n"),
+                2,
+            ),
+            (
+                Source::BurstGpt,
+                format!("Timestamp,Request tokens,Response tokens\n{long},1,1\n"),
+                2,
+            ),
+        ] {
+            let err = Importer::with_max_line_bytes(from, text.as_bytes(), "in", 100)
+                .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+                .unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("in: line {line} is longer than 100 bytes")),
+                "{from:?}: {err}"
+            );
+        }
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 
 use serde::{Deserialize, Deserializer, Serialize};
+use shortlist_measure::lines::{LineLimit, MAX_LINE_BYTES};
 
 use crate::error::{WorkloadError, check_format};
 
@@ -336,10 +337,13 @@ impl OrderCheck {
     }
 }
 
-/// Reads a trace one request at a time; memory does not grow with the trace.
+/// Reads a trace one request at a time; memory does not grow with the trace. A line longer than
+/// [`MAX_LINE_BYTES`] (or the limit given to [`TraceReader::with_max_line_bytes`]) is refused
+/// with its number before it is held in memory: a trace of a billion requests on one line costs
+/// the limit, not the line.
 #[derive(Debug)]
 pub struct TraceReader<R> {
-    input: R,
+    input: LineLimit<R>,
     source_name: String,
     header: TraceHeader,
     line: u64,
@@ -350,8 +354,18 @@ pub struct TraceReader<R> {
 
 impl<R: BufRead> TraceReader<R> {
     /// Read and check the header. `source_name` names the input in every error.
-    pub fn new(mut input: R, source_name: impl Into<String>) -> Result<Self, WorkloadError> {
+    pub fn new(input: R, source_name: impl Into<String>) -> Result<Self, WorkloadError> {
+        Self::with_max_line_bytes(input, source_name, MAX_LINE_BYTES)
+    }
+
+    /// [`TraceReader::new`] with another limit on the length of a line, in bytes.
+    pub fn with_max_line_bytes(
+        input: R,
+        source_name: impl Into<String>,
+        max_line_bytes: usize,
+    ) -> Result<Self, WorkloadError> {
         let source_name = source_name.into();
+        let mut input = LineLimit::new(input, max_line_bytes);
         let mut buf = String::new();
         let mut line = 0;
         loop {
@@ -575,6 +589,50 @@ mod tests {
         let (h2, reqs2) = read(std::str::from_utf8(&out).unwrap()).unwrap();
         assert_eq!(h, h2);
         assert_eq!(reqs, reqs2);
+    }
+
+    /// `count` copies of `item` with no newline between them, made as they are read.
+    struct Repeated {
+        item: &'static [u8],
+        left: u64,
+        at: usize,
+    }
+
+    impl std::io::Read for Repeated {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.left == 0 {
+                return Ok(0);
+            }
+            let n = (self.item.len() - self.at).min(out.len());
+            out[..n].copy_from_slice(&self.item[self.at..self.at + n]);
+            self.at += n;
+            if self.at == self.item.len() {
+                self.at = 0;
+                self.left -= 1;
+            }
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn a_billion_requests_on_one_line_are_refused_after_the_line_limit() {
+        use std::io::Read as _;
+        // About 50 GB if it were read whole: the reader must stop at its line limit.
+        let line = Repeated {
+            item: br#"{"id":"r","t":0,"input_tokens":1,"output_tokens":1}"#,
+            left: 1_000_000_000,
+            at: 0,
+        };
+        let head = format!("{HEAD}\n");
+        let input = std::io::BufReader::new(head.as_bytes().chain(line));
+        let mut reader = TraceReader::new(input, "one-line.jsonl").expect("the header is fine");
+        let err = reader.next().expect("an item").unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("one-line.jsonl: line 2 is longer than 33554432 bytes"),
+            "{err}"
+        );
+        assert!(reader.next().is_none(), "nothing after the error");
     }
 
     #[test]

@@ -12,9 +12,35 @@ pub(crate) fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
     Ok(BufReader::with_capacity(1 << 20, file))
 }
 
-/// Read a whole text file, with its path in the error.
+/// The largest file a command reads whole (eval sets and their imports, SLO and study files,
+/// histograms, outputs, labels), in bytes: a hundred times the largest real one, and refused
+/// before it is read rather than parsed into many times its size.
+pub(crate) const MAX_TEXT_FILE_BYTES: u64 = 256 << 20;
+
+/// Read a whole text file, with its path in the error; one over [`MAX_TEXT_FILE_BYTES`] is
+/// refused unread.
 pub(crate) fn read_text(path: &Path) -> anyhow::Result<String> {
-    std::fs::read_to_string(path).with_context(|| format!("{}: cannot read", path.display()))
+    use std::io::Read as _;
+    let too_large = || {
+        anyhow::anyhow!(
+            "{}: larger than {} MiB, the largest file read whole; is it the file you meant?",
+            path.display(),
+            MAX_TEXT_FILE_BYTES >> 20
+        )
+    };
+    let file = File::open(path).with_context(|| format!("{}: cannot read", path.display()))?;
+    if file.metadata().is_ok_and(|m| m.len() > MAX_TEXT_FILE_BYTES) {
+        return Err(too_large());
+    }
+    let mut text = String::new();
+    // `take`: a file that grows while it is read (or a pipe) is held to the limit too.
+    file.take(MAX_TEXT_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .with_context(|| format!("{}: cannot read", path.display()))?;
+    if text.len() as u64 > MAX_TEXT_FILE_BYTES {
+        return Err(too_large());
+    }
+    Ok(text)
 }
 
 /// Print exactly one JSON document on stdout.

@@ -11,7 +11,7 @@
 //! answer is reported as unmapped. Multi-turn questions need BFCL's
 //! stateful executors and are reported as unmapped.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
 
@@ -40,9 +40,7 @@ pub fn import(
             if line.trim().is_empty() {
                 continue;
             }
-            let v: Value = serde_json::from_str(line).map_err(|e| {
-                EvalError::invalid(answer_file, i + 1, "", format!("not valid JSON: {e}"))
-            })?;
+            let v = super::parse_json_line(answer_file, i + 1, line)?;
             let id = v
                 .get("id")
                 .and_then(Value::as_str)
@@ -56,15 +54,14 @@ pub fn import(
             key.insert(id.to_owned(), gt.clone());
         }
     }
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     for (i, line) in questions.lines().enumerate() {
         let lineno = i + 1;
         if line.trim().is_empty() {
             continue;
         }
         let at = |field: &str, m: String| EvalError::invalid(question_file, lineno, field, m);
-        let v: Value =
-            serde_json::from_str(line).map_err(|e| at("", format!("not valid JSON: {e}")))?;
+        let v = super::parse_json_line(question_file, lineno, line)?;
         let src_id = v
             .get("id")
             .and_then(Value::as_str)

@@ -8,8 +8,6 @@
 //! category; other metadata become tags. In CSV, `choices` is a JSON list or `|`-separated text,
 //! `metadata` a JSON object, and any other column is metadata.
 
-use std::collections::BTreeSet;
-
 use serde_json::{Map, Value};
 
 use super::{Imported, category_from};
@@ -19,13 +17,12 @@ use crate::wire::{OneOrMany, WireCase, WireCheck, WireInput};
 /// Imports JSON Lines samples.
 pub fn import_jsonl(file: &str, text: &str, name: &str) -> Result<Imported, EvalError> {
     let mut imp = Imported::new(name, format!("Imported from inspect samples in {file}."));
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line)
-            .map_err(|e| EvalError::invalid(file, i + 1, "", format!("not valid JSON: {e}")))?;
+        let v = super::parse_json_line(file, i + 1, line)?;
         let obj = v
             .as_object()
             .ok_or_else(|| EvalError::invalid(file, i + 1, "", "a sample must be an object"))?;
@@ -37,7 +34,7 @@ pub fn import_jsonl(file: &str, text: &str, name: &str) -> Result<Imported, Eval
 /// Imports CSV samples (header row required).
 pub fn import_csv(file: &str, text: &str, name: &str) -> Result<Imported, EvalError> {
     let mut imp = Imported::new(name, format!("Imported from inspect samples in {file}."));
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     let mut rdr = csv::Reader::from_reader(text.as_bytes());
     let headers = rdr
         .headers()
@@ -102,7 +99,7 @@ pub fn import_csv(file: &str, text: &str, name: &str) -> Result<Imported, EvalEr
 
 fn sample(
     imp: &mut Imported,
-    taken: &mut BTreeSet<String>,
+    taken: &mut super::TakenIds,
     file: &str,
     line: usize,
     obj: &Map<String, Value>,

@@ -12,6 +12,7 @@ pub mod openai_evals;
 pub mod promptfoo;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::error::EvalError;
 use crate::set::EvalSet;
@@ -108,15 +109,51 @@ pub(crate) fn slug(s: &str) -> String {
     out.trim_end_matches('-').to_owned()
 }
 
-/// Makes `id` unique among `taken` by appending `-2`, `-3`, ...
-pub(crate) fn unique_id(id: String, taken: &mut std::collections::BTreeSet<String>) -> String {
-    let mut candidate = id.clone();
-    let mut n = 2;
-    while taken.contains(&candidate) {
-        candidate = format!("{id}-{n}");
-        n += 1;
+/// The longest line a JSON-lines importer parses, in bytes: the limit of Shortlist's other
+/// line-oriented readers (`shortlist_measure::lines::MAX_LINE_BYTES`). The text is in memory
+/// already, but its parse is not: a 100 MB line of small numbers would become gigabytes of JSON
+/// values.
+pub const MAX_LINE_BYTES: usize = 32 << 20;
+
+/// One line of a JSON-lines source, refused past [`MAX_LINE_BYTES`] before it is parsed.
+pub(crate) fn parse_json_line(file: &str, lineno: usize, line: &str) -> Result<Value, EvalError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(EvalError::invalid(
+            file,
+            lineno,
+            "",
+            format!(
+                "the line is {} bytes long, over the {MAX_LINE_BYTES} a JSON-lines importer reads",
+                line.len()
+            ),
+        ));
     }
-    taken.insert(candidate.clone());
+    serde_json::from_str(line)
+        .map_err(|e| EvalError::invalid(file, lineno, "", format!("not valid JSON: {e}")))
+}
+
+/// The case ids an import has handed out, and for each id asked for, the suffix to try next, so
+/// that numbering many equal ids stays linear.
+#[derive(Debug, Default)]
+pub(crate) struct TakenIds {
+    taken: std::collections::BTreeSet<String>,
+    next: std::collections::HashMap<String, usize>,
+}
+
+/// Makes `id` unique among `taken` by appending `-2`, `-3`, ...
+pub(crate) fn unique_id(id: String, taken: &mut TakenIds) -> String {
+    let mut candidate = id.clone();
+    if taken.taken.contains(&candidate) {
+        let n = taken.next.entry(id.clone()).or_insert(2);
+        loop {
+            candidate = format!("{id}-{n}");
+            *n += 1;
+            if !taken.taken.contains(&candidate) {
+                break;
+            }
+        }
+    }
+    taken.taken.insert(candidate.clone());
     candidate
 }
 
@@ -132,12 +169,43 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_json_line_over_the_limit_is_refused_before_parsing() {
+        let line = format!("[{}1]", "1,".repeat(MAX_LINE_BYTES / 2));
+        for import in [
+            |t: &str| openai_evals::import("big.jsonl", t, "x", openai_evals::Template::Match),
+            |t: &str| inspect::import_jsonl("big.jsonl", t, "x"),
+            |t: &str| bfcl::import("big.jsonl", t, "a.jsonl", None, "x"),
+        ] {
+            let err = import(&format!("\n{line}\n")).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with("big.jsonl:2: the line is 33554435 bytes long"),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn twenty_thousand_equal_ids_are_numbered_in_linear_time() {
+        let line = r#"{"id": "same", "input": "hi", "target": "hello"}"#;
+        let text = format!("{line}\n").repeat(20_000);
+        let started = std::time::Instant::now();
+        let imported = inspect::import_jsonl("same.jsonl", &text, "x").unwrap();
+        let took = started.elapsed();
+        let ids: std::collections::BTreeSet<&str> =
+            imported.set.cases.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids.len(), 20_000);
+        assert!(ids.contains("same-20000"));
+        assert!(took < std::time::Duration::from_secs(5), "took {took:?}");
+    }
+
+    #[test]
     fn slugs_and_unique_ids() {
         assert_eq!(
             slug("Refund after 30 days (high value)"),
             "refund-after-30-days-high-value"
         );
-        let mut taken = std::collections::BTreeSet::new();
+        let mut taken = TakenIds::default();
         assert_eq!(unique_id("a".into(), &mut taken), "a");
         assert_eq!(unique_id("a".into(), &mut taken), "a-2");
         assert_eq!(category_from("high_value").as_deref(), Some("high-value"));

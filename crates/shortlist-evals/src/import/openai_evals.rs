@@ -4,8 +4,6 @@
 //! `Match` → the output starts with one of them (a regex anchored at the start). Other keys on a
 //! line are kept as tags only if they are strings; model-graded samples (no `ideal`) are unmapped.
 
-use std::collections::BTreeSet;
-
 use serde_json::Value;
 
 use super::Imported;
@@ -32,14 +30,13 @@ pub fn import(
         name,
         format!("Imported from OpenAI evals samples in {file}."),
     );
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     for (i, line) in text.lines().enumerate() {
         let lineno = i + 1;
         if line.trim().is_empty() {
             continue;
         }
-        let v: Value = serde_json::from_str(line)
-            .map_err(|e| EvalError::invalid(file, lineno, "", format!("not valid JSON: {e}")))?;
+        let v = super::parse_json_line(file, lineno, line)?;
         let id = super::unique_id(format!("{name}-{lineno}"), &mut taken);
         let input = parse_input(v.get("input"))
             .map_err(|m| EvalError::invalid(file, lineno, "input", m))?;

@@ -15,8 +15,6 @@
 //! `javascript`, `python`, `similar`, `latency`, `cost`, `levenshtein`, ...) is reported as
 //! unmapped with the reason.
 
-use std::collections::BTreeSet;
-
 use serde_json::Value;
 
 use super::{Imported, category_from, slug, unique_id};
@@ -25,7 +23,7 @@ use crate::wire::{OneOrMany, WireCase, WireCheck, WireInput};
 
 /// Imports promptfoo tests from YAML text.
 pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError> {
-    let doc: Value = serde_norway::from_str(text).map_err(|e| EvalError::from_yaml(file, &e))?;
+    let doc: Value = crate::set::from_yaml_text(file, text)?;
     let (tests, template, default_asserts) = match &doc {
         Value::Array(tests) => (tests.clone(), None, Vec::new()),
         Value::Object(cfg) => {
@@ -78,7 +76,7 @@ pub fn import(file: &str, text: &str, name: &str) -> Result<Imported, EvalError>
         imp.add_note("prompt templates given as file:// references are not read; the vars are used as the prompt");
     }
     let template = template.filter(|t| !t.starts_with("file://"));
-    let mut taken = BTreeSet::new();
+    let mut taken = super::TakenIds::default();
     for (i, t) in tests.iter().enumerate() {
         let field = format!("tests[{i}]");
         let obj = t

@@ -1,0 +1,363 @@
+//! Hostile input through the real binary: `shortlist engine serve` under abuse (absurd
+//! `max_tokens`, invalid UTF-8, ten thousand messages, prompts past the context, clients that
+//! vanish mid-stream or never send their body) answers 4xx, keeps its memory bounded (asserted on
+//! the server's VmRSS) and goes on serving others. Tests that need the real model print why they
+//! skip when it is absent.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::support::{shortlist, smollm2};
+
+/// `shortlist engine serve` on a free port with a 1024-token context; killed when dropped.
+struct Engine {
+    child: Child,
+    addr: String,
+    /// The server's stderr lines after its address line (the request log).
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Engine {
+    /// The server over the real SmolLM2, or `None` (reason printed) when it is absent.
+    fn start(extra: &[&str]) -> Option<Engine> {
+        let model = smollm2()?;
+        let mut child = shortlist()
+            .args(["engine", "serve", "--model"])
+            .arg(&model)
+            .args([
+                "--addr",
+                "127.0.0.1:0",
+                "--context",
+                "1024",
+                "--threads",
+                "1",
+            ])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("listening on http://").map(str::to_owned))
+            .expect("the server prints its address");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().expect("log").push(line);
+            }
+        });
+        Some(Engine { child, addr, log })
+    }
+
+    /// The server's resident memory now, in MiB, from `/proc/<pid>/status`.
+    fn rss_mib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("the server is running");
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/<pid>/status");
+        kib / 1024
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(&self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(120)))
+            .expect("timeout");
+        s
+    }
+
+    /// POST `body` (any bytes) to `path`; the status and the body of the answer.
+    fn post(&self, path: &str, body: &[u8]) -> (u16, String) {
+        let mut s = self.connect();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        // A server that answers before reading a long body may close while it is still sent.
+        let _ = s
+            .write_all(head.as_bytes())
+            .and_then(|()| s.write_all(body));
+        read_answer(&mut s)
+    }
+
+    /// A short chat request that must succeed: the server still serves.
+    fn still_serves(&self) {
+        let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                          "max_tokens": 2, "temperature": 0});
+        let (status, reply) = self.post("/v1/chat/completions", body.to_string().as_bytes());
+        assert_eq!(status, 200, "{reply}");
+    }
+}
+
+/// Status and body of an HTTP/1.1 answer read to the end of the connection.
+fn read_answer(s: &mut TcpStream) -> (u16, String) {
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let raw = String::from_utf8_lossy(&raw).into_owned();
+    let (head, body) = raw.split_once("\r\n\r\n").unwrap_or((&raw, ""));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    (status, body.to_owned())
+}
+
+/// The error document of a 4xx answer, checked for OpenAI's shape.
+fn openai_error(status: u16, reply: &str, expect: u16, what: &str) -> Value {
+    assert_eq!(status, expect, "{what}: {reply}");
+    let doc: Value = serde_json::from_str(reply).unwrap_or_else(|e| panic!("{what}: {e}: {reply}"));
+    let message = doc["error"]["message"].as_str().unwrap_or_default();
+    assert!(!message.is_empty(), "{what}: a message in {reply}");
+    doc
+}
+
+#[test]
+fn max_tokens_of_u64_max_is_a_400_not_a_wrapped_sum_and_a_500() {
+    let Some(engine) = Engine::start(&[]) else {
+        return;
+    };
+    // Before the fix, 35 prompt tokens + (2^64 - 1) wrapped to 34: the request passed the
+    // context check and failed in the KV cache with a 500.
+    for max_tokens in [json!(u64::MAX), json!(u64::MAX - 30), json!(1u64 << 40)] {
+        let body = json!({"messages": [{"role": "user", "content": "Count to a thousand."}],
+                          "max_tokens": max_tokens});
+        let (status, reply) = engine.post("/v1/chat/completions", body.to_string().as_bytes());
+        let doc = openai_error(status, &reply, 400, &body.to_string());
+        assert_eq!(doc["error"]["code"], "context_length_exceeded", "{reply}");
+    }
+    for max_tokens in [json!(-1), json!(1e300), json!(0), json!("9")] {
+        let body =
+            json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": max_tokens});
+        let (status, reply) = engine.post("/v1/chat/completions", body.to_string().as_bytes());
+        let doc = openai_error(status, &reply, 400, &body.to_string());
+        assert_eq!(doc["error"]["param"], "max_tokens", "{reply}");
+    }
+    engine.still_serves();
+}
+
+#[test]
+fn abusive_bodies_are_4xx_with_memory_bounded_and_others_served() {
+    let Some(engine) = Engine::start(&[]) else {
+        return;
+    };
+    engine.still_serves();
+    let baseline = engine.rss_mib();
+
+    let ten_thousand: Vec<Value> = (0..10_000)
+        .map(|i| json!({"role": if i % 2 == 0 { "user" } else { "assistant" }, "content": "hello there"}))
+        .collect();
+    let long_prompt = "word ".repeat(5_000);
+    let nested = format!("{}{}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+    let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
+        (
+            "invalid UTF-8 in a string",
+            "/v1/chat/completions",
+            b"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\xfd\"}]}".to_vec(),
+            400,
+        ),
+        (
+            "invalid UTF-8 alone",
+            "/v1/completions",
+            b"\xc3\x28\xa0\xa1".to_vec(),
+            400,
+        ),
+        (
+            "10,000 messages",
+            "/v1/chat/completions",
+            json!({"messages": ten_thousand, "max_tokens": 4})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "a prompt longer than the context",
+            "/v1/completions",
+            json!({"prompt": long_prompt, "max_tokens": 4})
+                .to_string()
+                .into_bytes(),
+            400,
+        ),
+        (
+            "a million nested arrays",
+            "/v1/chat/completions",
+            nested.into_bytes(),
+            400,
+        ),
+        (
+            "a body of 3 MB",
+            "/v1/completions",
+            json!({"prompt": "x".repeat(3 << 20)})
+                .to_string()
+                .into_bytes(),
+            413,
+        ),
+    ];
+    for (what, path, body, expect) in &cases {
+        let started = Instant::now();
+        let (status, reply) = engine.post(path, body);
+        openai_error(status, &reply, *expect, what);
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what}: took {:?}",
+            started.elapsed()
+        );
+    }
+    // The same abuse again: memory must not grow with the number of bad requests.
+    for (what, path, body, expect) in &cases {
+        let (status, reply) = engine.post(path, body);
+        openai_error(status, &reply, *expect, what);
+    }
+    let after = engine.rss_mib();
+    eprintln!(
+        "engine serve RSS: {baseline} MiB after one good request, {after} MiB after the abuse"
+    );
+    assert!(
+        after < baseline + 128,
+        "RSS grew from {baseline} MiB to {after} MiB"
+    );
+    engine.still_serves();
+}
+
+#[test]
+fn a_client_that_disconnects_mid_stream_is_cancelled_and_frees_its_slot() {
+    // One running sequence at a time: the next request can only run once the first is gone.
+    let Some(engine) = Engine::start(&["--max-running", "1"]) else {
+        return;
+    };
+    let body = json!({"messages": [{"role": "user", "content": "Count from one to a thousand."}],
+                      "max_tokens": 900, "temperature": 0, "stream": true});
+    let body = body.to_string();
+    let mut s = engine.connect();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .expect("send");
+    // Read until the first token's chunk, then go away.
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !String::from_utf8_lossy(&seen).contains("\"content\"") {
+        let n = s.read(&mut buf).expect("the stream starts");
+        assert!(
+            n > 0,
+            "the stream ended early: {}",
+            String::from_utf8_lossy(&seen)
+        );
+        seen.extend_from_slice(&buf[..n]);
+    }
+    drop(s);
+    let started = Instant::now();
+    engine.still_serves();
+    eprintln!(
+        "the next request was served {:?} after the disconnect",
+        started.elapsed()
+    );
+    // The request log names the abandoned request as disconnected, cut short of its 900 tokens.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let line = loop {
+        let found = engine
+            .log
+            .lock()
+            .expect("log")
+            .iter()
+            .find(|l| l.contains("finish=disconnected"))
+            .cloned();
+        if let Some(line) = found {
+            break line;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no disconnected request in the log"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let tokens: usize = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("completion_tokens="))
+        .and_then(|n| n.parse().ok())
+        .expect("completion_tokens in the log line");
+    assert!(tokens < 900, "{line}");
+}
+
+#[test]
+fn a_thousand_connections_that_never_send_their_body_get_408_and_others_are_served() {
+    let Some(engine) = Engine::start(&[]) else {
+        return;
+    };
+    engine.still_serves();
+    let baseline = engine.rss_mib();
+    let idle: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = engine.connect();
+            s.write_all(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+            )
+            .expect("send headers");
+            s
+        })
+        .collect();
+    // While they hold their connections, others are answered.
+    let started = Instant::now();
+    engine.still_serves();
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "took {:?}",
+        started.elapsed()
+    );
+    let held = engine.rss_mib();
+    eprintln!("engine serve RSS: {baseline} MiB, {held} MiB with 1000 idle connections");
+    assert!(
+        held < baseline + 64,
+        "RSS grew from {baseline} MiB to {held} MiB"
+    );
+    // Each is let go with a 408 once the body timeout has passed.
+    for (i, mut s) in idle.into_iter().enumerate() {
+        let (status, reply) = read_answer(&mut s);
+        openai_error(status, &reply, 408, &format!("idle connection {i}"));
+    }
+    engine.still_serves();
+}
+
+#[test]
+fn a_text_file_over_256_mib_is_refused_unread_with_exit_2() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Sparse: 300 MiB of nothing on disk.
+    let path = dir.path().join("huge.yaml");
+    std::fs::File::create(&path)
+        .and_then(|f| f.set_len(300 << 20))
+        .expect("a sparse file");
+    let started = Instant::now();
+    let out = shortlist()
+        .args(["eval", "show"])
+        .arg(&path)
+        .output()
+        .expect("runs");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("larger than 256 MiB"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
