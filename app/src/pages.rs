@@ -146,32 +146,30 @@ pub fn home_page(data: HomeData) -> String {
                 </div>
                 <p><a class="button" href="/studies/new">"New study"</a></p>
             </section>
-            <div class="columns">
-                <section class="card">
-                    <h2>"Eval sets"</h2>
-                    {if no_sets {
-                        view! { <p class="muted">"None stored yet."</p> }.into_any()
-                    } else {
-                        view! { <ul class="plain">{evalset_items}</ul> }.into_any()
-                    }}
-                    <p class="small"><a href="/evalsets/import">"Import an eval set"</a></p>
-                </section>
-                <section class="card">
-                    <h2>"Recent runs"</h2>
-                    {if no_runs {
-                        view! { <p class="muted">"No run yet."</p> }.into_any()
-                    } else {
-                        view! {
-                            <div class="scroll">
-                                <table>
-                                    <thead><tr><th>"Study"</th><th>"Candidate"</th><th>"Run"</th><th>"State"</th><th>"Finished"</th></tr></thead>
-                                    <tbody>{recent_rows}</tbody>
-                                </table>
-                            </div>
-                        }.into_any()
-                    }}
-                </section>
-            </div>
+            <section class="card">
+                <h2>"Eval sets"</h2>
+                {if no_sets {
+                    view! { <p class="muted">"None stored yet."</p> }.into_any()
+                } else {
+                    view! { <ul class="plain">{evalset_items}</ul> }.into_any()
+                }}
+                <p class="small"><a href="/evalsets/import">"Import an eval set"</a></p>
+            </section>
+            <section class="card">
+                <h2>"Recent runs"</h2>
+                {if no_runs {
+                    view! { <p class="muted">"No run yet."</p> }.into_any()
+                } else {
+                    view! {
+                        <div class="scroll">
+                            <table class="runs">
+                                <thead><tr><th>"Study"</th><th>"Candidate"</th><th>"Run"</th><th>"State"</th><th>"Finished"</th></tr></thead>
+                                <tbody>{recent_rows}</tbody>
+                            </table>
+                        </div>
+                    }.into_any()
+                }}
+            </section>
         }
     })
 }

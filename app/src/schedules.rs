@@ -3,7 +3,7 @@
 //! failed with the reason), and pause / resume.
 
 use leptos::prelude::*;
-use shortlist_report::overlay::history_svg;
+use shortlist_report::overlay::{HistorySeries, history_svg};
 use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
 
 use crate::encode;
@@ -73,7 +73,7 @@ fn history_chart(timeline: &[HistoryPoint]) -> Result<String, String> {
             names.push(p.candidate.clone());
         }
     }
-    let columns: Vec<(&str, Vec<(usize, f64, f64, f64)>)> = names
+    let columns: Vec<HistorySeries<'_>> = names
         .iter()
         .map(|n| {
             let pts = timeline

@@ -156,7 +156,8 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "\n[[candidate]]\nname = \"other\"\nsource = \"{}#mock\"\nprice_per_device_hour = 0.05\n",
         other.url
     );
-    let server = Server::start(d, &["--workers", "1"], &[]);
+    // The test ticks the schedule at past instants itself: no scheduler racing it in real time.
+    let server = Server::start(d, &["--workers", "1", "--schedule-every", "0"], &[]);
     let base = format!("http://{}", server.addr);
     let profile = tempfile::tempdir().unwrap();
     let c = browser(&driver, profile.path()).await;

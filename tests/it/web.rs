@@ -572,7 +572,7 @@ fn multipart(fields: &[(&str, &str)]) -> (String, Vec<u8>) {
 fn eval_sets_and_candidates_are_kept_and_shown() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let server = Server::start(d, &["--workers", "0"], &[]);
+    let server = Server::start(d, &["--workers", "0", "--schedule-every", "0"], &[]);
     let a = server.addr.as_str();
     let promptfoo = std::fs::read_to_string(data("eval/promptfoo.yaml")).unwrap();
 

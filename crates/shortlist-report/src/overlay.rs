@@ -675,13 +675,13 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
     })
 }
 
+/// One candidate's points of the history chart: `(run index, rate, lo, hi)`.
+pub type HistorySeries<'a> = (&'a str, Vec<(usize, f64, f64, f64)>);
+
 /// A schedule's history: per candidate, the pass rate of each run with its 95 % Wilson
 /// interval, run after run (`runs` are the x labels, oldest first; a point is `(run index,
 /// rate, lo, hi)`).
-pub fn history_svg(
-    runs: &[String],
-    columns: &[(&str, Vec<(usize, f64, f64, f64)>)],
-) -> Result<String, ReportError> {
+pub fn history_svg(runs: &[String], columns: &[HistorySeries<'_>]) -> Result<String, ReportError> {
     const CHART: &str = "history";
     if runs.is_empty() || columns.iter().all(|(_, p)| p.is_empty()) {
         return placeholder(

@@ -12,7 +12,7 @@ use shortlist_evals::EvalSet;
 use shortlist_loadgen::mock::{Answers, MockConfig, spawn_at};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::config::Config;
-use shortlist_runner::service::{RunParams, StudyService};
+use shortlist_runner::service::{Pick, RunParams, StudyService};
 use shortlist_runner::worker::{Outcome, Worker};
 use shortlist_study::record::Verdict;
 
@@ -178,7 +178,7 @@ async fn a_study_runs_end_to_end_against_the_mock_in_two_generations() {
     );
     // Side by side: the comparison of one generation.
     let cmp = service
-        .compare("mini", None, &["smol".to_owned()], None)
+        .compare("mini", None, &[Pick::of("smol")], None)
         .await
         .unwrap();
     assert_eq!(cmp.generation, 2);

@@ -45,6 +45,10 @@ pub(crate) struct ServeArgs {
     /// the API need it (`Authorization: Bearer TOKEN`, or the login form's cookie).
     #[arg(long)]
     token_file: Option<PathBuf>,
+    /// Seconds between ticks of the in-process scheduler (0: none here — ticks come from
+    /// `shortlist scheduler` or `schedule tick`, e.g. a team's own cron).
+    #[arg(long, default_value_t = 30)]
+    schedule_every: u64,
     /// Largest request body accepted, bytes (larger: 413).
     #[arg(long, default_value_t = MAX_UPLOAD_BYTES)]
     max_upload_bytes: usize,
@@ -234,11 +238,13 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
         }
         // The scheduler ticks in the workbench too: each due instant is claimed in the database,
         // so a second scheduler (another `serve`, or `shortlist scheduler`) never runs it twice.
-        tokio::spawn(crate::cli::schedule::scheduler_loop(
-            service.clone(),
-            format!("{}-scheduler", config.worker),
-            Duration::from_secs(30),
-        ));
+        if args.schedule_every > 0 {
+            tokio::spawn(crate::cli::schedule::scheduler_loop(
+                service.clone(),
+                format!("{}-scheduler", config.worker),
+                Duration::from_secs(args.schedule_every),
+            ));
+        }
         let state = AppState {
             service,
             token,

@@ -103,8 +103,11 @@ type CacheKey = (String, u32, Vec<Pick>, Option<u32>);
 /// or refreshed record changes the stamp. The lock is still verified on every call.
 #[derive(Debug, Default)]
 pub(crate) struct CompareCache {
-    entries: Mutex<Vec<(CacheKey, Vec<(i64, i64)>, Arc<Comparison>)>>,
+    entries: Mutex<Vec<CacheEntry>>,
 }
+
+/// What was asked, the records stamp it was built under, and the comparison.
+type CacheEntry = (CacheKey, Vec<(i64, i64)>, Arc<Comparison>);
 
 /// Comparisons kept, newest first; beyond this the oldest is dropped.
 const CACHED_COMPARISONS: usize = 16;
@@ -214,11 +217,11 @@ impl StudyService {
             BTreeMap::new();
         for p in picks {
             let v = p.version.unwrap_or(base);
-            if !versions.contains_key(&v) {
+            if let std::collections::btree_map::Entry::Vacant(slot) = versions.entry(v) {
                 let locked = self.store.verify_study(name, v).await?;
                 let records = self.store.records_of_study(name, v).await?;
                 let criteria = criteria_of(&locked);
-                versions.insert(v, (locked, records, criteria));
+                slot.insert((locked, records, criteria));
             }
             crate::jobs::candidate_ref(&versions[&v].0, &p.candidate)?;
         }

@@ -263,11 +263,11 @@ impl StudyService {
     ) -> Result<usize, ServiceError> {
         let (name, version) = (locked.study.name(), locked.study.version());
         let mut queued = 0;
-        let wanted = |k: JobKind| match (params.what, k) {
-            (ScheduleWhat::Quality, JobKind::Load) | (ScheduleWhat::Load, JobKind::Quality) => {
-                false
-            }
-            _ => true,
+        let wanted = |k: JobKind| {
+            !matches!(
+                (params.what, k),
+                (ScheduleWhat::Quality, JobKind::Load) | (ScheduleWhat::Load, JobKind::Quality)
+            )
         };
         for c in &locked.study.file().candidates {
             if !params.candidates.is_empty() && !params.candidates.contains(&c.name) {
