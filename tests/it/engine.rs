@@ -2,10 +2,9 @@
 //! llama.cpp ids, clear errors on bad model files, and the OpenAI-compatible server end to end
 //! (tests that need the real models print why they skip when the models are absent).
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -97,57 +96,10 @@ fn models_list_names_both_models() {
     );
 }
 
-struct Server {
-    child: Child,
-    addr: String,
-    /// What the server wrote on stderr after its address line.
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+type Server = crate::support::EngineServer;
 
 fn start_server(model: &str) -> Server {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shortlist"))
-        .args([
-            "engine",
-            "serve",
-            "--model",
-            model,
-            "--addr",
-            "127.0.0.1:0",
-            "--context",
-            "1024",
-            "--threads",
-            "1",
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("server starts");
-    let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("server prints its address")
-            .expect("utf-8");
-        if let Some(a) = line.strip_prefix("listening on http://") {
-            break a.to_owned();
-        }
-    };
-    // Keep draining stderr so the server never blocks on a full pipe.
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let kept = log.clone();
-    std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            kept.lock().expect("log").push(line);
-        }
-    });
-    Server { child, addr, log }
+    Server::start(std::path::Path::new(model), &[])
 }
 
 /// One HTTP/1.1 request; returns status, headers and body (the server closes after replying).

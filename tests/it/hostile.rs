@@ -4,66 +4,21 @@
 //! the server's VmRSS) and goes on serving others. Tests that need the real model print why they
 //! skip when it is absent.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::support::{shortlist, smollm2};
 
-/// `shortlist engine serve` on a free port with a 1024-token context; killed when dropped.
-struct Engine {
-    child: Child,
-    addr: String,
-    /// The server's stderr lines after its address line (the request log).
-    log: Arc<Mutex<Vec<String>>>,
-}
-
-impl Drop for Engine {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+/// `shortlist engine serve` over the real SmolLM2 (the suite's shared helper).
+type Engine = crate::support::EngineServer;
 
 impl Engine {
     /// The server over the real SmolLM2, or `None` (reason printed) when it is absent.
-    fn start(extra: &[&str]) -> Option<Engine> {
-        let model = smollm2()?;
-        let mut child = shortlist()
-            .args(["engine", "serve", "--model"])
-            .arg(&model)
-            .args([
-                "--addr",
-                "127.0.0.1:0",
-                "--context",
-                "1024",
-                "--threads",
-                "1",
-            ])
-            .args(extra)
-            .env("NO_COLOR", "1")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("the server starts");
-        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
-        let addr = lines
-            .by_ref()
-            .map_while(Result::ok)
-            .find_map(|l| l.strip_prefix("listening on http://").map(str::to_owned))
-            .expect("the server prints its address");
-        let log = Arc::new(Mutex::new(Vec::new()));
-        let kept = log.clone();
-        std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                kept.lock().expect("log").push(line);
-            }
-        });
-        Some(Engine { child, addr, log })
+    fn start_smol(extra: &[&str]) -> Option<Engine> {
+        Some(Engine::start(&smollm2()?, extra))
     }
 
     /// The server's resident memory now, in MiB, from `/proc/<pid>/status`.
@@ -134,7 +89,7 @@ fn openai_error(status: u16, reply: &str, expect: u16, what: &str) -> Value {
 
 #[test]
 fn max_tokens_of_u64_max_is_a_400_not_a_wrapped_sum_and_a_500() {
-    let Some(engine) = Engine::start(&[]) else {
+    let Some(engine) = Engine::start_smol(&[]) else {
         return;
     };
     // Before the fix, 35 prompt tokens + (2^64 - 1) wrapped to 34: the request passed the
@@ -158,7 +113,7 @@ fn max_tokens_of_u64_max_is_a_400_not_a_wrapped_sum_and_a_500() {
 
 #[test]
 fn abusive_bodies_are_4xx_with_memory_bounded_and_others_served() {
-    let Some(engine) = Engine::start(&[]) else {
+    let Some(engine) = Engine::start_smol(&[]) else {
         return;
     };
     engine.still_serves();
@@ -242,7 +197,7 @@ fn abusive_bodies_are_4xx_with_memory_bounded_and_others_served() {
 #[test]
 fn a_client_that_disconnects_mid_stream_is_cancelled_and_frees_its_slot() {
     // One running sequence at a time: the next request can only run once the first is gone.
-    let Some(engine) = Engine::start(&["--max-running", "1"]) else {
+    let Some(engine) = Engine::start_smol(&["--max-running", "1"]) else {
         return;
     };
     let body = json!({"messages": [{"role": "user", "content": "Count from one to a thousand."}],
@@ -304,7 +259,7 @@ fn a_client_that_disconnects_mid_stream_is_cancelled_and_frees_its_slot() {
 
 #[test]
 fn a_thousand_connections_that_never_send_their_body_get_408_and_others_are_served() {
-    let Some(engine) = Engine::start(&[]) else {
+    let Some(engine) = Engine::start_smol(&[]) else {
         return;
     };
     engine.still_serves();

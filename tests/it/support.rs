@@ -129,3 +129,56 @@ impl Drop for Mock {
         let _ = self.child.wait();
     }
 }
+
+/// `shortlist engine serve` on a free port (1024-token context, one thread, `extra` options);
+/// killed when dropped. Its stderr after the address line is kept in `log` (and drained, so the
+/// server never blocks on a full pipe).
+pub struct EngineServer {
+    pub child: std::process::Child,
+    pub addr: String,
+    pub log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for EngineServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl EngineServer {
+    pub fn start(model: &Path, extra: &[&str]) -> EngineServer {
+        use std::io::{BufRead as _, BufReader};
+        let mut child = shortlist()
+            .args(["engine", "serve", "--model"])
+            .arg(model)
+            .args([
+                "--addr",
+                "127.0.0.1:0",
+                "--context",
+                "1024",
+                "--threads",
+                "1",
+            ])
+            .args(extra)
+            .env("NO_COLOR", "1")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the server starts");
+        let mut lines = BufReader::new(child.stderr.take().expect("stderr")).lines();
+        let addr = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .find_map(|l| l.strip_prefix("listening on http://").map(str::to_owned))
+            .expect("the server prints its address");
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                kept.lock().expect("log").push(line);
+            }
+        });
+        EngineServer { child, addr, log }
+    }
+}

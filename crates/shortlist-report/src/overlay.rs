@@ -14,8 +14,8 @@ use shortlist_study::record::{Performance, Quality, RateWithInterval};
 
 use crate::ReportError;
 use crate::charts::{
-    Area, CDF_POINTS, Chart2d, GREY, HEIGHT, INK, WIDTH, cdf_points, font, num, placeholder, svg,
-    ttft_of, upper, vertical_mark,
+    Area, Chart2d, GREY, HEIGHT, INK, WIDTH, cdf_points, font, num, placeholder, svg, ttft_of,
+    upper, vertical_mark,
 };
 use crate::text::clip;
 
@@ -760,9 +760,6 @@ pub fn history_svg(runs: &[String], columns: &[HistorySeries<'_>]) -> Result<Str
         draw_key(&key, 20, &entries)
     })
 }
-
-/// The sampling cap of the CDFs, for tests.
-pub const MAX_CDF_POINTS: usize = CDF_POINTS;
 
 #[cfg(test)]
 mod tests {

@@ -8,6 +8,8 @@ use serde::Serialize;
 use shortlist_evals::EvalSet;
 use shortlist_evals::import::{self, Imported};
 use shortlist_store::content::ContentHash;
+use shortlist_store::studies::StudySummary;
+use shortlist_study::study::StudyFile;
 
 use super::StudyService;
 use super::views::{
@@ -101,35 +103,49 @@ fn corrupt(what: String) -> impl FnOnce(shortlist_evals::EvalError) -> ServiceEr
 }
 
 impl StudyService {
-    /// Which study versions pin the eval set with this hash / name the candidate `candidate`.
+    /// Every study version with its file, read once for a page that asks which studies use what.
+    async fn study_files(&self) -> Result<Vec<(StudySummary, StudyFile)>, ServiceError> {
+        let mut out = Vec::new();
+        for s in self.store.list_studies().await? {
+            let file = self
+                .store
+                .study(&s.name, s.version)
+                .await?
+                .study()
+                .file()
+                .clone();
+            out.push((s, file));
+        }
+        Ok(out)
+    }
+
+    /// Which of `studies` pin the eval set with this hash / name the candidate `candidate`
+    /// (with the candidate's latest verdict and record generation there).
     async fn study_uses(
         &self,
+        studies: &[(StudySummary, StudyFile)],
         evalset_sha256: Option<&str>,
         candidate: Option<&str>,
     ) -> Result<Vec<StudyUse>, ServiceError> {
         let mut out = Vec::new();
-        for s in self.store.list_studies().await? {
-            let stored = self.store.study(&s.name, s.version).await?;
-            let file = stored.study().file();
+        for (s, file) in studies {
             let uses = evalset_sha256.is_some_and(|h| file.evalset.sha256.eq_ignore_ascii_case(h))
                 || candidate.is_some_and(|c| file.candidates.iter().any(|k| k.name == c));
             if !uses {
                 continue;
             }
-            let verdict = match candidate {
-                Some(c) => self.latest_verdict(&s.name, s.version, c).await?,
-                None => None,
-            };
-            let generation = match candidate {
-                Some(c) => self
-                    .store
-                    .records_of_study(&s.name, s.version)
-                    .await?
-                    .into_iter()
-                    .filter(|r| r.candidate == c)
-                    .map(|r| r.generation)
-                    .max(),
-                None => None,
+            let (verdict, generation) = match candidate {
+                Some(c) => (
+                    self.latest_verdict(&s.name, s.version, c).await?,
+                    self.store
+                        .records_of_study(&s.name, s.version)
+                        .await?
+                        .into_iter()
+                        .filter(|r| r.candidate == c)
+                        .map(|r| r.generation)
+                        .max(),
+                ),
+                None => (None, None),
             };
             out.push(StudyUse {
                 study: s.name.clone(),
@@ -160,11 +176,12 @@ impl StudyService {
                     description: set.description().map(str::to_owned),
                 });
         }
+        let studies = self.study_files().await?;
         let mut out = Vec::new();
         for (name, versions) in by_name {
             let mut used_by = Vec::new();
             for v in &versions {
-                used_by.extend(self.study_uses(Some(&v.sha256), None).await?);
+                used_by.extend(self.study_uses(&studies, Some(&v.sha256), None).await?);
             }
             out.push(EvalSetSummary {
                 name,
@@ -228,7 +245,11 @@ impl StudyService {
             categories: categories(&set),
             versions,
             used_by: self
-                .study_uses(Some(stored.meta.sha256.as_str()), None)
+                .study_uses(
+                    &self.study_files().await?,
+                    Some(stored.meta.sha256.as_str()),
+                    None,
+                )
                 .await?,
             cases,
         })
@@ -344,13 +365,14 @@ impl StudyService {
         for v in self.store.list_candidates().await? {
             *counts.entry(v.name).or_default() += 1;
         }
+        let studies = self.study_files().await?;
         let mut out = Vec::new();
         for (name, versions) in counts {
             let latest = self.store.candidate(&name, None).await?;
             out.push(CandidateSummary {
                 identity: identity_summary(&latest.config),
                 source: latest.config["source"].as_str().unwrap_or("").to_owned(),
-                used_by: self.study_uses(None, Some(&name)).await?,
+                used_by: self.study_uses(&studies, None, Some(&name)).await?,
                 name,
                 versions,
             });
@@ -381,7 +403,9 @@ impl StudyService {
             name: name.to_owned(),
             identity: identity_rows(&latest.config),
             versions,
-            used_by: self.study_uses(None, Some(name)).await?,
+            used_by: self
+                .study_uses(&self.study_files().await?, None, Some(name))
+                .await?,
         })
     }
 

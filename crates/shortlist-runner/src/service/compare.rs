@@ -191,16 +191,19 @@ impl StudyService {
         let base = self.version_of(name, version).await?;
         let versions: BTreeSet<u32> = picks.iter().map(|p| p.version.unwrap_or(base)).collect();
         let mut stamp = Vec::new();
+        let mut locks = BTreeMap::new();
         for v in &versions {
             // Verified on every call: a lock tampered with is never served from memory.
-            self.store.verify_study(name, *v).await?;
+            locks.insert(*v, self.store.verify_study(name, *v).await?);
             stamp.push(self.store.records_stamp(name, *v).await?);
         }
         let key: CacheKey = (name.to_owned(), base, picks.to_vec(), generation);
         if let Some(hit) = self.comparisons.get(&key, &stamp) {
             return Ok((*hit).clone());
         }
-        let built = self.build_comparison(name, base, picks, generation).await?;
+        let built = self
+            .build_comparison(name, base, picks, generation, locks)
+            .await?;
         self.comparisons.put(key, stamp, Arc::new(built.clone()));
         Ok(built)
     }
@@ -211,19 +214,18 @@ impl StudyService {
         base: u32,
         picks: &[Pick],
         generation: Option<u32>,
+        locks: BTreeMap<u32, LockedStudy>,
     ) -> Result<Comparison, ServiceError> {
-        // Each version's lock (verified), records and criteria.
+        // Each version's lock (verified by the caller), records and criteria.
         let mut versions: BTreeMap<u32, (LockedStudy, Vec<StoredRecord>, CriteriaView)> =
             BTreeMap::new();
+        for (v, locked) in locks {
+            let records = self.store.records_of_study(name, v).await?;
+            let criteria = criteria_of(&locked);
+            versions.insert(v, (locked, records, criteria));
+        }
         for p in picks {
-            let v = p.version.unwrap_or(base);
-            if let std::collections::btree_map::Entry::Vacant(slot) = versions.entry(v) {
-                let locked = self.store.verify_study(name, v).await?;
-                let records = self.store.records_of_study(name, v).await?;
-                let criteria = criteria_of(&locked);
-                slot.insert((locked, records, criteria));
-            }
-            crate::jobs::candidate_ref(&versions[&v].0, &p.candidate)?;
+            crate::jobs::candidate_ref(&versions[&p.version.unwrap_or(base)].0, &p.candidate)?;
         }
         let first = picks[0].version.unwrap_or(base);
         let differs: Vec<String> = versions

@@ -257,6 +257,8 @@ impl StudyService {
         let mut ticks = self.schedule_history(name, 1000).await?;
         ticks.reverse();
         let mut seen = std::collections::BTreeSet::new();
+        // A study version's records, read once however many runs it had.
+        let mut by_version = std::collections::BTreeMap::new();
         let mut out = Vec::new();
         for t in ticks {
             let (Some(v), Some(g)) = (t.version, t.generation) else {
@@ -265,7 +267,10 @@ impl StudyService {
             if !seen.insert((v, g)) {
                 continue;
             }
-            let records = self.store.records_of_study(&t.study, v).await?;
+            if let std::collections::btree_map::Entry::Vacant(slot) = by_version.entry(v) {
+                slot.insert(self.store.records_of_study(&t.study, v).await?);
+            }
+            let records = &by_version[&v];
             for r in records.iter().filter(|r| r.generation == g) {
                 let rec = &r.record;
                 // The latest record of a candidate in this run (a refreshed one replaces).
