@@ -38,6 +38,7 @@ pub mod capacity;
 pub mod error;
 pub mod hdr;
 pub mod hist;
+pub mod interval;
 pub mod lines;
 pub mod percentile;
 pub mod record;

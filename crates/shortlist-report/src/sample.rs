@@ -239,6 +239,11 @@ pub fn sample_record() -> SelectionRecord {
             capacity_rule: "highest swept rate whose attainment lower bound ≥ 90 %".into(),
             client_bound: false,
             hardware,
+            target_counts: Some(shortlist_study::record::TargetCounts {
+                scheduled: 1200,
+                qualified: 972,
+                window_s: 150.0,
+            }),
         },
         operations: Operations {
             backend: "shortlist-engine, in-process, continuous batching (max 8)".into(),

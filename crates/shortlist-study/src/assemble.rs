@@ -166,6 +166,7 @@ pub fn assemble_record(inputs: RecordInputs<'_>) -> SelectionRecord {
                 .to_owned(),
             client_bound: false,
             hardware: hardware.clone(),
+            target_counts: None,
         },
     };
 

@@ -46,6 +46,7 @@
 
 pub mod assemble;
 pub mod cost;
+pub mod drift;
 pub mod error;
 pub mod memory;
 pub mod performance;

@@ -10,7 +10,7 @@ use shortlist_measure::analyze::Report;
 use shortlist_measure::capacity::{CapacityFinding, SweepPoint, find_capacity};
 use shortlist_measure::percentile::Distribution;
 
-use crate::record::{LatencyLine, Performance, SweepRow};
+use crate::record::{LatencyLine, Performance, SweepRow, TargetCounts};
 
 /// The confidence of the attainment lower bound that capacity is judged by.
 pub const CAPACITY_CONFIDENCE: f64 = 0.95;
@@ -180,6 +180,11 @@ impl Measured {
             capacity_rule: self.capacity_rule(),
             client_bound: self.client_bound,
             hardware: hardware.to_owned(),
+            target_counts: Some(TargetCounts {
+                scheduled: r.requests.scheduled,
+                qualified: r.requests.qualified,
+                window_s: r.window_length_s,
+            }),
         }
     }
 

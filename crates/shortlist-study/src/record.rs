@@ -130,6 +130,22 @@ pub struct Performance {
     pub capacity_rule: String,
     pub client_bound: bool,
     pub hardware: String,
+    /// The counts the target-rate figures come from, so that another night can put intervals on
+    /// them (absent in records made before they were kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_counts: Option<TargetCounts>,
+}
+
+/// What the load run at the target rate counted: attainment is `qualified / scheduled`, goodput
+/// is `qualified / window_s`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct TargetCounts {
+    /// User requests scheduled in the measurement window.
+    pub scheduled: u64,
+    /// Of those, how many met every SLO clause.
+    pub qualified: u64,
+    /// The window's length, seconds.
+    pub window_s: f64,
 }
 
 /// Section 6: operational dependencies and measured failure behaviour.

@@ -220,6 +220,7 @@ fn example_record() -> SelectionRecord {
             capacity_rule: "test".into(),
             client_bound: false,
             hardware: "AMD EPYC, 2 cores".into(),
+            target_counts: None,
         },
         operations: Operations::default(),
         cost: Cost::Estimate(Box::new(cost)),
