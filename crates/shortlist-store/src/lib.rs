@@ -41,6 +41,7 @@ pub mod content;
 pub mod error;
 pub mod generations;
 pub mod jobs;
+pub mod notify;
 pub mod progress;
 pub mod records;
 pub mod runs;
@@ -114,6 +115,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0003_schedules.sql"),
         false,
     ),
+    (
+        4,
+        "notifications",
+        include_str!("../../../migrations/sqlite/0004_notifications.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -132,6 +139,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         3,
         "schedules",
         include_str!("../../../migrations/postgres/0003_schedules.sql"),
+        false,
+    ),
+    (
+        4,
+        "notifications",
+        include_str!("../../../migrations/postgres/0004_notifications.sql"),
         false,
     ),
 ];

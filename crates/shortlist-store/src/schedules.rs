@@ -245,21 +245,23 @@ impl Store {
         Ok(())
     }
 
-    /// Remove a schedule and its ticks (the runs it started stay).
+    /// Remove a schedule with its ticks, webhooks and deliveries (the runs it started stay).
     pub async fn remove_schedule(&self, name: &str) -> Result<(), StoreError> {
         let op = format!("removing schedule `{name}`");
         let s = self.schedule(name).await?;
         let mut tx = self.write_tx(&op).await?;
-        sqlx::query("DELETE FROM schedule_ticks WHERE schedule_id = $1")
-            .bind(s.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql(op.clone()))?;
-        sqlx::query("DELETE FROM schedules WHERE id = $1")
-            .bind(s.id)
-            .execute(&mut *tx)
-            .await
-            .map_err(sql(op.clone()))?;
+        for q in [
+            "DELETE FROM deliveries WHERE schedule_id = $1",
+            "DELETE FROM webhooks WHERE schedule_id = $1",
+            "DELETE FROM schedule_ticks WHERE schedule_id = $1",
+            "DELETE FROM schedules WHERE id = $1",
+        ] {
+            sqlx::query(q)
+                .bind(s.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql(op.clone()))?;
+        }
         tx.commit().await.map_err(sql(op))?;
         Ok(())
     }

@@ -1011,6 +1011,110 @@ async fn schedules_and_ticks_claimed_once(store: Store) {
 }
 contract!(schedules_and_ticks_claimed_once);
 
+async fn nights_checked_once_and_webhooks_disabled_after_five_failures(store: Store) {
+    use crate::notify::MAX_CONSECUTIVE_FAILURES;
+    use crate::schedules::{NewSchedule, ScheduleWhat, TickState};
+    let s = store
+        .add_schedule(&NewSchedule {
+            name: "nightly",
+            study: "support",
+            study_version: Some(1),
+            cron: "0 3 * * *",
+            tz: "UTC",
+            what: ScheduleWhat::Quality,
+            candidates: &[],
+            from_ms: 0,
+        })
+        .await
+        .unwrap();
+    let hook = store
+        .add_webhook("nightly", "http://127.0.0.1:9/hook", "0123456789abcdef")
+        .await
+        .unwrap();
+    assert_eq!((hook.enabled, hook.failures, hook.pending), (true, 0, 0));
+    let again = store
+        .add_webhook("nightly", "http://127.0.0.1:9/hook", "0123456789abcdef")
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(again.contains("already notifies"), "{again}");
+    assert!(
+        store
+            .claim_tick(s.id, 5, TickState::Started, "a")
+            .await
+            .unwrap()
+    );
+    store
+        .finish_tick(s.id, 5, TickState::Started, Some((1, 1)), None)
+        .await
+        .unwrap();
+    assert_eq!(store.unchecked_ticks().await.unwrap().len(), 1);
+    // Four schedulers file the same night at once: one files it and its delivery.
+    let filings: Vec<_> = (0..4)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store
+                    .file_check(s.id, 5, "ok", &format!("{{\"n\": {i}}}"))
+                    .await
+                    .unwrap()
+            })
+        })
+        .collect();
+    let mut filed = 0;
+    for f in filings {
+        filed += usize::from(f.await.unwrap());
+    }
+    assert_eq!(filed, 1);
+    assert!(store.unchecked_ticks().await.unwrap().is_empty());
+    assert_eq!(store.tick_check(s.id, 5).await.unwrap().unwrap().0, "ok");
+    // Two passes at once claim the delivery once; while claimed it is not due.
+    let now = crate::now_ms() + 1_000;
+    let (a, b) = tokio::join!(
+        store.claim_deliveries(now, 30_000, 10),
+        store.claim_deliveries(now, 30_000, 10)
+    );
+    assert_eq!(a.unwrap().len() + b.unwrap().len(), 1);
+    assert!(
+        store
+            .claim_deliveries(now + 1_000, 30_000, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Five consecutive failures disable the webhook; nothing is due to a disabled one.
+    for i in 0..MAX_CONSECUTIVE_FAILURES {
+        let d = store.claim_deliveries(i64::MAX / 2, 0, 10).await.unwrap();
+        assert_eq!(d.len(), 1, "attempt {i}");
+        let disabled = store.delivery_failed(&d[0], "HTTP 500", 0).await.unwrap();
+        assert_eq!(disabled, i + 1 == MAX_CONSECUTIVE_FAILURES, "attempt {i}");
+    }
+    let w = &store.webhooks(s.id).await.unwrap()[0];
+    assert_eq!((w.enabled, w.failures, w.pending), (false, 5, 1));
+    assert!(
+        store
+            .claim_deliveries(i64::MAX / 2, 0, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Enabled by hand: due again, and a success resets the count.
+    store
+        .enable_webhook("nightly", "http://127.0.0.1:9/hook")
+        .await
+        .unwrap();
+    let d = store.claim_deliveries(i64::MAX / 2, 0, 10).await.unwrap();
+    assert_eq!((d.len(), d[0].attempts), (1, 5));
+    store.delivered(&d[0]).await.unwrap();
+    let w = &store.webhooks(s.id).await.unwrap()[0];
+    assert_eq!(
+        (w.enabled, w.failures, w.pending, w.last_error.clone()),
+        (true, 0, 0, None)
+    );
+    store.remove_schedule("nightly").await.unwrap();
+}
+contract!(nights_checked_once_and_webhooks_disabled_after_five_failures);
+
 async fn upgrade_in_place(url: String) {
     let old = Store::connect_at_schema(&url, 1).await;
     let locked = locked_study(&old).await;
