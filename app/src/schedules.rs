@@ -3,8 +3,9 @@
 //! failed with the reason), and pause / resume.
 
 use leptos::prelude::*;
-use shortlist_report::overlay::{HistorySeries, history_svg};
-use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
+use shortlist_report::overlay::{HistorySeries, HistorySpec, NightMark, history_svg};
+use shortlist_runner::service::night::WebhookView;
+use shortlist_runner::service::schedule::{Fingerprint, HistoryPoint, ScheduleView, TickView};
 
 use crate::encode;
 use crate::layout::document;
@@ -55,11 +56,9 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
     })
 }
 
-/// The pass-rate history chart: one x position per run (its due date), one series per
-/// candidate.
-fn history_chart(timeline: &[HistoryPoint]) -> Result<String, String> {
+/// The nights of a timeline (x labels, oldest first) and each point's night index.
+fn nights(timeline: &[HistoryPoint]) -> Vec<(String, u32, u32)> {
     let mut runs: Vec<(String, u32, u32)> = Vec::new();
-    let mut names: Vec<String> = Vec::new();
     for p in timeline {
         let key = (
             p.due.get(..10).unwrap_or(&p.due).to_owned(),
@@ -69,28 +68,137 @@ fn history_chart(timeline: &[HistoryPoint]) -> Result<String, String> {
         if !runs.contains(&key) {
             runs.push(key);
         }
-        if !names.contains(&p.candidate) {
-            names.push(p.candidate.clone());
+    }
+    runs
+}
+
+type Pick = fn(&HistoryPoint) -> Option<(f64, Option<(f64, f64)>)>;
+
+/// The history charts: pass rate, attainment at the target rate, TTFT p99 and goodput, each
+/// night with its 95 % interval, regression nights shaded and machine-only nights marked.
+fn history_charts(
+    timeline: &[HistoryPoint],
+) -> Vec<(&'static str, String, Result<String, String>)> {
+    let runs = nights(timeline);
+    let index = |p: &HistoryPoint| {
+        runs.iter()
+            .position(|(_, v, g)| *v == p.version && *g == p.generation)
+    };
+    let mut names: Vec<&str> = Vec::new();
+    for p in timeline {
+        if !names.contains(&p.candidate.as_str()) {
+            names.push(&p.candidate);
         }
     }
-    let columns: Vec<HistorySeries<'_>> = names
+    let mut marks: Vec<(usize, NightMark)> = Vec::new();
+    for p in timeline {
+        let Some(i) = index(p) else { continue };
+        let mark = if p.check.as_deref() == Some("regression") {
+            Some(NightMark::Regression)
+        } else if p.what_changed.as_deref() == Some("machine") {
+            Some(NightMark::MachineOnly)
+        } else {
+            None
+        };
+        if let Some(m) = mark
+            && !marks.contains(&(i, m))
+        {
+            marks.push((i, m));
+        }
+    }
+    let labels: Vec<String> = runs.iter().map(|(d, _, _)| d.clone()).collect();
+    let specs: [(HistorySpec<'static>, Pick); 4] = [
+        (
+            HistorySpec {
+                id: "history-pass",
+                title: "Pass rate by night",
+                axis: "pass rate (%)",
+                interval: "pass rate, 95 % Wilson interval",
+                percent: true,
+            },
+            |p| Some((p.pass_rate, Some((p.lo, p.hi)))),
+        ),
+        (
+            HistorySpec {
+                id: "history-attainment",
+                title: "SLO attainment at the target rate by night",
+                axis: "attainment (%)",
+                interval: "attainment, 95 % Clopper–Pearson interval",
+                percent: true,
+            },
+            |p| {
+                p.attainment_interval
+                    .map(|i| (i.value, Some((i.lo, i.hi))))
+                    .or(p.attainment.map(|a| (a, None)))
+            },
+        ),
+        (
+            HistorySpec {
+                id: "history-ttft",
+                title: "TTFT p99 by night (requests that produced a token)",
+                axis: "TTFT p99 (s)",
+                interval: "p99, 95 % order-statistic interval (none under 368 requests)",
+                percent: false,
+            },
+            |p| {
+                p.ttft_p99_interval
+                    .map(|i| (i.value, Some((i.lo, i.hi))))
+                    .or(p.ttft_p99_s.map(|t| (t, None)))
+            },
+        ),
+        (
+            HistorySpec {
+                id: "history-goodput",
+                title: "Goodput at the target rate by night",
+                axis: "goodput (req/s)",
+                interval: "goodput, 95 % Poisson interval",
+                percent: false,
+            },
+            |p| {
+                p.goodput_interval
+                    .map(|i| (i.value, Some((i.lo, i.hi))))
+                    .or(p.goodput_rps.map(|g| (g, None)))
+            },
+        ),
+    ];
+    specs
         .iter()
-        .map(|n| {
-            let pts = timeline
+        .map(|(spec, pick)| {
+            let columns: Vec<HistorySeries<'_>> = names
                 .iter()
-                .filter(|p| &p.candidate == n)
-                .filter_map(|p| {
-                    let i = runs
+                .map(|n| {
+                    let pts = timeline
                         .iter()
-                        .position(|(_, v, g)| *v == p.version && *g == p.generation)?;
-                    Some((i, p.pass_rate, p.lo, p.hi))
+                        .filter(|p| p.candidate == *n)
+                        .filter_map(|p| {
+                            let (v, i) = pick(p)?;
+                            Some((index(p)?, v, i))
+                        })
+                        .collect();
+                    (*n, pts)
                 })
                 .collect();
-            (n.as_str(), pts)
+            (
+                spec.id,
+                spec.title.to_owned(),
+                history_svg(spec, &labels, &columns, &marks).map_err(|e| e.to_string()),
+            )
         })
-        .collect();
-    let labels: Vec<String> = runs.into_iter().map(|(d, _, _)| d).collect();
-    history_svg(&labels, &columns).map_err(|e| e.to_string())
+        .collect()
+}
+
+/// A blank value as a dash.
+fn dash(text: &str) -> String {
+    if text.trim().is_empty() {
+        "–".to_owned()
+    } else {
+        text.to_owned()
+    }
+}
+
+fn short(h: &Option<String>) -> String {
+    h.as_deref()
+        .map_or_else(|| "–".to_owned(), |h| h.get(..12).unwrap_or(h).to_owned())
 }
 
 /// `/schedules/{name}`.
@@ -98,19 +206,55 @@ pub fn schedule_page(
     s: ScheduleView,
     history: Vec<TickView>,
     timeline: Vec<HistoryPoint>,
+    webhooks: Vec<WebhookView>,
 ) -> String {
     let title = format!("Schedule {}", s.name);
     document(&title.clone(), move || {
-        let chart = match history_chart(&timeline) {
-            Ok(svg) => view! { <figure class="chart" aria-label="Pass rate by scheduled run" inner_html=svg></figure> }.into_any(),
-            Err(why) => view! { <p class="error-box">{why}</p> }.into_any(),
-        };
+        let charts = history_charts(&timeline)
+            .into_iter()
+            .map(|(id, label, chart)| match chart {
+                Ok(svg) => view! {
+                    <figure class="chart" data-chart=id aria-label=label inner_html=svg></figure>
+                }
+                .into_any(),
+                Err(why) => view! { <p class="error-box">{why}</p> }.into_any(),
+            })
+            .collect_view();
+        let changes = what_changed(&timeline);
+        let fingerprints = fingerprint_rows(&timeline);
+        let hooks = webhook_rows(&s.name, webhooks);
         let timeline_rows = timeline
             .iter()
             .rev()
             .map(|p| {
                 let (word, tone) = crate::verdict_word(Some(p.verdict));
                 let class = format!("badge {tone}");
+                let (check, check_tone) = match p.check.as_deref() {
+                    Some("regression") => ("regression", "bad"),
+                    Some("improved") => ("improved", "good"),
+                    Some("ok") => ("ok", "good"),
+                    Some("indeterminate") => ("indeterminate", "warn"),
+                    Some("not_comparable") => ("not comparable", "warn"),
+                    Some("insufficient_data") => ("insufficient data", "none"),
+                    _ => ("not checked yet", "none"),
+                };
+                let check_class = format!("badge {check_tone}");
+                let evidence = (!p.reasons.is_empty()).then(|| {
+                    let items = p
+                        .reasons
+                        .iter()
+                        .map(|r| view! { <li class="small">{r.clone()}</li> })
+                        .collect_view();
+                    view! { <details><summary class="small">"evidence"</summary><ul>{items}</ul></details> }
+                });
+                let changed = match p.what_changed.as_deref() {
+                    Some("machine") => "only the machine".to_owned(),
+                    Some("runtime") => "the runtime".to_owned(),
+                    Some("model") => "the model".to_owned(),
+                    Some(_) => "nothing".to_owned(),
+                    None => "–".to_owned(),
+                };
+                let changed_title = p.changed.join("\n");
                 let rate = format!(
                     "{}/{} · {:.1} % [{:.1}–{:.1} %]",
                     p.passed,
@@ -127,7 +271,7 @@ pub fn schedule_page(
                     .map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0));
                 view! {
                     <tr>
-                        <td class="mono small">{p.due.clone()}</td>
+                        <td class="mono small nowrap">{p.due.clone()}</td>
                         <td>{p.candidate.clone()}</td>
                         <td>{format!("v{} · g{}", p.version, p.generation)}</td>
                         <td>{rate}</td>
@@ -135,6 +279,8 @@ pub fn schedule_page(
                         <td>{attainment}</td>
                         <td>{p.goodput_rps.map_or_else(|| "–".to_owned(), |g| format!("{g:.3} req/s"))}</td>
                         <td><span class=class>{word}</span></td>
+                        <td><span class=check_class>{check}</span>{evidence}</td>
+                        <td class="small" title=changed_title>{changed}</td>
                     </tr>
                 }
             })
@@ -191,14 +337,33 @@ pub fn schedule_page(
                 <form method="post" action=action class="actions"><button type="submit" class="secondary">{label}</button></form>
             </section>
             <section class="card">
-                <h2>"Runs"</h2>
-                {chart}
+                <h2>"What changed"</h2>
+                {changes}
+            </section>
+            <section class="card">
+                <h2>"Nights"</h2>
+                <p class="small muted">"Each night's check compares it with the night before: quality by the paired exact McNemar test (α = 0.05, per category with Holm's correction; a lost high-value case or a newly tripped disqualifier is always a regression), load figures by their 95 % intervals against the spread of the earlier nights."</p>
+                <div class="charts two">{charts}</div>
                 <div class="scroll">
                     <table>
-                        <thead><tr><th>"Due"</th><th>"Candidate"</th><th>"Run"</th><th>"Pass rate (95 % Wilson)"</th><th>"TTFT p99"</th><th>"Attainment"</th><th>"Goodput"</th><th>"Verdict"</th></tr></thead>
+                        <thead><tr><th>"Due"</th><th>"Candidate"</th><th>"Run"</th><th>"Pass rate (95 % Wilson)"</th><th>"TTFT p99"</th><th>"Attainment"</th><th>"Goodput"</th><th>"Record"</th><th>"Night check"</th><th>"Changed"</th></tr></thead>
                         <tbody>{timeline_rows}</tbody>
                     </table>
                 </div>
+            </section>
+            <section class="card">
+                <h2>"Fingerprints"</h2>
+                <p class="small muted">"What each night ran; a cell that differs from the night before is marked."</p>
+                <div class="scroll">
+                    <table>
+                        <thead><tr><th>"Due"</th><th>"Candidate"</th><th>"Source"</th><th>"Weights"</th><th>"Tokenizer"</th><th>"Template"</th><th>"Runtime"</th><th>"Code"</th><th>"Machine"</th></tr></thead>
+                        <tbody>{fingerprints}</tbody>
+                    </table>
+                </div>
+            </section>
+            <section class="card">
+                <h2>"Webhooks"</h2>
+                {hooks}
             </section>
             <section class="card">
                 <h2>"Due instants"</h2>
@@ -212,4 +377,164 @@ pub fn schedule_page(
             </section>
         }
     })
+}
+
+/// What changed since the accepted baseline — or, without one, since the first night shown —
+/// per candidate, shown first.
+fn what_changed(timeline: &[HistoryPoint]) -> AnyView {
+    let mut names: Vec<&str> = Vec::new();
+    for p in timeline {
+        if !names.contains(&p.candidate.as_str()) {
+            names.push(&p.candidate);
+        }
+    }
+    if names.is_empty() {
+        return view! { <p class="muted">"No night has a record yet."</p> }.into_any();
+    }
+    let items = names
+        .into_iter()
+        .map(|n| {
+            let of: Vec<&HistoryPoint> = timeline.iter().filter(|p| p.candidate == n).collect();
+            let (first, last) = (of[0], of[of.len() - 1]);
+            let (since, diffs) = match (&last.baseline_changed, last.baseline_generation) {
+                (Some(changed), Some(g)) => {
+                    (format!("since the accepted baseline (generation {g})"), changed.clone())
+                }
+                _ => (
+                    format!(
+                        "since the first night shown ({})",
+                        first.due.get(..10).unwrap_or(&first.due)
+                    ),
+                    fingerprint_diff(&first.fingerprint, &last.fingerprint),
+                ),
+            };
+            let text = if diffs.is_empty() {
+                "nothing".to_owned()
+            } else {
+                diffs.join("; ")
+            };
+            view! { <li><strong>{n.to_owned()}</strong>" "<span class="muted small">{since}</span>": "<span class="small">{text}</span></li> }
+        })
+        .collect_view();
+    view! { <ul class="plain">{items}</ul> }.into_any()
+}
+
+/// Field by field, what differs between two fingerprints.
+fn fingerprint_diff(a: &Fingerprint, b: &Fingerprint) -> Vec<String> {
+    let mut diffs = Vec::new();
+    let mut diff = |what: &str, x: String, y: String| {
+        if x != y {
+            diffs.push(format!("{what}: {x} → {y}"));
+        }
+    };
+    diff("source", a.source.clone(), b.source.clone());
+    diff(
+        "weights",
+        short(&a.weights_sha256),
+        short(&b.weights_sha256),
+    );
+    diff(
+        "tokenizer",
+        short(&a.tokenizer_sha256),
+        short(&b.tokenizer_sha256),
+    );
+    diff(
+        "template",
+        short(&a.chat_template_sha256),
+        short(&b.chat_template_sha256),
+    );
+    diff("runtime", a.runtime.clone(), b.runtime.clone());
+    diff("backend", a.backend.clone(), b.backend.clone());
+    diff("code", a.code_version.clone(), b.code_version.clone());
+    diff("machine", a.machine.clone(), b.machine.clone());
+    diffs
+}
+
+/// One row per night and candidate; a cell that differs from the candidate's night before is
+/// marked.
+fn fingerprint_rows(timeline: &[HistoryPoint]) -> impl IntoView + use<> {
+    let mut rows = Vec::new();
+    for (i, p) in timeline.iter().enumerate().rev() {
+        let before = timeline[..i]
+            .iter()
+            .rev()
+            .find(|q| q.candidate == p.candidate);
+        let f = &p.fingerprint;
+        let cell = |now: String, then: Option<String>| {
+            let changed = then.is_some_and(|t| t != now);
+            let class = if changed {
+                "small mono changed"
+            } else {
+                "small mono"
+            };
+            view! { <td class=class>{now}</td> }
+        };
+        let b = before.map(|q| &q.fingerprint);
+        rows.push(view! {
+            <tr>
+                <td class="mono small nowrap">{p.due.clone()}</td>
+                <td>{p.candidate.clone()}</td>
+                {cell(f.source.clone(), b.map(|b| b.source.clone()))}
+                {cell(short(&f.weights_sha256), b.map(|b| short(&b.weights_sha256)))}
+                {cell(short(&f.tokenizer_sha256), b.map(|b| short(&b.tokenizer_sha256)))}
+                {cell(short(&f.chat_template_sha256), b.map(|b| short(&b.chat_template_sha256)))}
+                {cell(dash(&f.runtime), b.map(|b| dash(&b.runtime)))}
+                {cell(f.code_version.clone(), b.map(|b| b.code_version.clone()))}
+                {cell(f.machine.clone(), b.map(|b| b.machine.clone()))}
+            </tr>
+        });
+    }
+    rows.collect_view()
+}
+
+/// The webhooks with their state, and a button that enables a disabled one.
+fn webhook_rows(schedule: &str, hooks: Vec<WebhookView>) -> AnyView {
+    if hooks.is_empty() {
+        return view! {
+            <p class="muted">"No webhook. Add one with "<code>{format!("SHORTLIST_WEBHOOK_SECRET=… shortlist schedule webhook add {schedule} http://…")}</code>": each finished night is POSTed as JSON, signed with "<code>"X-Shortlist-Signature: sha256=HMAC-SHA256(secret, body)"</code>"."</p>
+        }
+        .into_any();
+    }
+    let action = format!("/schedules/{}/webhooks/enable", encode(schedule));
+    let rows = hooks
+        .into_iter()
+        .map(|h| {
+            let (word, tone) = if h.enabled {
+                ("enabled", "good")
+            } else {
+                ("disabled", "bad")
+            };
+            let class = format!("badge {tone}");
+            let enable = (!h.enabled).then(|| {
+                let action = action.clone();
+                let url = h.url.clone();
+                view! {
+                    <form method="post" action=action class="inline">
+                        <input type="hidden" name="url" value=url/>
+                        <button type="submit" class="secondary">"Enable again"</button>
+                    </form>
+                }
+            });
+            view! {
+                <tr>
+                    <td class="mono small">{h.url.clone()}</td>
+                    <td><span class=class>{word}</span>{enable}</td>
+                    <td>{format!("{} of 5", h.failures)}</td>
+                    <td>{h.pending}</td>
+                    <td class="small">{h.last_error.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                    <td class="mono small">{h.last_attempt.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                </tr>
+            }
+        })
+        .collect_view();
+    view! {
+        <p class="small muted">"A webhook is disabled after 5 consecutive failed deliveries (retried with doubling backoff); enabled again, it receives what it missed."</p>
+        <div class="scroll">
+            <table>
+                <thead><tr><th>"URL"</th><th>"State"</th><th>"Consecutive failures"</th><th>"Pending"</th><th>"Last error"</th><th>"Last attempt"</th></tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+    }
+    .into_any()
 }

@@ -316,7 +316,28 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     assert!(text_of(&c, "main").await.contains("Endpoint model id"));
     shoot(&c, "candidate").await;
 
-    // A week of a nightly schedule, with two nights missed and caught up once.
+    // A week of a nightly schedule, quality and load: one night missed and caught up once, a
+    // night where `smol` loses its high-value case (its mock answers the sum wrongly that
+    // night), and a last night on another machine (more compute threads) with nothing else
+    // changed.
+    // Mocks exit after a minute: each night starts its own, at the candidates' addresses.
+    let good_addr = good.url.trim_start_matches("http://").to_owned();
+    let other_addr = other.url.trim_start_matches("http://").to_owned();
+    drop(good);
+    drop(other);
+    let canned = std::fs::read_to_string(data("study/mini.answers.jsonl")).unwrap();
+    let fixed = d.join("fixed.jsonl");
+    std::fs::write(
+        &fixed,
+        canned.replace("The answer is 7.", "The answer is 5."),
+    )
+    .unwrap();
+    let start = |addr: &str, file: &Path| {
+        Mock::start_at(
+            addr,
+            &["--answers", file.to_str().unwrap(), "--ttft-ms", "300"],
+        )
+    };
     let db = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
     let cli = |args: &[&str]| crate::support::ok_on_db(&db, d, args);
     cli(&[
@@ -329,21 +350,37 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "0 3 * * *",
         "--tz",
         "Europe/Berlin",
-        "--what",
-        "quality",
         "--from",
         "2026-11-24T00:00:00Z",
     ]);
+    let mut server = server;
+    let mut base = base;
     for at in [
         "2026-11-25",
         "2026-11-26",
         "2026-11-27",
+        "2026-11-29",
         "2026-11-30",
         "2026-12-01",
     ] {
+        let smol_answers = if at == "2026-11-27" {
+            data("study/mini.answers.jsonl")
+        } else {
+            fixed.clone()
+        };
+        let _mocks = (start(&good_addr, &smol_answers), start(&other_addr, &wrong));
+        if at == "2026-12-01" {
+            drop(server);
+            server = Server::start(
+                d,
+                &["--workers", "1", "--schedule-every", "0"],
+                &[("CANDLE_NUM_THREADS", "3")],
+            );
+            base = format!("http://{}", server.addr);
+        }
         cli(&["schedule", "tick", "--at", &format!("{at}T02:30:00Z")]);
         // The workbench's worker runs each night before the next.
-        let deadline = Instant::now() + Duration::from_secs(120);
+        let deadline = Instant::now() + Duration::from_secs(180);
         while http(&server.addr, "GET", "/api/studies/mini/status", &[], b"").json()["state"]
             != "done"
         {
@@ -354,6 +391,8 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     }
+    // A pass after the last night checks it.
+    cli(&["schedule", "tick", "--at", "2026-12-01T12:00:00Z"]);
     c.goto(&format!("{base}/schedules/nightly")).await.unwrap();
     let page = text_of(&c, "main").await;
     assert!(
@@ -361,12 +400,42 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "{page}"
     );
     let runs = http(&server.addr, "GET", "/api/schedules/nightly", &[], b"").json()["runs"].clone();
+    let runs = runs.as_array().unwrap();
+    assert_eq!(runs.len(), 12, "six nights x two candidates: {runs:?}");
+    let smol = |due: &str| {
+        runs.iter()
+            .find(|r| r["candidate"] == "smol" && r["due"].as_str().unwrap().starts_with(due))
+            .unwrap()
+    };
     assert_eq!(
-        runs.as_array().unwrap().len(),
-        10,
-        "five nights x two candidates: {runs}"
+        smol("2026-11-27")["check"],
+        "regression",
+        "{}",
+        smol("2026-11-27")
     );
-    assert!(c.find(Locator::Css("figure.chart svg")).await.is_ok());
+    assert_eq!(
+        smol("2026-11-30")["check"],
+        "ok",
+        "{}\n{}",
+        smol("2026-11-30"),
+        http(&server.addr, "GET", "/api/studies/mini/status", &[], b"").body
+    );
+    assert_eq!(smol("2026-12-01")["what_changed"], "machine");
+    assert!(smol("2026-12-01")["attainment_interval"]["lo"].is_number());
+    for chart in [
+        "history-pass",
+        "history-attainment",
+        "history-ttft",
+        "history-goodput",
+    ] {
+        assert!(
+            c.find(Locator::Css(&format!("figure[data-chart={chart}] svg")))
+                .await
+                .is_ok(),
+            "{chart}"
+        );
+    }
+    assert!(page.contains("only the machine"), "{page}");
     shoot(&c, "schedule").await;
     c.close().await.unwrap();
 

@@ -675,91 +675,8 @@ pub fn memory_svg(columns: &[(&str, &MemoryFit)]) -> Result<String, ReportError>
     })
 }
 
-/// One candidate's points of the history chart: `(run index, rate, lo, hi)`.
-pub type HistorySeries<'a> = (&'a str, Vec<(usize, f64, f64, f64)>);
-
-/// A schedule's history: per candidate, the pass rate of each run with its 95 % Wilson
-/// interval, run after run (`runs` are the x labels, oldest first; a point is `(run index,
-/// rate, lo, hi)`).
-pub fn history_svg(runs: &[String], columns: &[HistorySeries<'_>]) -> Result<String, ReportError> {
-    const CHART: &str = "history";
-    if runs.is_empty() || columns.iter().all(|(_, p)| p.is_empty()) {
-        return placeholder(
-            CHART,
-            (WIDTH, 140),
-            "Pass rate by run",
-            "no scheduled run has a record yet",
-        );
-    }
-    let n = runs.len();
-    let entries: Vec<Key> = columns
-        .iter()
-        .enumerate()
-        .map(|(i, (name, _))| {
-            Key::Column(
-                look(i),
-                format!("{}: pass rate, 95 % Wilson interval", clip(name, 40)),
-            )
-        })
-        .collect();
-    let height = HEIGHT + key_height(entries.len());
-    let labels = runs.to_vec();
-    svg(CHART, (WIDTH, height), |root| {
-        let (plot, key) = root.split_vertically(HEIGHT);
-        let mut chart = build(
-            &plot,
-            "Pass rate by scheduled run".to_owned(),
-            -0.5..n as f64 - 0.5,
-            0.0..1.0,
-        )?;
-        chart
-            .configure_mesh()
-            .light_line_style(TRANSPARENT)
-            .bold_line_style(RGBColor(0xe6, 0xe6, 0xe6))
-            .x_desc("run (due date)")
-            .y_desc("pass rate (%)")
-            .x_labels(n.min(8))
-            .x_label_formatter(&|v| {
-                let i = v.round();
-                if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
-                    labels[i as usize].clone()
-                } else {
-                    String::new()
-                }
-            })
-            .y_label_formatter(&|v| format!("{:.0}", v * 100.0))
-            .label_style(font(13))
-            .axis_desc_style(font(15))
-            .y_labels(6)
-            .draw()
-            .map_err(|e| e.to_string())?;
-        let m = columns.len().max(1) as f64;
-        for (i, (_, points)) in columns.iter().enumerate() {
-            let lk = look(i);
-            // Columns side by side within a run, so their bars never hide each other.
-            let dx = (i as f64 - (m - 1.0) / 2.0) * 0.12;
-            let pts: Vec<(f64, f64)> = points
-                .iter()
-                .map(|(x, r, _, _)| (*x as f64 + dx, *r))
-                .collect();
-            for (x, rate, lo, hi) in points {
-                chart
-                    .draw_series(std::iter::once(ErrorBar::new_vertical(
-                        *x as f64 + dx,
-                        lo.clamp(0.0, 1.0),
-                        rate.clamp(0.0, 1.0),
-                        hi.clamp(0.0, 1.0),
-                        lk.color.stroke_width(1),
-                        6,
-                    )))
-                    .map_err(|e| e.to_string())?;
-            }
-            line(&mut chart, pts.clone(), lk)?;
-            markers(&mut chart, lk, &pts, 4)?;
-        }
-        draw_key(&key, 20, &entries)
-    })
-}
+mod history;
+pub use history::{HistorySeries, HistorySpec, NightMark, history_svg};
 
 #[cfg(test)]
 mod tests {
@@ -794,22 +711,6 @@ mod tests {
         assert!(none.contains("not measured: no candidate here is a GGUF file"));
         // Pure: the same inputs give the same bytes.
         assert_eq!(ttft, ttft_cdfs_svg(&p).unwrap());
-    }
-
-    #[test]
-    fn the_history_chart_names_runs_and_candidates() {
-        let runs = vec!["12-01".to_owned(), "12-02".to_owned()];
-        let svg = history_svg(
-            &runs,
-            &[("smol", vec![(0, 0.9, 0.7, 0.97), (1, 0.6, 0.4, 0.8)])],
-        )
-        .unwrap();
-        assert!(svg.contains("12-01") && svg.contains("12-02") && svg.contains("smol: pass rate"));
-        assert!(
-            history_svg(&[], &[])
-                .unwrap()
-                .contains("no scheduled run has a record yet")
-        );
     }
 
     #[test]

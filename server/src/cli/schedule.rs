@@ -1,13 +1,17 @@
-//! `shortlist schedule add|list|pause|resume|remove|history|tick` and `shortlist scheduler`:
-//! studies run again at the instants of a cron expression, stored in the database. `tick --at`
-//! queues what is due at an instant (for tests and for teams that prefer their own cron); the
-//! scheduler ticks every few seconds, inside `shortlist serve` or alone.
+//! `shortlist schedule add|list|pause|resume|remove|history|tick|webhook` and `shortlist
+//! scheduler`: studies run again at the instants of a cron expression, stored in the database.
+//! `tick --at` queues what is due at an instant (for tests and for teams that prefer their own
+//! cron); the scheduler ticks every few seconds, inside `shortlist serve` or alone. Each pass
+//! also checks the nights whose runs finished and sends their signed documents to the
+//! schedules' webhooks.
 
 use std::time::Duration;
 
 use anyhow::Context as _;
 use jiff::Timestamp;
+use serde::Serialize;
 use shortlist_runner::config::Config;
+use shortlist_runner::service::night::{DeliveryView, NightReport, check_webhook};
 use shortlist_runner::service::schedule::{ScheduleSpec, ScheduleView, TickReport};
 use shortlist_runner::service::{ScheduleWhat, StudyService};
 
@@ -30,9 +34,57 @@ pub(crate) enum Command {
     Remove(NameArgs),
     /// A schedule's handled instants: runs started, instants skipped, failures with reasons.
     History(HistoryArgs),
-    /// Queue what is due at an instant (default: now) and print what started and what was
-    /// skipped: `{"started": [...], "skipped": [...], "failed": [...]}`.
+    /// Queue what is due at an instant (default: now), check the nights whose runs finished
+    /// and send what the webhooks are due: `{"started": [...], "skipped": [...], "failed":
+    /// [...], "checked": [...], "deliveries": [...]}`.
     Tick(TickArgs),
+    /// A schedule's webhooks: each finished night is POSTed to them as JSON, signed with
+    /// `X-Shortlist-Signature: sha256=HMAC-SHA256(secret, body)`; the secret comes from
+    /// SHORTLIST_WEBHOOK_SECRET.
+    #[command(subcommand)]
+    Webhook(WebhookCommand),
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub(crate) enum WebhookCommand {
+    /// Notify an http:// URL of every finished night (secret: SHORTLIST_WEBHOOK_SECRET).
+    Add(WebhookArgs),
+    /// Enable a webhook disabled after five consecutive failed deliveries; what it missed is
+    /// sent at the next pass.
+    Enable(WebhookArgs),
+    /// Stop notifying a URL (its pending deliveries are dropped).
+    Remove(WebhookArgs),
+    /// A schedule's webhooks: enabled, consecutive failures, last error, deliveries pending.
+    List(NameArgs),
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct WebhookArgs {
+    /// The schedule's name.
+    name: String,
+    /// The receiver's URL.
+    url: String,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How a scheduler pass notifies: shared by `schedule tick`, `scheduler` and `serve`.
+#[derive(Debug, Clone, clap::Args)]
+pub(crate) struct NotifyArgs {
+    /// The workbench's address as receivers should link to it (e.g. https://shortlist.example);
+    /// default: links are paths.
+    #[arg(long, default_value = "")]
+    public_url: String,
+    /// Seconds before retrying a failed webhook delivery, doubled per failure (at most an hour).
+    #[arg(long, default_value_t = 30.0)]
+    webhook_backoff: f64,
+}
+
+impl NotifyArgs {
+    fn backoff(&self) -> Duration {
+        Duration::try_from_secs_f64(self.webhook_backoff.max(0.0)).unwrap_or(Duration::ZERO)
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -62,6 +114,10 @@ pub(crate) struct AddArgs {
     /// Due only at instants after this (RFC 3339; default: now).
     #[arg(long)]
     from: Option<String>,
+    /// Notify this http:// URL of every finished night (repeatable; secret from
+    /// SHORTLIST_WEBHOOK_SECRET).
+    #[arg(long)]
+    webhook: Vec<String>,
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
@@ -107,6 +163,8 @@ pub(crate) struct TickArgs {
     /// The instant (RFC 3339; default: now).
     #[arg(long)]
     at: Option<String>,
+    #[command(flatten)]
+    notify: NotifyArgs,
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
@@ -118,6 +176,78 @@ pub(crate) struct SchedulerArgs {
     /// Seconds between ticks.
     #[arg(long, default_value_t = 30)]
     every: u64,
+    #[command(flatten)]
+    notify: NotifyArgs,
+}
+
+/// What one scheduler pass did.
+#[derive(Debug, Serialize)]
+pub(crate) struct Pass {
+    #[serde(flatten)]
+    tick: TickReport,
+    /// Nights whose runs finished, checked now.
+    checked: Vec<NightSummary>,
+    /// Webhook deliveries attempted now.
+    deliveries: Vec<DeliveryView>,
+}
+
+/// A checked night, in short.
+#[derive(Debug, Serialize)]
+pub(crate) struct NightSummary {
+    schedule: String,
+    due: String,
+    study: String,
+    version: u32,
+    generation: u32,
+    state: String,
+    verdict: shortlist_runner::service::check::CheckVerdict,
+    baseline_verdict: Option<shortlist_runner::service::check::CheckVerdict>,
+}
+
+impl From<NightReport> for NightSummary {
+    fn from(n: NightReport) -> Self {
+        NightSummary {
+            schedule: n.schedule,
+            due: n.due,
+            study: n.study,
+            version: n.version,
+            generation: n.generation,
+            state: n.state,
+            verdict: n.verdict,
+            baseline_verdict: n.baseline_verdict,
+        }
+    }
+}
+
+/// One pass: queue what is due at `at`, check finished nights, send due deliveries.
+pub(crate) async fn pass(
+    service: &StudyService,
+    at: Timestamp,
+    name: &str,
+    notify: &NotifyArgs,
+) -> anyhow::Result<Pass> {
+    let tick = service.tick(at, name).await?;
+    let checked = service
+        .check_finished_nights(&notify.public_url)
+        .await?
+        .into_iter()
+        .map(NightSummary::from)
+        .collect();
+    let deliveries = service.deliver_webhooks(notify.backoff()).await?;
+    Ok(Pass {
+        tick,
+        checked,
+        deliveries,
+    })
+}
+
+/// The webhook secret from SHORTLIST_WEBHOOK_SECRET.
+fn webhook_secret() -> anyhow::Result<String> {
+    std::env::var("SHORTLIST_WEBHOOK_SECRET").map_err(|_| {
+        anyhow::anyhow!(
+            "a webhook needs a secret to sign with: set SHORTLIST_WEBHOOK_SECRET (16 characters or more)"
+        )
+    })
 }
 
 fn instant(flag: &str, text: &str) -> anyhow::Result<Timestamp> {
@@ -184,16 +314,57 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
                     Some(t) => instant("--at", t)?,
                     None => Timestamp::now(),
                 };
-                let report = service.tick(at, &config.worker).await?;
+                let report = pass(&service, at, &config.worker, &a.notify).await?;
                 print_report(&report, a.json)?;
-                Ok(if report.failed.is_empty() {
+                Ok(if report.tick.failed.is_empty() {
                     Outcome::Success
                 } else {
                     Outcome::CheckFailed
                 })
             }
+            Command::Webhook(w) => webhook(&service, w).await,
         }
     })
+}
+
+async fn webhook(service: &StudyService, w: WebhookCommand) -> anyhow::Result<Outcome> {
+    let (name, json) = match &w {
+        WebhookCommand::Add(a) | WebhookCommand::Enable(a) | WebhookCommand::Remove(a) => {
+            (a.name.clone(), a.json)
+        }
+        WebhookCommand::List(a) => (a.name.clone(), a.json),
+    };
+    match &w {
+        WebhookCommand::Add(a) => {
+            service
+                .add_webhook(&a.name, &a.url, &webhook_secret()?)
+                .await?;
+        }
+        WebhookCommand::Enable(a) => service.enable_webhook(&a.name, &a.url).await?,
+        WebhookCommand::Remove(a) => service.remove_webhook(&a.name, &a.url).await?,
+        WebhookCommand::List(_) => {}
+    }
+    let hooks = service.webhooks(&name).await?;
+    if json {
+        print_json(&hooks)?;
+    } else if hooks.is_empty() {
+        println!("schedule {name} notifies no webhook");
+    } else {
+        for h in &hooks {
+            println!(
+                "{} {} ({} consecutive failures, {} pending){}",
+                h.url,
+                if h.enabled { "enabled" } else { "DISABLED" },
+                h.failures,
+                h.pending,
+                h.last_error
+                    .as_deref()
+                    .map(|e| format!(": last error: {e}"))
+                    .unwrap_or_default()
+            );
+        }
+    }
+    Ok(Outcome::Success)
 }
 
 async fn add(service: &StudyService, a: AddArgs) -> anyhow::Result<Outcome> {
@@ -202,6 +373,15 @@ async fn add(service: &StudyService, a: AddArgs) -> anyhow::Result<Outcome> {
         .as_deref()
         .map(|t| instant("--from", t))
         .transpose()?;
+    // Checked before the schedule is stored, so a bad webhook stores nothing.
+    let secret = if a.webhook.is_empty() {
+        String::new()
+    } else {
+        webhook_secret()?
+    };
+    for url in &a.webhook {
+        check_webhook(url, &secret)?;
+    }
     let view = service
         .add_schedule(&ScheduleSpec {
             name: a.name,
@@ -218,6 +398,9 @@ async fn add(service: &StudyService, a: AddArgs) -> anyhow::Result<Outcome> {
             from,
         })
         .await?;
+    for url in &a.webhook {
+        service.add_webhook(&view.name, url, &secret).await?;
+    }
     if a.json {
         print_json(&view)?;
     } else {
@@ -253,10 +436,11 @@ fn print_schedule(s: &ScheduleView) {
     );
 }
 
-fn print_report(report: &TickReport, json: bool) -> anyhow::Result<()> {
+fn print_report(pass: &Pass, json: bool) -> anyhow::Result<()> {
     if json {
-        return print_json(report);
+        return print_json(pass);
     }
+    let report = &pass.tick;
     for t in &report.started {
         println!(
             "started {} due {}: {} v{} generation {}",
@@ -278,18 +462,48 @@ fn print_report(report: &TickReport, json: bool) -> anyhow::Result<()> {
             t.detail.as_deref().unwrap_or("")
         );
     }
-    if report.started.is_empty() && report.skipped.is_empty() && report.failed.is_empty() {
+    for n in &pass.checked {
+        println!(
+            "checked {} due {}: {} v{} generation {}: {:?} against the previous night{}",
+            n.schedule,
+            n.due,
+            n.study,
+            n.version,
+            n.generation,
+            n.verdict,
+            n.baseline_verdict
+                .map(|b| format!(", {b:?} against the baseline"))
+                .unwrap_or_default()
+        );
+    }
+    for d in &pass.deliveries {
+        match &d.error {
+            None => println!("delivered to {} (attempt {})", d.url, d.attempt),
+            Some(e) => println!("delivery to {} failed (attempt {}): {e}", d.url, d.attempt),
+        }
+    }
+    if report.started.is_empty()
+        && report.skipped.is_empty()
+        && report.failed.is_empty()
+        && pass.checked.is_empty()
+        && pass.deliveries.is_empty()
+    {
         println!("nothing due");
     }
     Ok(())
 }
 
 /// Tick until stopped: what `shortlist scheduler` and `shortlist serve` run.
-pub(crate) async fn scheduler_loop(service: StudyService, name: String, every: Duration) {
+pub(crate) async fn scheduler_loop(
+    service: StudyService,
+    name: String,
+    every: Duration,
+    notify: NotifyArgs,
+) {
     loop {
-        match service.tick(Timestamp::now(), &name).await {
-            Ok(r) => {
-                for t in &r.started {
+        match pass(&service, Timestamp::now(), &name, &notify).await {
+            Ok(p) => {
+                for t in &p.tick.started {
                     eprintln!(
                         "schedule {}: started {} v{} for {}",
                         t.schedule,
@@ -298,7 +512,7 @@ pub(crate) async fn scheduler_loop(service: StudyService, name: String, every: D
                         t.due
                     );
                 }
-                for t in &r.failed {
+                for t in &p.tick.failed {
                     eprintln!(
                         "schedule {}: due {} failed: {}",
                         t.schedule,
@@ -306,8 +520,21 @@ pub(crate) async fn scheduler_loop(service: StudyService, name: String, every: D
                         t.detail.as_deref().unwrap_or("")
                     );
                 }
+                for n in &p.checked {
+                    eprintln!(
+                        "schedule {}: night {} checked: {:?}",
+                        n.schedule, n.due, n.verdict
+                    );
+                }
+                for d in p.deliveries.iter().filter(|d| !d.delivered) {
+                    eprintln!(
+                        "webhook {}: {}",
+                        d.url,
+                        d.error.as_deref().unwrap_or("failed")
+                    );
+                }
             }
-            Err(e) => eprintln!("scheduler: {e}"),
+            Err(e) => eprintln!("scheduler: {e:#}"),
         }
         tokio::time::sleep(every).await;
     }
@@ -318,9 +545,13 @@ pub(crate) fn run_scheduler(a: SchedulerArgs, config: &Config) -> anyhow::Result
     let config = config.clone();
     runtime()?.block_on(async move {
         let service = existing_service(&config).await?;
-        eprintln!("scheduler {}: ticking every {} s (Ctrl-C stops)", config.worker, a.every);
+        eprintln!(
+            "scheduler {}: ticking every {} s (Ctrl-C stops)",
+            config.worker, a.every
+        );
+        let every = Duration::from_secs(a.every.max(1));
         tokio::select! {
-            () = scheduler_loop(service, config.worker.clone(), Duration::from_secs(a.every.max(1))) => {}
+            () = scheduler_loop(service, config.worker.clone(), every, a.notify) => {}
             _ = tokio::signal::ctrl_c() => {}
         }
         anyhow::Ok(Outcome::Success)

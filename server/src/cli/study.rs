@@ -235,9 +235,6 @@ async fn check(service: &StudyService, a: CheckArgs) -> anyhow::Result<Outcome> 
             for r in &c.reasons {
                 println!("  {r}");
             }
-            for ch in &c.changed {
-                println!("  changed: {ch}");
-            }
         }
     }
     Ok(if view.verdict == CheckVerdict::Regression {

@@ -292,10 +292,28 @@ pub(crate) mod schedules {
         let view = st.service.schedule_view(&name).await?;
         let history = st.service.schedule_history(&name, 200).await?;
         let timeline = st.service.schedule_timeline(&name).await?;
+        let webhooks = st.service.webhooks(&name).await?;
         Ok(html(
             StatusCode::OK,
-            shortlist_app::schedule_page(view, history, timeline),
+            shortlist_app::schedule_page(view, history, timeline, webhooks),
         ))
+    }
+
+    /// The form that enables a disabled webhook.
+    #[derive(Debug, serde::Deserialize)]
+    pub(crate) struct WebhookForm {
+        url: String,
+    }
+
+    /// `POST /schedules/{name}/webhooks/enable`: enable a webhook disabled after five failed
+    /// deliveries; what it missed goes out at the scheduler's next pass.
+    pub(crate) async fn enable_webhook(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+        axum::Form(form): axum::Form<WebhookForm>,
+    ) -> Result<Response, PageError> {
+        st.service.enable_webhook(&name, &form.url).await?;
+        Ok(Redirect::to(&format!("/schedules/{}", encode(&name))).into_response())
     }
 
     pub(crate) async fn pause(
@@ -330,9 +348,13 @@ pub(crate) mod schedules {
         let view = st.service.schedule_view(&name).await?;
         let history = st.service.schedule_history(&name, 200).await?;
         let timeline = st.service.schedule_timeline(&name).await?;
-        Ok(
-            axum::Json(serde_json::json!({"schedule": view, "history": history, "runs": timeline}))
-                .into_response(),
-        )
+        let webhooks = st.service.webhooks(&name).await?;
+        Ok(axum::Json(serde_json::json!({
+            "schedule": view,
+            "history": history,
+            "runs": timeline,
+            "webhooks": webhooks,
+        }))
+        .into_response())
     }
 }

@@ -49,6 +49,12 @@ pub(crate) struct ServeArgs {
     /// `shortlist scheduler` or `schedule tick`, e.g. a team's own cron).
     #[arg(long, default_value_t = 30)]
     schedule_every: u64,
+    /// Seconds without a heartbeat after which a running job is taken to belong to a dead
+    /// worker and queued again (heartbeats come every 10 s).
+    #[arg(long, default_value_t = 60)]
+    stale_after: u64,
+    #[command(flatten)]
+    notify: crate::cli::schedule::NotifyArgs,
     /// Largest request body accepted, bytes (larger: 413).
     #[arg(long, default_value_t = MAX_UPLOAD_BYTES)]
     max_upload_bytes: usize,
@@ -99,6 +105,10 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/schedules/{name}", get(catalog::schedules::show))
         .route("/schedules/{name}/pause", post(catalog::schedules::pause))
         .route("/schedules/{name}/resume", post(catalog::schedules::resume))
+        .route(
+            "/schedules/{name}/webhooks/enable",
+            post(catalog::schedules::enable_webhook),
+        )
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/api/studies", get(api::studies).post(api::create_study))
         .route("/api/studies/{name}", get(api::study))
@@ -226,13 +236,14 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
         let local = listener.local_addr()?;
         let service = crate::cli::app::service(config).await?;
         let mut workers = Vec::new();
+        let stale_after = args.stale_after;
         for i in 0..args.workers {
             let name = format!("{}-w{i}", config.worker);
             let worker = Worker::new(service.clone()).with_name(name);
             workers.push(worker.clone());
             tokio::spawn(async move {
                 worker
-                    .run_forever(Duration::from_secs(1), Duration::from_secs(60))
+                    .run_forever(Duration::from_secs(1), Duration::from_secs(stale_after))
                     .await;
             });
         }
@@ -243,6 +254,7 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
                 service.clone(),
                 format!("{}-scheduler", config.worker),
                 Duration::from_secs(args.schedule_every),
+                args.notify.clone(),
             ));
         }
         let state = AppState {

@@ -3,15 +3,21 @@
 //! paired exact McNemar test on the same cases (overall, and per category with Holm's
 //! correction), with the changes that are regressions whatever the test says: a high-value case
 //! that passed and now fails, a disqualifier that passed and now trips. A missing or unscored
-//! case counts as a failure, never a pass. Load figures are not compared yet: the check says so.
+//! case counts as a failure, never a pass. Load figures (attainment, TTFT p99, goodput) are
+//! compared by their intervals and the spread of the earlier nights (`drift.rs`); what changed
+//! between the two runs' fingerprints is named, and a night where only the machine changed is
+//! said to be one. A reference from another study version judged by other criteria is *not
+//! comparable*, naming what differs.
 
 use serde::Serialize;
 use shortlist_evals::stats::{McNemar, holm};
+use shortlist_study::drift::{FigureCheck, FigureVerdict};
 use shortlist_study::record::SelectionRecord;
 use shortlist_study::rule::Outcome;
 
 use super::StudyService;
 use super::compare::Pick;
+use super::drift::{WhatChanged, load_checks, measured_load, what_changed};
 use super::views::Comparison;
 use crate::error::ServiceError;
 
@@ -25,13 +31,17 @@ pub enum Against {
     Previous,
 }
 
-/// A check's verdict.
+/// A check's verdict, mildest first (a study's verdict is its candidates' worst).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum CheckVerdict {
     Improved,
     Ok,
     InsufficientData,
+    /// A load figure's interval straddles the line: more requests would tell.
+    Indeterminate,
+    /// The reference was judged by other criteria (eval set, workload or SLO).
+    NotComparable,
     Regression,
 }
 
@@ -54,6 +64,9 @@ pub struct PairedTable {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct CandidateCheck {
     pub candidate: String,
+    /// The reference's study version (another version when the current run is the first of
+    /// its own).
+    pub reference_version: Option<u32>,
     pub reference_generation: Option<u32>,
     pub current_generation: Option<u32>,
     pub verdict: CheckVerdict,
@@ -63,8 +76,10 @@ pub struct CandidateCheck {
     pub categories: Vec<PairedTable>,
     /// What changed between the two runs' identities and machines.
     pub changed: Vec<String>,
-    /// Load figures are not compared yet.
-    pub load: String,
+    /// The most significant change: `nothing`, `machine` (only), `runtime` or `model`.
+    pub what_changed: WhatChanged,
+    /// The load figures compared (empty when neither run measured load).
+    pub load: Vec<FigureCheck>,
 }
 
 /// A study version's check.
@@ -90,42 +105,6 @@ fn table(label: &str, pairs: &[(bool, bool)]) -> PairedTable {
         p_value: t.p_value,
         p_holm: None,
     }
-}
-
-/// What changed between two records' identities and machines, in words.
-fn changes(a: &SelectionRecord, b: &SelectionRecord) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut field = |what: &str, x: &str, y: &str| {
-        if x != y {
-            out.push(format!("{what}: {x} → {y}"));
-        }
-    };
-    let (ia, ib) = (&a.identity, &b.identity);
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "–".to_owned());
-    field("source", &ia.source, &ib.source);
-    field(
-        "weights sha256",
-        &opt(&ia.weights_sha256),
-        &opt(&ib.weights_sha256),
-    );
-    field(
-        "tokenizer sha256",
-        &opt(&ia.tokenizer_sha256),
-        &opt(&ib.tokenizer_sha256),
-    );
-    field(
-        "chat template sha256",
-        &opt(&ia.chat_template_sha256),
-        &opt(&ib.chat_template_sha256),
-    );
-    field(
-        "runtime",
-        &format!("{} {}", ia.runtime, ia.runtime_version),
-        &format!("{} {}", ib.runtime, ib.runtime_version),
-    );
-    field("code version", &a.code_version, &b.code_version);
-    field("machine", &a.machine, &b.machine);
-    out
 }
 
 /// The verdict of one candidate from the comparison of its reference (column 0) and current
@@ -266,6 +245,21 @@ impl StudyService {
         against: Against,
         alpha: f64,
     ) -> Result<CheckView, ServiceError> {
+        self.check_at(name, version, against, alpha, None).await
+    }
+
+    /// Check each candidate's run of generation `at` (default: its latest) against the
+    /// reference: the accepted baseline (of this version, or else of the latest earlier version
+    /// that has one), or the run before it (in this version, or else the latest of an earlier
+    /// version).
+    pub async fn check_at(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        against: Against,
+        alpha: f64,
+        at: Option<u32>,
+    ) -> Result<CheckView, ServiceError> {
         if !(alpha > 0.0 && alpha < 1.0) {
             return Err(ServiceError::invalid(
                 "alpha",
@@ -276,7 +270,7 @@ impl StudyService {
         let locked = self.store.verify_study(name, version).await?;
         let records = self.store.records_of_study(name, version).await?;
         let baseline = match against {
-            Against::Baseline => Some(self.store.baseline(name, version).await?.ok_or_else(|| {
+            Against::Baseline => Some(self.baseline_of(name, version).await?.ok_or_else(|| {
                 ServiceError::invalid(
                     format!("study `{name}` v{version}"),
                     "no baseline was accepted (`shortlist study accept NAME --generation G`); or check --against previous",
@@ -288,33 +282,40 @@ impl StudyService {
         for c in &locked.study.file().candidates {
             let mut gens: Vec<u32> = records
                 .iter()
-                .filter(|r| r.candidate == c.name)
+                .filter(|r| r.candidate == c.name && at.is_none_or(|g| r.generation <= g))
                 .map(|r| r.generation)
                 .collect();
             gens.sort_unstable();
             gens.dedup();
             let current = gens.last().copied();
-            let reference = match &baseline {
-                Some((g, _, _)) => gens.contains(g).then_some(*g),
-                None => gens.iter().rev().nth(1).copied(),
+            let reference = match (baseline, current) {
+                (Some(b), _) => Some(b),
+                (None, Some(n)) => match gens.iter().rev().nth(1) {
+                    Some(&g) => Some((version, g)),
+                    None => self.previous_version_run(name, version, &c.name).await?,
+                }
+                .filter(|&r| r != (version, n)),
+                (None, None) => None,
             };
             let mut check = CandidateCheck {
                 candidate: c.name.clone(),
-                reference_generation: reference,
+                reference_version: reference.map(|(v, _)| v),
+                reference_generation: reference.map(|(_, g)| g),
                 current_generation: current,
                 verdict: CheckVerdict::InsufficientData,
                 reasons: Vec::new(),
                 overall: None,
                 categories: Vec::new(),
                 changed: Vec::new(),
-                load: "not compared: load regressions are not judged yet".to_owned(),
+                what_changed: WhatChanged::Nothing,
+                load: Vec::new(),
             };
             match (reference, current) {
-                (Some(r), Some(n)) if r != n => {
+                (Some((rv, r)), Some(n)) if (rv, r) != (version, n) => {
                     let picks = [
                         Pick {
                             candidate: c.name.clone(),
-                            version: Some(version),
+                            version: Some(rv),
                             generation: Some(r),
                         },
                         Pick {
@@ -323,13 +324,20 @@ impl StudyService {
                             generation: Some(n),
                         },
                     ];
-                    let cmp = self.compare(name, Some(version), &picks, None).await?;
-                    let (verdict, reasons, overall, categories) = judge(&cmp, alpha);
-                    check.changed = changes(&cmp.records[0], &cmp.records[1]);
-                    check.verdict = verdict;
-                    check.reasons = reasons;
-                    check.overall = Some(overall);
-                    check.categories = categories;
+                    match self.compare(name, Some(version), &picks, None).await {
+                        Ok(cmp) => {
+                            let earlier = nights_before(&records, &c.name, n);
+                            judge_candidate(&mut check, &cmp, alpha, &earlier);
+                        }
+                        Err(ServiceError::Incomparable { differs, .. }) => {
+                            check.verdict = CheckVerdict::NotComparable;
+                            check.reasons.push(format!(
+                                "the reference (v{rv} generation {r}) was judged by other criteria: {}",
+                                differs.join("; ")
+                            ));
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 (Some(_), Some(_)) => check.reasons.push(
                     "the latest run is the reference itself: nothing newer to check".to_owned(),
@@ -360,4 +368,108 @@ impl StudyService {
             candidates: out,
         })
     }
+
+    /// The latest accepted baseline of this version, or else of the latest earlier version
+    /// that has one: `(version, generation)`.
+    async fn baseline_of(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<(u32, u32)>, ServiceError> {
+        for v in (1..=version).rev() {
+            if let Some((g, _, _)) = self.store.baseline(name, v).await? {
+                return Ok(Some((v, g)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// A candidate's latest run in an earlier version of the study: `(version, generation)`.
+    async fn previous_version_run(
+        &self,
+        name: &str,
+        version: u32,
+        candidate: &str,
+    ) -> Result<Option<(u32, u32)>, ServiceError> {
+        for v in (1..version).rev() {
+            let g = self
+                .store
+                .records_of_study(name, v)
+                .await?
+                .iter()
+                .filter(|r| r.candidate == candidate)
+                .map(|r| r.generation)
+                .max();
+            if let Some(g) = g {
+                return Ok(Some((v, g)));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// A candidate's records of the generations before `current`, oldest first (the latest
+/// record of each generation).
+fn nights_before<'a>(
+    records: &'a [shortlist_store::records::StoredRecord],
+    candidate: &str,
+    current: u32,
+) -> Vec<&'a SelectionRecord> {
+    let mut by_gen = std::collections::BTreeMap::new();
+    for r in records
+        .iter()
+        .filter(|r| r.candidate == candidate && r.generation < current)
+    {
+        let slot = by_gen.entry(r.generation).or_insert(r);
+        if r.id > slot.id {
+            *slot = r;
+        }
+    }
+    by_gen.into_values().map(|r| &r.record).collect()
+}
+
+/// Fill a candidate's check from the comparison of its reference (column 0) and current
+/// (column 1) runs: quality by the paired test, load by the figures' intervals, and what
+/// changed.
+fn judge_candidate(
+    check: &mut CandidateCheck,
+    cmp: &Comparison,
+    alpha: f64,
+    earlier: &[&SelectionRecord],
+) {
+    let (verdict, mut reasons, overall, categories) = judge(cmp, alpha);
+    let (before, now) = (&cmp.records[0], &cmp.records[1]);
+    let (kind, changed) = what_changed(before, now);
+    let mut verdict = verdict;
+    if measured_load(before) || measured_load(now) {
+        check.load = load_checks(before, now, earlier);
+        for f in &check.load {
+            if f.verdict != FigureVerdict::Ok {
+                reasons.push(f.why.clone());
+            }
+            verdict = match f.verdict {
+                FigureVerdict::Regression => CheckVerdict::Regression,
+                FigureVerdict::Indeterminate => verdict.max(CheckVerdict::Indeterminate),
+                FigureVerdict::Improved if verdict == CheckVerdict::Ok => CheckVerdict::Improved,
+                _ => verdict,
+            };
+        }
+    }
+    match kind {
+        WhatChanged::Nothing => {}
+        WhatChanged::Machine => reasons.push(format!(
+            "only the machine changed ({}): differences are the machine's, not the model's",
+            changed.join("; ")
+        )),
+        WhatChanged::Runtime => {
+            reasons.push(format!("the runtime changed: {}", changed.join("; ")))
+        }
+        WhatChanged::Model => reasons.push(format!("the model changed: {}", changed.join("; "))),
+    }
+    check.verdict = verdict;
+    check.reasons = reasons;
+    check.overall = Some(overall);
+    check.categories = categories;
+    check.changed = changed;
+    check.what_changed = kind;
 }

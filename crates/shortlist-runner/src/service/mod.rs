@@ -7,6 +7,8 @@ mod catalog;
 pub mod check;
 mod compare;
 mod create;
+pub mod drift;
+pub mod night;
 mod query;
 pub mod schedule;
 pub mod views;

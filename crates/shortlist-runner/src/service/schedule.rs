@@ -9,6 +9,8 @@ use serde::Serialize;
 use shortlist_store::schedules::{NewSchedule, ScheduleRow, ScheduleWhat, TickState};
 use shortlist_study::schedule::{Cron, Schedule, due_at, next_due};
 
+use shortlist_measure::interval::Interval;
+
 use super::{RunParams, StudyService, Trigger};
 use crate::error::ServiceError;
 use crate::time::rfc3339_ms;
@@ -83,7 +85,52 @@ pub struct HistoryPoint {
     pub attainment: Option<f64>,
     /// `None` when the run measured no load (a quality-only schedule).
     pub goodput_rps: Option<f64>,
+    /// The 95 % intervals of attainment and goodput at the target rate and of TTFT p99 (`None`
+    /// where the run has too few requests to bound them).
+    pub attainment_interval: Option<Interval>,
+    pub goodput_interval: Option<Interval>,
+    pub ttft_p99_interval: Option<Interval>,
     pub verdict: shortlist_study::record::Verdict,
+    /// The night's regression verdict against the previous night, once its run finished, and
+    /// its evidence (counts, p, case ids, intervals, what changed).
+    pub check: Option<String>,
+    pub reasons: Vec<String>,
+    /// What changed since the previous night (`nothing`, `machine`, `runtime`, `model`) and how.
+    pub what_changed: Option<String>,
+    pub changed: Vec<String>,
+    /// The accepted baseline the night was also checked against, and what changed since it.
+    pub baseline_generation: Option<u32>,
+    pub baseline_changed: Option<Vec<String>>,
+    /// The run's fingerprint.
+    pub fingerprint: Fingerprint,
+}
+
+/// What a run ran: the model's hashes, the runtime and the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fingerprint {
+    pub source: String,
+    pub weights_sha256: Option<String>,
+    pub tokenizer_sha256: Option<String>,
+    pub chat_template_sha256: Option<String>,
+    pub runtime: String,
+    pub backend: String,
+    pub code_version: String,
+    pub machine: String,
+}
+
+impl Fingerprint {
+    fn of(r: &shortlist_study::record::SelectionRecord) -> Fingerprint {
+        Fingerprint {
+            source: r.identity.source.clone(),
+            weights_sha256: r.identity.weights_sha256.clone(),
+            tokenizer_sha256: r.identity.tokenizer_sha256.clone(),
+            chat_template_sha256: r.identity.chat_template_sha256.clone(),
+            runtime: format!("{} {}", r.identity.runtime, r.identity.runtime_version),
+            backend: r.operations.backend.clone(),
+            code_version: r.code_version.clone(),
+            machine: r.machine.clone(),
+        }
+    }
 }
 
 /// What a tick did: runs started and instants skipped (caught up by a later one).
@@ -252,8 +299,10 @@ impl StudyService {
     }
 
     /// The figures of every run a schedule started that has records, oldest first (one point
-    /// per candidate and run; a run resumed by several ticks counts once).
+    /// per candidate and run; a run resumed by several ticks counts once), with each night's
+    /// check once its run finished.
     pub async fn schedule_timeline(&self, name: &str) -> Result<Vec<HistoryPoint>, ServiceError> {
+        let row = self.store.schedule(name).await?;
         let mut ticks = self.schedule_history(name, 1000).await?;
         ticks.reverse();
         let mut seen = std::collections::BTreeSet::new();
@@ -271,6 +320,16 @@ impl StudyService {
                 slot.insert(self.store.records_of_study(&t.study, v).await?);
             }
             let records = &by_version[&v];
+            let due_ms = t
+                .due
+                .parse::<Timestamp>()
+                .map(|d| d.as_millisecond())
+                .unwrap_or(0);
+            let night: Option<serde_json::Value> = self
+                .store
+                .tick_check(row.id, due_ms)
+                .await?
+                .and_then(|(_, report)| serde_json::from_str(&report).ok());
             for r in records.iter().filter(|r| r.generation == g) {
                 let rec = &r.record;
                 // The latest record of a candidate in this run (a refreshed one replaces).
@@ -280,6 +339,23 @@ impl StudyService {
                 {
                     continue;
                 }
+                let [attainment_interval, ttft_p99_interval, goodput_interval] =
+                    super::drift::figures(rec).map(|f| f.3);
+                let checked = night.as_ref().and_then(|n| {
+                    n["previous"]["candidates"]
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["candidate"] == r.candidate.as_str())
+                        .cloned()
+                });
+                let against_baseline = night.as_ref().and_then(|n| {
+                    n["baseline"]["candidates"]
+                        .as_array()?
+                        .iter()
+                        .find(|c| c["candidate"] == r.candidate.as_str())
+                        .cloned()
+                });
+                let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
                 out.push(HistoryPoint {
                     due: t.due.clone(),
                     candidate: r.candidate.clone(),
@@ -300,7 +376,35 @@ impl StudyService {
                     goodput_rps: (rec.performance.attainment.is_some()
                         || !rec.performance.sweep.is_empty())
                     .then_some(rec.performance.goodput_rps),
+                    attainment_interval,
+                    goodput_interval,
+                    ttft_p99_interval,
                     verdict: rec.verdict,
+                    check: checked.as_ref().and_then(|c| text(&c["verdict"])),
+                    reasons: checked
+                        .as_ref()
+                        .and_then(|c| c["reasons"].as_array().cloned())
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(text)
+                        .collect(),
+                    what_changed: checked.as_ref().and_then(|c| text(&c["what_changed"])),
+                    changed: checked
+                        .as_ref()
+                        .and_then(|c| c["changed"].as_array().cloned())
+                        .unwrap_or_default()
+                        .iter()
+                        .filter_map(text)
+                        .collect(),
+                    baseline_generation: against_baseline.as_ref().and_then(|c| {
+                        c["reference_generation"]
+                            .as_u64()
+                            .and_then(|g| u32::try_from(g).ok())
+                    }),
+                    baseline_changed: against_baseline.as_ref().and_then(|c| {
+                        Some(c["changed"].as_array()?.iter().filter_map(text).collect())
+                    }),
+                    fingerprint: Fingerprint::of(rec),
                 });
             }
         }
