@@ -910,3 +910,52 @@ fn two_schedulers_on_postgres_run_each_instant_once() {
     assert_eq!(kinds.len(), unique.len(), "each job queued once: {kinds:?}");
     psql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
 }
+
+/// The first run of a new study version checked against the previous run, which belongs to a
+/// version with another SLO: not comparable, naming the difference — never a verdict drawn from
+/// two different yardsticks.
+#[test]
+fn a_reference_under_another_slo_is_not_comparable() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mock = crate::support::Mock::start(&[
+        "--answers",
+        data("study/mini.answers.jsonl").to_str().unwrap(),
+    ]);
+    let url = format!("sqlite://{}?mode=rwc", d.join("s.db").display());
+    let text = crate::web::study_text(d, &format!("{}#mock", mock.url));
+    for (i, study) in [
+        text.clone(),
+        text.replace("ttft_ms = 2000", "ttft_ms = 900"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        std::fs::write(d.join("mini.study.toml"), study).unwrap();
+        ok_json(&url, d, &["study", "create", "mini.study.toml", "--json"]);
+        let lock = ok_json(&url, d, &["study", "lock", "mini", "--json"]);
+        assert_eq!(lock["version"], i + 1, "{lock}");
+        let out = sl(&url, d, &["study", "run", "mini", "--stale-after", "0"]);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+    let out = sl(
+        &url,
+        d,
+        &["study", "check", "mini", "--against", "previous", "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let c = &v["candidates"][0];
+    assert_eq!(v["verdict"], "not_comparable", "{v}");
+    assert_eq!(
+        (
+            c["reference_version"].as_u64(),
+            c["reference_generation"].as_u64(),
+            c["current_generation"].as_u64()
+        ),
+        (Some(1), Some(1), Some(1)),
+        "{v}"
+    );
+    let reasons = c["reasons"].to_string();
+    assert!(reasons.contains("SLO"), "{reasons}");
+}

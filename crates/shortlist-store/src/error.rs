@@ -117,6 +117,26 @@ pub(crate) fn sql(op: impl Into<String>) -> impl FnOnce(sqlx::Error) -> StoreErr
     move |source| StoreError::Sql { op, source }
 }
 
+/// Like [`sql`], but a unique-key violation is the refusal of `field` saying `why` (a name or
+/// URL already taken).
+pub(crate) fn sql_or_taken(
+    op: impl Into<String>,
+    field: &'static str,
+    why: String,
+) -> impl FnOnce(sqlx::Error) -> StoreError {
+    let op = op.into();
+    move |source| {
+        if source
+            .as_database_error()
+            .is_some_and(|d| d.is_unique_violation())
+        {
+            StoreError::Invalid { op, field, why }
+        } else {
+            StoreError::Sql { op, source }
+        }
+    }
+}
+
 /// The URL with any password replaced, for messages.
 pub(crate) fn redact(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {

@@ -4,7 +4,7 @@
 //! the deliveries — and a delivery is claimed by moving its next attempt forward, so two
 //! schedulers never send it at once.
 
-use crate::error::sql;
+use crate::error::{sql, sql_or_taken};
 use crate::{Store, StoreError, col, col_u, now_ms};
 
 /// A webhook disabled after this many consecutive failed deliveries.
@@ -85,19 +85,11 @@ impl Store {
         .bind(now_ms())
         .execute(&self.pool)
         .await
-        .map_err(|e| {
-            if e.as_database_error()
-                .is_some_and(|d| d.is_unique_violation())
-            {
-                StoreError::Invalid {
-                    op: op.clone(),
-                    field: "url",
-                    why: format!("schedule `{schedule}` already notifies {url}"),
-                }
-            } else {
-                sql(op.clone())(e)
-            }
-        })?;
+        .map_err(sql_or_taken(
+            op,
+            "url",
+            format!("schedule `{schedule}` already notifies {url}"),
+        ))?;
         self.webhooks(s.id)
             .await?
             .into_iter()

@@ -5,7 +5,7 @@
 
 use sqlx::Row as _;
 
-use crate::error::sql;
+use crate::error::{sql, sql_or_taken};
 use crate::{Store, StoreError, check_name, col, now_ms};
 
 /// What a scheduled run runs.
@@ -187,19 +187,11 @@ impl Store {
         .bind(now_ms())
         .execute(&self.pool)
         .await
-        .map_err(|e| {
-            if e.as_database_error()
-                .is_some_and(|d| d.is_unique_violation())
-            {
-                StoreError::Invalid {
-                    op: op.clone(),
-                    field: "name",
-                    why: format!("a schedule named `{}` exists", s.name),
-                }
-            } else {
-                sql(op.clone())(e)
-            }
-        })?;
+        .map_err(sql_or_taken(
+            op,
+            "name",
+            format!("a schedule named `{}` exists", s.name),
+        ))?;
         self.schedule(s.name).await
     }
 
