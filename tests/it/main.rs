@@ -18,3 +18,4 @@ mod support;
 mod trace;
 mod verdicts;
 mod web;
+mod workers;

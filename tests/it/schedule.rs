@@ -839,26 +839,10 @@ fn a_scheduler_killed_mid_run_resumes_and_catches_up_once() {
 /// one of them — the catch-up at start and the next minute's instant alike.
 #[test]
 fn two_schedulers_on_postgres_run_each_instant_once() {
-    let Ok(admin) = std::env::var("SHORTLIST_TEST_POSTGRES_URL") else {
-        eprintln!(
-            "\n*** SKIPPED: two_schedulers_on_postgres_run_each_instant_once: SHORTLIST_TEST_POSTGRES_URL is not set. ***\n"
-        );
+    let Some(pg) = crate::support::Postgres::fresh("two_schedulers") else {
         return;
     };
-    let db = format!("it_sched_{}", std::process::id());
-    let psql = |sql: &str| {
-        let out = std::process::Command::new("psql")
-            .args([admin.as_str(), "-v", "ON_ERROR_STOP=1", "-c", sql])
-            .output()
-            .expect("psql runs");
-        assert!(out.status.success(), "{sql}: {}", stderr(&out));
-    };
-    psql(&format!("DROP DATABASE IF EXISTS {db}"));
-    psql(&format!("CREATE DATABASE {db}"));
-    let url = match admin.rsplit_once('/') {
-        Some((base, _)) => format!("{base}/{db}"),
-        None => panic!("{admin}: not a database URL"),
-    };
+    let url = pg.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let _mock = slow_minutely(d, &url);
@@ -908,7 +892,6 @@ fn two_schedulers_on_postgres_run_each_instant_once() {
     unique.sort_unstable();
     unique.dedup();
     assert_eq!(kinds.len(), unique.len(), "each job queued once: {kinds:?}");
-    psql(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
 }
 
 /// The first run of a new study version checked against the previous run, which belongs to a

@@ -95,7 +95,13 @@ impl Mock {
 
     /// The mock at `addr` (e.g. the address a stopped one had).
     pub fn start_at(addr: &str, extra: &[&str]) -> Mock {
+        Mock::start_for(addr, 60, extra)
+    }
+
+    /// The mock at `addr`, exiting after `seconds`.
+    pub fn start_for(addr: &str, seconds: u32, extra: &[&str]) -> Mock {
         use std::io::BufRead as _;
+        let seconds = seconds.to_string();
         let mut child = shortlist()
             .args([
                 "mock",
@@ -103,7 +109,7 @@ impl Mock {
                 "--addr",
                 addr,
                 "--max-seconds",
-                "60",
+                &seconds,
                 "--threads",
                 "1",
             ])
@@ -180,5 +186,54 @@ impl EngineServer {
             }
         });
         EngineServer { child, addr, log }
+    }
+}
+
+/// A fresh PostgreSQL database for one test, dropped with the guard; `None` (the test prints
+/// that it skips) when `SHORTLIST_TEST_POSTGRES_URL` is not set.
+pub struct Postgres {
+    admin: String,
+    db: String,
+    pub url: String,
+}
+
+impl Postgres {
+    pub fn fresh(test: &str) -> Option<Postgres> {
+        let Ok(admin) = std::env::var("SHORTLIST_TEST_POSTGRES_URL") else {
+            eprintln!("\n*** SKIPPED: {test}: SHORTLIST_TEST_POSTGRES_URL is not set. ***\n");
+            return None;
+        };
+        let db = format!("it_{test}_{}", std::process::id());
+        let pg = Postgres {
+            url: match admin.rsplit_once('/') {
+                Some((base, _)) => format!("{base}/{db}"),
+                None => panic!("{admin}: not a database URL"),
+            },
+            admin,
+            db,
+        };
+        pg.psql(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", pg.db));
+        pg.psql(&format!("CREATE DATABASE {}", pg.db));
+        Some(pg)
+    }
+
+    fn psql(&self, sql: &str) {
+        let out = Command::new("psql")
+            .args([self.admin.as_str(), "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .expect("psql runs");
+        assert!(out.status.success(), "{sql}: {}", stderr(&out));
+    }
+}
+
+impl Drop for Postgres {
+    fn drop(&mut self) {
+        let _ = Command::new("psql")
+            .args([
+                self.admin.as_str(),
+                "-c",
+                &format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.db),
+            ])
+            .output();
     }
 }

@@ -21,12 +21,19 @@ pub struct Server {
 
 impl Server {
     pub fn start(dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
+        let url = format!("sqlite://{}?mode=rwc", dir.join("web.db").display());
+        Server::start_with(&url, dir, extra, env)
+    }
+
+    /// The workbench on the database `url`.
+    pub fn start_on(url: &str, dir: &Path, extra: &[&str]) -> Server {
+        Server::start_with(url, dir, extra, &[])
+    }
+
+    fn start_with(url: &str, dir: &Path, extra: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = shortlist();
         command
-            .env(
-                "DATABASE_URL",
-                format!("sqlite://{}?mode=rwc", dir.join("web.db").display()),
-            )
+            .env("DATABASE_URL", url)
             .current_dir(dir)
             .args(["serve", "--bind", "127.0.0.1:0"])
             .args(extra)

@@ -130,6 +130,9 @@ pub enum ServiceError {
     /// A job's body panicked (a bug): reported with what it was doing, and retried.
     #[error("{what}: internal error (a panic): {why}")]
     Panicked { what: String, why: String },
+    /// Another process holds what this needs; trying again later may succeed.
+    #[error("{what}: busy: {why}")]
+    Busy { what: String, why: String },
     /// Stored data cannot be read back.
     #[error("{what}: stored data is corrupt: {why}")]
     Corrupt { what: String, why: String },
@@ -158,6 +161,7 @@ impl ServiceError {
             | ServiceError::Unreachable { .. }
             | ServiceError::CaseErrors { .. }
             | ServiceError::Panicked { .. }
+            | ServiceError::Busy { .. }
             | ServiceError::Os { .. } => ErrorClass::Transient,
             ServiceError::Corrupt { .. } => ErrorClass::Corrupt,
         }
@@ -183,7 +187,7 @@ impl ServiceError {
         matches!(self, ServiceError::Store(StoreError::NotFound { .. }))
     }
 
-    pub(crate) fn invalid(what: impl Into<String>, why: impl Into<String>) -> ServiceError {
+    pub fn invalid(what: impl Into<String>, why: impl Into<String>) -> ServiceError {
         ServiceError::Invalid {
             what: what.into(),
             why: why.into(),

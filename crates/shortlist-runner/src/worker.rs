@@ -97,6 +97,11 @@ impl Worker {
         &self.name
     }
 
+    /// The service it works for.
+    pub fn service(&self) -> &StudyService {
+        &self.service
+    }
+
     /// Ask the worker to stop: the job in hand finishes its current unit (a case, a load step)
     /// and goes back to the queue; no new job is claimed.
     pub fn stop(&self) {

@@ -166,4 +166,39 @@ impl Store {
                 what: format!("generation {number} of study `{study}` v{version}"),
             })
     }
+
+    /// Take the lease `name` for `holder` until `lease_ms` from now: `true` when taken (free,
+    /// expired, or already this holder's), `false` while another holds it.
+    pub async fn try_lease(
+        &self,
+        name: &str,
+        holder: &str,
+        lease_ms: i64,
+    ) -> Result<bool, StoreError> {
+        let now = now_ms();
+        let done = sqlx::query(
+            "INSERT INTO request_locks (name, holder, until_ms) VALUES ($1, $2, $3) \
+             ON CONFLICT (name) DO UPDATE SET holder = excluded.holder, until_ms = excluded.until_ms \
+             WHERE request_locks.until_ms < $4 OR request_locks.holder = excluded.holder",
+        )
+        .bind(name)
+        .bind(holder)
+        .bind(now.saturating_add(lease_ms))
+        .bind(now)
+        .execute(&self.pool)
+        .await
+        .map_err(sql(format!("taking the lease `{name}`")))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Give back a lease this holder took.
+    pub async fn release_lease(&self, name: &str, holder: &str) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM request_locks WHERE name = $1 AND holder = $2")
+            .bind(name)
+            .bind(holder)
+            .execute(&self.pool)
+            .await
+            .map_err(sql(format!("releasing the lease `{name}`")))?;
+        Ok(())
+    }
 }

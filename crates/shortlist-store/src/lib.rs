@@ -121,6 +121,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0004_notifications.sql"),
         false,
     ),
+    (
+        5,
+        "request_locks",
+        include_str!("../../../migrations/sqlite/0005_request_locks.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -145,6 +151,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         4,
         "notifications",
         include_str!("../../../migrations/postgres/0004_notifications.sql"),
+        false,
+    ),
+    (
+        5,
+        "request_locks",
+        include_str!("../../../migrations/postgres/0005_request_locks.sql"),
         false,
     ),
 ];

@@ -332,6 +332,28 @@ impl Store {
         rows.iter().map(run_row).collect()
     }
 
+    /// The hosts that have executed runs on this database (the `host` of each run's machine
+    /// fingerprint), sorted.
+    pub async fn run_hosts(&self) -> Result<Vec<String>, StoreError> {
+        let rows =
+            sqlx::query("SELECT DISTINCT machine_json FROM runs WHERE machine_json IS NOT NULL")
+                .fetch_all(&self.pool)
+                .await
+                .map_err(sql("listing the machines that executed runs"))?;
+        let mut hosts = Vec::new();
+        for row in &rows {
+            let text: String = col(row, "runs", &"?", "machine_json")?;
+            let machine: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+            if let Some(h) = machine["host"].as_str()
+                && !hosts.iter().any(|x| x == h)
+            {
+                hosts.push(h.to_owned());
+            }
+        }
+        hosts.sort();
+        Ok(hosts)
+    }
+
     /// The newest `limit` runs of every study, newest first, each with its study's name and
     /// version.
     pub async fn recent_runs(&self, limit: u32) -> Result<Vec<(String, u32, Run)>, StoreError> {

@@ -28,6 +28,7 @@ mod report;
 pub(crate) mod schedule;
 mod study;
 mod trace;
+mod worker;
 
 /// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
 #[derive(Debug, Parser)]
@@ -76,6 +77,9 @@ enum Command {
     Schedule(schedule::Command),
     /// Tick the schedules every few seconds until Ctrl-C (`shortlist serve` does this too).
     Scheduler(schedule::SchedulerArgs),
+    /// A worker with no web server, for other hosts: claims the queued jobs of the database
+    /// DATABASE_URL names (PostgreSQL across hosts; SQLite is single-host) until SIGTERM.
+    Worker(worker::Args),
     /// The web workbench: studies, live runs, side-by-side comparison and records in the browser
     /// (server-rendered), with in-process workers; the database DATABASE_URL names.
     Serve(crate::web::ServeArgs),
@@ -112,6 +116,7 @@ pub(crate) fn main() -> ExitCode {
     let threads = match &cli.command {
         Command::Engine(cmd) => engine::requested_threads(cmd),
         Command::Study(cmd) => study::requested_threads(cmd),
+        Command::Worker(a) => a.threads,
         _ => None,
     };
     let config = shortlist_runner::config::Config::from_env(threads);
@@ -130,6 +135,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Study(cmd) => study::run(cmd, &config),
         Command::Schedule(cmd) => schedule::run(cmd, &config),
         Command::Scheduler(args) => schedule::run_scheduler(args, &config),
+        Command::Worker(args) => worker::run(args, &config),
         Command::Record(args) => record::run(args, &config),
         Command::Serve(args) => crate::web::run(args, &config),
     };

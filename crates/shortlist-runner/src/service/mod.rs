@@ -80,6 +80,11 @@ pub struct StudyService {
     comparisons: Arc<compare::CompareCache>,
 }
 
+/// How long a run request holds its lease at most (a holder that died loses it then).
+const REQUEST_LEASE_MS: i64 = 30_000;
+/// How long a run request waits for another process's to finish.
+const REQUEST_LEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 impl StudyService {
     /// Open the database the configuration names (migrating it) and serve over it.
     pub async fn connect(config: Config) -> Result<StudyService, ServiceError> {
@@ -189,7 +194,36 @@ impl StudyService {
             ));
         }
         let version = self.version_of(name, version).await?;
+        // One request at a time: in this process by the mutex, across processes (two
+        // workbenches, a workbench and a scheduler) by a lease in the database.
         let _one_at_a_time = self.requests.lock().await;
+        let lease = format!("run-request {name} v{version}");
+        let holder = self.config.worker.clone();
+        let deadline = std::time::Instant::now() + REQUEST_LEASE_WAIT;
+        while !self
+            .store
+            .try_lease(&lease, &holder, REQUEST_LEASE_MS)
+            .await?
+        {
+            if std::time::Instant::now() > deadline {
+                return Err(ServiceError::Busy {
+                    what: format!("study `{name}` v{version}"),
+                    why: "another process has been requesting a run of it for 30 s".to_owned(),
+                });
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        let requested = self.request_run_leased(name, version, params).await;
+        self.store.release_lease(&lease, &holder).await?;
+        requested
+    }
+
+    async fn request_run_leased(
+        &self,
+        name: &str,
+        version: u32,
+        params: &RunParams,
+    ) -> Result<RunRequested, ServiceError> {
         // Runs start only on locked studies whose lock still holds.
         let locked = self.store.verify_study(name, version).await?;
         for c in &params.candidates {

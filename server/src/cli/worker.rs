@@ -1,0 +1,110 @@
+//! `shortlist worker`: a worker process with no web server, for other hosts — it claims queued
+//! jobs from the database DATABASE_URL names (PostgreSQL hands them out with `FOR UPDATE SKIP
+//! LOCKED`), keeps their heartbeats, and takes over jobs of workers that died once their lease
+//! expired. SIGTERM or Ctrl-C: the job in hand finishes its current case or load step, goes back
+//! to the queue, and the process exits.
+
+use std::time::Duration;
+
+use shortlist_runner::config::Config;
+use shortlist_runner::worker::{Outcome as JobOutcome, Worker};
+use shortlist_store::Backend;
+
+use super::Outcome;
+use super::app::{existing_service, runtime};
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct Args {
+    /// The worker's name in job claims and run rows (default: HOST-PID).
+    #[arg(long)]
+    name: Option<String>,
+    /// Compute threads of the candidates' engine (default: cores - 1, at least 1).
+    #[arg(long)]
+    pub(crate) threads: Option<usize>,
+    /// Seconds without a heartbeat after which a running job is taken to belong to a dead
+    /// worker and queued again (heartbeats come every 10 s).
+    #[arg(long, default_value_t = 60)]
+    stale_after: u64,
+    /// Seconds between claims while nothing is claimable.
+    #[arg(long, default_value_t = 1.0)]
+    poll: f64,
+}
+
+pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
+    let config = match &a.name {
+        Some(n) => config.clone().with_worker(n.clone()),
+        None => config.clone(),
+    };
+    runtime()?.block_on(async move {
+        let service = existing_service(&config).await?;
+        if service.store().backend() == Backend::Sqlite {
+            // A SQLite file's locks do not reach across machines: one host only.
+            let here = shortlist_runner::config::hostname();
+            let others: Vec<String> = service
+                .store()
+                .run_hosts()
+                .await?
+                .into_iter()
+                .filter(|h| *h != here)
+                .collect();
+            if !others.is_empty() {
+                return Err(shortlist_runner::error::ServiceError::invalid(
+                    "DATABASE_URL",
+                    format!(
+                        "this SQLite database has runs executed on {} and this is {here}: SQLite is single-host (its file locks do not reach across machines); point every host's workers at PostgreSQL",
+                        others.join(", ")
+                    ),
+                )
+                .into());
+            }
+        }
+        let worker = Worker::new(service).with_name(config.worker.clone());
+        let stopper = worker.clone();
+        tokio::spawn(async move {
+            let mut term =
+                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        eprintln!("worker: cannot watch SIGTERM: {e}");
+                        return;
+                    }
+                };
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = tokio::signal::ctrl_c() => {}
+            }
+            eprintln!(
+                "worker {}: stopping — the job in hand finishes its current unit and goes back to the queue",
+                stopper.name()
+            );
+            stopper.stop();
+        });
+        eprintln!(
+            "worker {}: claiming jobs (SIGTERM or Ctrl-C stops)",
+            worker.name()
+        );
+        let poll = Duration::try_from_secs_f64(a.poll.max(0.05)).unwrap_or(Duration::from_secs(1));
+        let stale = Duration::from_secs(a.stale_after);
+        while !worker.stopping() {
+            if let Err(e) = worker.service().requeue_stale(stale).await {
+                eprintln!("worker: requeueing stale jobs: {e}");
+            }
+            match worker.try_execute_next_job().await {
+                Ok(JobOutcome::Idle) => tokio::time::sleep(poll).await,
+                Ok(JobOutcome::Done { id, kind, candidate, .. }) => {
+                    eprintln!("job {id} ({kind:?} {candidate}): done");
+                }
+                Ok(JobOutcome::Released { id }) => eprintln!("job {id}: released to the queue"),
+                Ok(JobOutcome::Failed { id, why, requeued, .. }) => eprintln!(
+                    "job {id}: failed{}: {why}",
+                    if requeued { " (queued again)" } else { "" }
+                ),
+                Err(e) => {
+                    eprintln!("worker: {e}");
+                    tokio::time::sleep(poll).await;
+                }
+            }
+        }
+        anyhow::Ok(Outcome::Success)
+    })
+}

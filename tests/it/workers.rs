@@ -1,0 +1,245 @@
+//! Workers on several processes over PostgreSQL: `shortlist worker` processes beside a
+//! workbench share one study's jobs — one is killed (SIGKILL) in the middle of a quality job and
+//! one stopped (SIGTERM) — and the run still finishes with every case stored once and the same
+//! quality results as one worker's run; run requests from several processes at once queue one
+//! generation.
+
+use std::path::Path;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::{Mock, Postgres, data, ok_on_db, shortlist, stderr, stdout};
+
+fn json(url: &str, dir: &Path, args: &[&str]) -> Value {
+    let out = ok_on_db(url, dir, args);
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
+/// The mini study with two endpoint candidates answering from the canned answers after
+/// `ttft_ms`, written to `dir`.
+fn two_candidate_study(dir: &Path, mock: &Mock) -> String {
+    crate::web::study_text(dir, &format!("{}#mock", mock.url))
+        + &format!(
+            "\n[[candidate]]\nname = \"twin\"\nsource = \"{}#mock\"\nprice_per_device_hour = 0.05\n",
+            mock.url
+        )
+}
+
+fn worker(url: &str, dir: &Path, name: &str) -> Child {
+    shortlist()
+        .env("DATABASE_URL", url)
+        .current_dir(dir)
+        .args([
+            "worker",
+            "--name",
+            name,
+            "--stale-after",
+            "2",
+            "--poll",
+            "0.2",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Every job of generation 1.
+fn jobs(url: &str, dir: &Path) -> Vec<Value> {
+    let s = json(url, dir, &["study", "status", "mini", "--json"]);
+    s["generations"]
+        .as_array()
+        .and_then(|g| g.iter().find(|g| g["number"] == 1))
+        .and_then(|g| g["jobs"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// What a record says about quality and identity, without its stamps (times, workers, hashes
+/// of the whole record) and without the load figures, which are measurements of the moment.
+/// The paired comparison with the other candidate is left out too: it is drawn when the other
+/// candidate's quality run has finished by the time this record is assembled, which depends on
+/// which worker finished first.
+fn quality_of(record: &Value) -> Value {
+    let mut quality = record["quality"].clone();
+    quality["paired"] = Value::Null;
+    serde_json::json!({
+        "identity": record["identity"],
+        "quality": quality,
+        "disqualifiers": record["disqualifiers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| serde_json::json!([d["rule"], d["outcome"], d["observed"]]))
+            .collect::<Vec<_>>(),
+    })
+}
+
+#[test]
+fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
+    let Some(pg) = Postgres::fresh("three_workers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mock = Mock::start_for(
+        "127.0.0.1:0",
+        600,
+        &[
+            "--answers",
+            data("study/mini.answers.jsonl").to_str().unwrap(),
+            "--ttft-ms",
+            "700",
+        ],
+    );
+    std::fs::write(d.join("mini.study.toml"), two_candidate_study(d, &mock)).unwrap();
+    let url = pg.url.as_str();
+    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
+    json(url, d, &["study", "lock", "mini", "--json"]);
+    // The workbench serves pages only; the three workers do the work.
+    let serve = crate::web::Server::start_on(url, d, &["--workers", "0", "--schedule-every", "0"]);
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let mut w = [
+        worker(url, d, "w-killed"),
+        worker(url, d, "w-stopped"),
+        worker(url, d, "w-last"),
+    ];
+    // Kill the first worker while it is in the middle of a quality job.
+    let victim = wait_for(60, "w-killed mid-quality", || {
+        jobs(url, d).into_iter().find(|j| {
+            j["kind"] == "quality"
+                && j["worker"] == "w-killed"
+                && j["state"] == "running"
+                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
+        })
+    });
+    w[0].kill().unwrap();
+    w[0].wait().unwrap();
+    // Stop the second with SIGTERM once it holds a job: it finishes its current unit, puts the
+    // job back and exits cleanly.
+    let held = wait_for(90, "w-stopped in the middle of a quality job", || {
+        jobs(url, d).into_iter().find(|j| {
+            let done = j["progress"]["cases"]["done"].as_u64().unwrap_or(0);
+            j["kind"] == "quality"
+                && j["worker"] == "w-stopped"
+                && j["state"] == "running"
+                && (1..5).contains(&done)
+        })
+    });
+    let pid = i32::try_from(w[1].id()).unwrap();
+    // SAFETY: sending a signal to a child process this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_for(60, "w-stopped to exit", || w[1].try_wait().unwrap());
+    let mut log = String::new();
+    std::io::Read::read_to_string(&mut w[1].stderr.take().unwrap(), &mut log).unwrap();
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(
+        log.contains(&format!("job {}: released to the queue", held["id"])),
+        "{log}"
+    );
+    // The last worker finishes everything, taking over the killed worker's job.
+    let finished = wait_for(240, "every job done", || {
+        let js = jobs(url, d);
+        js.iter().all(|j| j["state"] == "done").then_some(js)
+    });
+    let _ = w[2].kill();
+    let _ = w[2].wait();
+    drop(serve);
+    let taken = finished.iter().find(|j| j["id"] == victim["id"]).unwrap();
+    assert!(taken["attempts"].as_u64().unwrap() >= 2, "{taken}");
+    // Every case stored once, and the same results as one worker's run of the same study.
+    let single = tempfile::tempdir().unwrap();
+    let s = single.path();
+    std::fs::write(s.join("mini.study.toml"), two_candidate_study(s, &mock)).unwrap();
+    let one = format!("sqlite://{}?mode=rwc", s.join("one.db").display());
+    json(&one, s, &["study", "create", "mini.study.toml", "--json"]);
+    json(&one, s, &["study", "lock", "mini", "--json"]);
+    let out = crate::support::on_db(&one, s, &["study", "run", "mini", "--stale-after", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for candidate in ["smol", "twin"] {
+        let shared = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
+        let alone = json(&one, s, &["record", candidate, "--study", "mini", "--json"]);
+        assert_eq!(shared["quality"]["overall"]["n"], 6, "{shared}");
+        assert_eq!(quality_of(&shared), quality_of(&alone), "{candidate}");
+    }
+    // Each run names the worker that executed it; none of the killed worker's runs is left
+    // unfinished.
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    let runs = status["generations"][0]["runs"].as_array().unwrap();
+    assert!(!runs.is_empty(), "{status}");
+    for r in runs {
+        assert!(
+            ["w-killed", "w-stopped", "w-last"].contains(&r["worker"].as_str().unwrap_or("")),
+            "{r}"
+        );
+        assert_eq!(r["state"], "done", "{r}");
+        assert!(r["machine"].is_string(), "{r}");
+    }
+}
+
+#[test]
+fn run_requests_from_several_processes_queue_one_generation() {
+    let Some(pg) = Postgres::fresh("run_requests") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::write(
+        d.join("mini.study.toml"),
+        crate::web::study_text(d, "http://127.0.0.1:9#nothing"),
+    )
+    .unwrap();
+    let url = pg.url.as_str();
+    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
+    json(url, d, &["study", "lock", "mini", "--json"]);
+    let requests: Vec<Child> = (0..4)
+        .map(|_| {
+            shortlist()
+                .env("DATABASE_URL", url)
+                .current_dir(d)
+                .args(["study", "run", "mini", "--queue-only", "--again", "--json"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut new = 0;
+    for r in requests {
+        let out = r.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let v: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(v["generation"], 1, "{v}");
+        new += usize::from(v["resumed"] == false);
+    }
+    assert_eq!(
+        new, 1,
+        "one process queued the generation, the others resumed it"
+    );
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    assert_eq!(
+        status["generations"].as_array().unwrap().len(),
+        1,
+        "{status}"
+    );
+    let mut kinds: Vec<String> = jobs(url, d)
+        .iter()
+        .map(|j| format!("{} {}", j["kind"], j["candidate"]))
+        .collect();
+    let all = kinds.len();
+    kinds.sort();
+    kinds.dedup();
+    assert_eq!(kinds.len(), all, "each job queued once: {kinds:?}");
+}
