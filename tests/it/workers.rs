@@ -46,6 +46,32 @@ fn worker(url: &str, dir: &Path, name: &str) -> Child {
         .unwrap()
 }
 
+/// Read the workbench's live progress stream of study `mini` on a thread of its own; what
+/// arrived is in the returned buffer.
+fn watch_events(addr: &str) -> std::sync::Arc<std::sync::Mutex<String>> {
+    use std::io::{Read as _, Write as _};
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let keep = seen.clone();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET /studies/mini/events HTTP/1.1\r\nHost: {addr}\r\nAccept: text/event-stream\r\n\r\n"
+    )
+    .unwrap();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stream.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            keep.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
 fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
@@ -111,52 +137,66 @@ fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
     // The workbench serves pages only; the three workers do the work.
     let serve = crate::web::Server::start_on(url, d, &["--workers", "0", "--schedule-every", "0"]);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
-    let mut w = [
-        worker(url, d, "w-killed"),
-        worker(url, d, "w-stopped"),
-        worker(url, d, "w-last"),
-    ];
-    // Kill the first worker while it is in the middle of a quality job.
-    let victim = wait_for(60, "w-killed mid-quality", || {
-        jobs(url, d).into_iter().find(|j| {
-            j["kind"] == "quality"
-                && j["worker"] == "w-killed"
-                && j["state"] == "running"
-                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
-        })
-    });
-    w[0].kill().unwrap();
-    w[0].wait().unwrap();
-    // Stop the second with SIGTERM once it holds a job: it finishes its current unit, puts the
-    // job back and exits cleanly.
-    let held = wait_for(90, "w-stopped in the middle of a quality job", || {
+    // The workbench runs no worker: the progress its page streams comes from the other
+    // processes' workers, through the database.
+    let seen = watch_events(&serve.addr);
+    let names = ["w1", "w2", "w3"];
+    let mut w: Vec<Child> = names.iter().map(|n| worker(url, d, n)).collect();
+    // A running quality job of one of `among`, early enough that cases are left after the
+    // current one.
+    let mid_quality = |among: &[&str]| {
         jobs(url, d).into_iter().find(|j| {
             let done = j["progress"]["cases"]["done"].as_u64().unwrap_or(0);
             j["kind"] == "quality"
-                && j["worker"] == "w-stopped"
                 && j["state"] == "running"
-                && (1..5).contains(&done)
+                && among.contains(&j["worker"].as_str().unwrap_or(""))
+                && (1..=3).contains(&done)
         })
-    });
-    let pid = i32::try_from(w[1].id()).unwrap();
+    };
+    // Kill (SIGKILL) the first worker seen in the middle of a quality job.
+    let victim = wait_for(90, "a worker mid-quality", || mid_quality(&names));
+    let killed = names.iter().position(|n| victim["worker"] == *n).unwrap();
+    w[killed].kill().unwrap();
+    w[killed].wait().unwrap();
+    // Stop (SIGTERM) the next one seen in the middle of a quality job: it finishes its current
+    // case, puts the job back and exits cleanly.
+    let living: Vec<&str> = names
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != killed)
+        .map(|(_, n)| *n)
+        .collect();
+    let held = wait_for(120, "another worker mid-quality", || mid_quality(&living));
+    let stopped = names.iter().position(|n| held["worker"] == *n).unwrap();
+    let last = 3 - killed - stopped;
+    let pid = i32::try_from(w[stopped].id()).unwrap();
     // SAFETY: sending a signal to a child process this test spawned and still owns.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = wait_for(60, "w-stopped to exit", || w[1].try_wait().unwrap());
+    let status = wait_for(60, "the stopped worker to exit", || {
+        w[stopped].try_wait().unwrap()
+    });
     let mut log = String::new();
-    std::io::Read::read_to_string(&mut w[1].stderr.take().unwrap(), &mut log).unwrap();
+    std::io::Read::read_to_string(&mut w[stopped].stderr.take().unwrap(), &mut log).unwrap();
     assert_eq!(status.code(), Some(0), "{log}");
     assert!(
         log.contains(&format!("job {}: released to the queue", held["id"])),
         "{log}"
     );
-    // The last worker finishes everything, taking over the killed worker's job.
+    // The last worker finishes everything, taking over the killed worker's job and the
+    // stopped one's.
     let finished = wait_for(240, "every job done", || {
         let js = jobs(url, d);
         js.iter().all(|j| j["state"] == "done").then_some(js)
     });
-    let _ = w[2].kill();
-    let _ = w[2].wait();
+    let _ = w[last].kill();
+    let _ = w[last].wait();
     drop(serve);
+    let streamed = seen.lock().unwrap().clone();
+    assert!(
+        streamed.contains("event: progress") && streamed.contains("\"kind\":\"quality\""),
+        "the workbench streamed the other processes' progress: {}",
+        streamed.chars().take(2000).collect::<String>()
+    );
     let taken = finished.iter().find(|j| j["id"] == victim["id"]).unwrap();
     assert!(taken["attempts"].as_u64().unwrap() >= 2, "{taken}");
     // Every case stored once, and the same results as one worker's run of the same study.
@@ -180,10 +220,7 @@ fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
     let runs = status["generations"][0]["runs"].as_array().unwrap();
     assert!(!runs.is_empty(), "{status}");
     for r in runs {
-        assert!(
-            ["w-killed", "w-stopped", "w-last"].contains(&r["worker"].as_str().unwrap_or("")),
-            "{r}"
-        );
+        assert!(names.contains(&r["worker"].as_str().unwrap_or("")), "{r}");
         assert_eq!(r["state"], "done", "{r}");
         assert!(r["machine"].is_string(), "{r}");
     }
