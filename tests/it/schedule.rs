@@ -685,12 +685,17 @@ fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T
 /// A study whose quality run is slow (the mock waits 1.5 s before each answer), scheduled every
 /// minute since two and a half minutes ago.
 fn slow_minutely(d: &Path, url: &str) -> crate::support::Mock {
-    let mock = crate::support::Mock::start(&[
-        "--answers",
-        data("study/mini.answers.jsonl").to_str().unwrap(),
-        "--ttft-ms",
-        "1500",
-    ]);
+    // Up for ten minutes: the tests wait across minute boundaries.
+    let mock = crate::support::Mock::start_for(
+        "127.0.0.1:0",
+        600,
+        &[
+            "--answers",
+            data("study/mini.answers.jsonl").to_str().unwrap(),
+            "--ttft-ms",
+            "1500",
+        ],
+    );
     let text = crate::web::study_text(d, &format!("{}#mock", mock.url));
     std::fs::write(d.join("mini.study.toml"), text).unwrap();
     ok_json(url, d, &["study", "create", "mini.study.toml", "--json"]);

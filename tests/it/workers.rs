@@ -280,3 +280,101 @@ fn run_requests_from_several_processes_queue_one_generation() {
     kinds.dedup();
     assert_eq!(kinds.len(), all, "each job queued once: {kinds:?}");
 }
+
+/// One quality run split into shards that two workers claim side by side: the same cases as one
+/// worker's run, each stored once, and the job after them waits for every shard.
+#[test]
+fn a_sharded_quality_run_shared_by_two_workers_equals_one_workers() {
+    let Some(pg) = Postgres::fresh("shards") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let mock = Mock::start_for(
+        "127.0.0.1:0",
+        600,
+        &[
+            "--answers",
+            data("study/mini.answers.jsonl").to_str().unwrap(),
+            "--ttft-ms",
+            "300",
+        ],
+    );
+    std::fs::write(d.join("mini.study.toml"), two_candidate_study(d, &mock)).unwrap();
+    let url = pg.url.as_str();
+    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
+    json(url, d, &["study", "lock", "mini", "--json"]);
+    let out = crate::support::on_db(
+        url,
+        d,
+        &["study", "run", "mini", "--queue-only", "--shards", "65"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("1 to 64"), "{}", stderr(&out));
+    json(
+        url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--queue-only",
+            "--shards",
+            "3",
+            "--json",
+        ],
+    );
+    let mut w: Vec<Child> = ["s1", "s2"].iter().map(|n| worker(url, d, n)).collect();
+    let finished = wait_for(240, "every job done", || {
+        let js = jobs(url, d);
+        js.iter().all(|j| j["state"] == "done").then_some(js)
+    });
+    for c in &mut w {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    let shards: Vec<&Value> = finished.iter().filter(|j| j["kind"] == "quality").collect();
+    assert_eq!(shards.len(), 6, "three shards per candidate");
+    let mut by: Vec<&str> = shards
+        .iter()
+        .map(|j| j["worker"].as_str().unwrap())
+        .collect();
+    by.sort_unstable();
+    by.dedup();
+    assert_eq!(by.len(), 2, "both workers answered shards: {shards:?}");
+    let single = tempfile::tempdir().unwrap();
+    let s = single.path();
+    std::fs::write(s.join("mini.study.toml"), two_candidate_study(s, &mock)).unwrap();
+    let one = format!("sqlite://{}?mode=rwc", s.join("one.db").display());
+    json(&one, s, &["study", "create", "mini.study.toml", "--json"]);
+    json(&one, s, &["study", "lock", "mini", "--json"]);
+    let out = crate::support::on_db(&one, s, &["study", "run", "mini", "--stale-after", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for candidate in ["smol", "twin"] {
+        let shared = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
+        let alone = json(&one, s, &["record", candidate, "--study", "mini", "--json"]);
+        assert_eq!(shared["quality"]["overall"]["n"], 6, "{shared}");
+        assert_eq!(quality_of(&shared), quality_of(&alone), "{candidate}");
+    }
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    let runs = status["generations"][0]["runs"].as_array().unwrap();
+    // The load run of each candidate started only once its last shard had finished.
+    for candidate in ["smol", "twin"] {
+        let run = |kind: &str| {
+            runs.iter()
+                .find(|r| r["kind"] == kind && r["candidate"] == candidate)
+                .unwrap_or_else(|| panic!("no {kind} run of {candidate}: {status}"))
+        };
+        let (quality, load) = (run("quality"), run("load"));
+        assert!(
+            load["started_at"].as_str().unwrap() >= quality["finished_at"].as_str().unwrap(),
+            "{quality} {load}"
+        );
+    }
+    let quality_runs = runs.iter().filter(|r| r["kind"] == "quality").count();
+    assert_eq!(
+        quality_runs, 2,
+        "one run row per candidate, shared by its shards: {status}"
+    );
+    assert!(runs.iter().all(|r| r["state"] == "done"), "{status}");
+}

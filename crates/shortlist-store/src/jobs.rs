@@ -81,6 +81,10 @@ pub struct NewJob {
     pub candidate: String,
     pub depends_on: Option<i64>,
     pub max_attempts: u32,
+    /// The group this job belongs to (the shards of one quality run).
+    pub group: Option<String>,
+    /// A group this job waits for: claimable only once every job of it is done or failed.
+    pub waits_for_group: Option<String>,
 }
 
 /// What becomes of a failed job.
@@ -143,6 +147,8 @@ const CLAIMABLE: &str = "SELECT j.id FROM jobs j WHERE j.state = 'queued' \
      AND (j.not_before_ms IS NULL OR j.not_before_ms <= $2) \
      AND (j.depends_on IS NULL OR EXISTS (SELECT 1 FROM jobs d WHERE d.id = j.depends_on \
           AND d.state IN ('done', 'failed'))) \
+     AND (j.waits_for_grp IS NULL OR NOT EXISTS (SELECT 1 FROM jobs g \
+          WHERE g.grp = j.waits_for_grp AND g.state NOT IN ('done', 'failed'))) \
      ORDER BY j.id LIMIT 1";
 
 impl Store {
@@ -185,8 +191,8 @@ impl Store {
         check_name(&op, "kind", &job.kind)?;
         let row = sqlx::query(
             "INSERT INTO jobs (kind, payload_json, state, attempts, max_attempts, created_at_ms, \
-             study, study_version, generation, candidate, depends_on) \
-             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9) RETURNING id",
+             study, study_version, generation, candidate, depends_on, grp, waits_for_grp) \
+             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
         )
         .bind(&job.kind)
         .bind(job.payload.to_string())
@@ -197,6 +203,8 @@ impl Store {
         .bind(i64::from(job.generation))
         .bind(&job.candidate)
         .bind(job.depends_on)
+        .bind(job.group.as_deref())
+        .bind(job.waits_for_group.as_deref())
         .fetch_one(&self.pool)
         .await
         .map_err(sql(&op))?;

@@ -127,6 +127,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0005_request_locks.sql"),
         false,
     ),
+    (
+        6,
+        "job_groups",
+        include_str!("../../../migrations/sqlite/0006_job_groups.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -157,6 +163,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         5,
         "request_locks",
         include_str!("../../../migrations/postgres/0005_request_locks.sql"),
+        false,
+    ),
+    (
+        6,
+        "job_groups",
+        include_str!("../../../migrations/postgres/0006_job_groups.sql"),
         false,
     ),
 ];

@@ -872,6 +872,8 @@ async fn job_dependencies_backoff_and_progress(store: Store) {
         candidate: "small".to_owned(),
         depends_on,
         max_attempts: 3,
+        group: None,
+        waits_for_group: None,
     };
     let fit = store.enqueue(&new("fit", None)).await.unwrap();
     let quality = store.enqueue(&new("quality", Some(fit))).await.unwrap();
@@ -939,6 +941,47 @@ async fn job_dependencies_backoff_and_progress(store: Store) {
     assert_eq!(store.jobs_of_study("support", 1).await.unwrap().len(), 4);
 }
 contract!(job_dependencies_backoff_and_progress);
+
+/// The shards of a quality run share a group; the job after them is claimable only once every
+/// shard is done or failed, while the shards themselves run side by side.
+async fn a_job_waits_for_its_whole_group(store: Store) {
+    let job = |kind: &str, group: Option<&str>, waits: Option<&str>| NewJob {
+        kind: kind.to_owned(),
+        payload: serde_json::json!({}),
+        study: "support".to_owned(),
+        study_version: 1,
+        generation: 1,
+        candidate: "small".to_owned(),
+        depends_on: None,
+        max_attempts: 1,
+        group: group.map(str::to_owned),
+        waits_for_group: waits.map(str::to_owned),
+    };
+    let a = store
+        .enqueue(&job("quality", Some("q"), None))
+        .await
+        .unwrap();
+    let b = store
+        .enqueue(&job("quality", Some("q"), None))
+        .await
+        .unwrap();
+    let load = store.enqueue(&job("load", None, Some("q"))).await.unwrap();
+    let first = store.claim_next_job("w1").await.unwrap().unwrap();
+    let second = store.claim_next_job("w2").await.unwrap().unwrap();
+    assert_eq!((first.id, second.id), (a, b), "the shards run side by side");
+    assert!(store.claim_next_job("w3").await.unwrap().is_none());
+    store.complete_job(a, "w1").await.unwrap();
+    assert!(
+        store.claim_next_job("w3").await.unwrap().is_none(),
+        "one shard is still running"
+    );
+    store
+        .fail_job(b, "w2", "gave up", Retry::Never)
+        .await
+        .unwrap();
+    assert_eq!(store.claim_next_job("w3").await.unwrap().unwrap().id, load);
+}
+contract!(a_job_waits_for_its_whole_group);
 
 /// A database written by the schema before generations (version 1) upgrades in place when it is
 /// opened: its runs become generation 1, its records and jobs keep everything, nothing is lost.

@@ -157,6 +157,10 @@ pub(crate) struct RunArgs {
     /// Only queue the jobs; leave them to `shortlist serve` or other workers.
     #[arg(long)]
     queue_only: bool,
+    /// Split each candidate's quality run into this many jobs that idle workers (`shortlist
+    /// worker`, on any host) claim side by side.
+    #[arg(long, default_value_t = 1)]
+    shards: u32,
     /// Compute threads of the candidates' engine (default: cores - 1, at least 1, so that one
     /// core is left to the load generator and the HTTP server during load runs;
     /// CANDLE_NUM_THREADS in the environment wins).
@@ -476,6 +480,7 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
         trigger: Trigger::Manual,
         again: a.again,
         refresh_records: a.refresh_records,
+        shards: a.shards,
         ..RunParams::default()
     };
     let requested = service.request_run(&a.name, a.version, &params).await?;

@@ -84,6 +84,24 @@ pub struct JobPayload {
     pub candidate: String,
     /// Most tokens generated per eval case (greedy decoding).
     pub max_tokens: usize,
+    /// The part of the eval set a quality job answers, when the run is split (case `i` belongs
+    /// to shard `i % of`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<Shard>,
+}
+
+/// One of `of` parts of a quality run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Shard {
+    pub index: u32,
+    pub of: u32,
+}
+
+impl Shard {
+    /// Whether case number `i` (0-based, in the eval set's order) is this shard's.
+    pub fn has(self, i: usize) -> bool {
+        i % self.of.max(1) as usize == self.index as usize
+    }
 }
 
 /// How a job body ended without an error.

@@ -7,6 +7,10 @@
 //! stopped. A job that ends with case errors fails as transient, so the worker retries it with
 //! backoff; three failures in a row that never reached the server end it at once (the endpoint
 //! is down).
+//!
+//! A sharded run splits the cases among several such jobs (case `i` to shard `i % of`), which
+//! idle workers claim side by side; they share one run row, each case is stored once, and the
+//! run is finished by the shard that stores its last case.
 
 use serde_json::Value as Json;
 use shortlist_evals::results::CaseOutcome;
@@ -28,11 +32,26 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let c = ctx.candidate(&locked)?;
     let set = ctx.block(stored_set(&ctx.store, &locked))?;
     let run = ctx.start_run(RunKind::Quality, "quality")?;
-    let stored = ctx.block(ctx.store.case_results(run.id))?;
+    let shard = ctx.payload.shard;
+    let mine: std::collections::BTreeSet<&str> = set
+        .cases()
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| shard.is_none_or(|s| s.has(*i)))
+        .map(|(_, case)| case.id())
+        .collect();
+    let stored: Vec<_> = ctx
+        .block(ctx.store.case_results(run.id))?
+        .into_iter()
+        .filter(|c| mine.contains(c.case_id.as_str()))
+        .collect();
     let mut counts = CaseCounts {
-        total: set.cases().len() as u64,
+        total: mine.len() as u64,
         ..CaseCounts::default()
     };
+    let part = shard.map_or_else(String::new, |s| {
+        format!(" (shard {} of {})", s.index + 1, s.of)
+    });
     for case in &stored {
         counts.done += 1;
         match outcome_of(&case.scores) {
@@ -53,18 +72,18 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         counts,
         Some(if counts.done > 0 {
             format!(
-                "{}: resuming, {} of {} cases already stored",
+                "{}{part}: resuming, {} of {} cases already stored",
                 c.name, counts.done, counts.total
             )
         } else {
-            format!("{}: quality run of {} cases", c.name, counts.total)
+            format!("{}{part}: quality run of {} cases", c.name, counts.total)
         }),
     );
 
     let pending: Vec<_> = set
         .cases()
         .iter()
-        .filter(|case| !done.contains(case.id()))
+        .filter(|case| mine.contains(case.id()) && !done.contains(case.id()))
         .collect();
     let mut errors = Vec::new();
     if !pending.is_empty() {
@@ -163,9 +182,14 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
             first: first.clone(),
         });
     }
-    ctx.block(ctx.store.finish_run(run.id, Ok(())))?;
+    // The run is finished when every case of the set is stored: by this job, or by the shard
+    // that stores the last case.
+    let all = ctx.block(ctx.store.case_results(run.id))?.len();
+    if shard.is_none() || all >= set.cases().len() {
+        ctx.block(ctx.store.finish_run(run.id, Ok(())))?;
+    }
     Ok(Finished::Done(format!(
-        "{}: {} of {} cases passed",
+        "{}{part}: {} of {} cases passed",
         c.name, counts.passed, counts.total
     )))
 }

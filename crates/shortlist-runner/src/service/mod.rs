@@ -30,7 +30,7 @@ pub use shortlist_store::schedules::ScheduleWhat;
 
 use crate::config::Config;
 use crate::error::ServiceError;
-use crate::jobs::{JobKind, JobPayload};
+use crate::jobs::{JobKind, JobPayload, Shard};
 use crate::progress::ProgressEvent;
 use views::{LockView, RunRequested};
 
@@ -52,7 +52,13 @@ pub struct RunParams {
     pub what: ScheduleWhat,
     /// Only these candidates (empty: all of the study's).
     pub candidates: Vec<String>,
+    /// Quality shards per candidate: the cases split into this many jobs that idle workers
+    /// claim side by side (1: one job).
+    pub shards: u32,
 }
+
+/// The most shards a quality run is split into.
+pub const MAX_SHARDS: u32 = 64;
 
 impl Default for RunParams {
     fn default() -> Self {
@@ -63,6 +69,7 @@ impl Default for RunParams {
             refresh_records: false,
             what: ScheduleWhat::All,
             candidates: Vec::new(),
+            shards: 1,
         }
     }
 }
@@ -191,6 +198,12 @@ impl StudyService {
             return Err(ServiceError::invalid(
                 "max_tokens",
                 "0: a case needs at least one generated token",
+            ));
+        }
+        if !(1..=MAX_SHARDS).contains(&params.shards) {
+            return Err(ServiceError::invalid(
+                "shards",
+                format!("{}: use 1 to {MAX_SHARDS}", params.shards),
             ));
         }
         let version = self.version_of(name, version).await?;
@@ -326,6 +339,7 @@ impl StudyService {
                 generation,
                 candidate: c.name.clone(),
                 max_tokens,
+                shard: None,
             };
             let missing: Vec<JobKind> = JobKind::ALL
                 .into_iter()
@@ -345,23 +359,41 @@ impl StudyService {
                     .collect()
             };
             let mut previous = mine.last().map(|j| j.id);
+            // The job after a sharded quality run waits for all of its shards.
+            let mut waits_for_group = None;
             for kind in kinds {
-                let id = self
-                    .store
-                    .enqueue(&NewJob {
-                        kind: kind.as_str().to_owned(),
-                        payload: serde_json::to_value(&payload)
-                            .map_err(|e| ServiceError::invalid("job payload", e.to_string()))?,
-                        study: name.to_owned(),
-                        study_version: version,
-                        generation,
-                        candidate: c.name.clone(),
-                        depends_on: previous,
-                        max_attempts: DEFAULT_MAX_ATTEMPTS,
-                    })
-                    .await?;
-                previous = Some(id);
-                queued += 1;
+                let shards = if kind == JobKind::Quality {
+                    params.shards.max(1)
+                } else {
+                    1
+                };
+                let group = (shards > 1)
+                    .then(|| format!("{name} v{version} g{generation} {} quality", c.name));
+                let mut last = previous;
+                for index in 0..shards {
+                    let mut payload = payload.clone();
+                    payload.shard = (shards > 1).then_some(Shard { index, of: shards });
+                    let id = self
+                        .store
+                        .enqueue(&NewJob {
+                            kind: kind.as_str().to_owned(),
+                            payload: serde_json::to_value(&payload)
+                                .map_err(|e| ServiceError::invalid("job payload", e.to_string()))?,
+                            study: name.to_owned(),
+                            study_version: version,
+                            generation,
+                            candidate: c.name.clone(),
+                            depends_on: previous,
+                            max_attempts: DEFAULT_MAX_ATTEMPTS,
+                            group: group.clone(),
+                            waits_for_group: waits_for_group.clone(),
+                        })
+                        .await?;
+                    last = Some(id);
+                    queued += 1;
+                }
+                previous = last;
+                waits_for_group = group;
             }
         }
         Ok(queued)
