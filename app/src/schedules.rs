@@ -187,6 +187,17 @@ fn history_charts(
         .collect()
 }
 
+/// An RFC 3339 instant in UTC to the minute, as the nights' tables show it
+/// (`2026-12-01T02:00:00Z` → `2026-12-01 02:00`); anything else as it is.
+fn short_due(due: &str) -> String {
+    match (due.get(..10), due.get(11..16), due.ends_with('Z')) {
+        (Some(day), Some(time), true) if due.as_bytes().get(10) == Some(&b'T') => {
+            format!("{day} {time}")
+        }
+        _ => due.to_owned(),
+    }
+}
+
 /// A blank value as a dash.
 fn dash(text: &str) -> String {
     if text.trim().is_empty() {
@@ -271,7 +282,7 @@ pub fn schedule_page(
                     .map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0));
                 view! {
                     <tr>
-                        <td class="mono small nowrap">{p.due.clone()}</td>
+                        <td class="mono small nowrap">{short_due(&p.due)}</td>
                         <td>{p.candidate.clone()}</td>
                         <td>{format!("v{} · g{}", p.version, p.generation)}</td>
                         <td>{rate}</td>
@@ -345,8 +356,8 @@ pub fn schedule_page(
                 <p class="small muted">"Each night's check compares it with the night before: quality by the paired exact McNemar test (α = 0.05, per category with Holm's correction; a lost high-value case or a newly tripped disqualifier is always a regression), load figures by their 95 % intervals against the spread of the earlier nights."</p>
                 <div class="charts two">{charts}</div>
                 <div class="scroll">
-                    <table>
-                        <thead><tr><th>"Due"</th><th>"Candidate"</th><th>"Run"</th><th>"Pass rate (95 % Wilson)"</th><th>"TTFT p99"</th><th>"Attainment"</th><th>"Goodput"</th><th>"Record"</th><th>"Night check"</th><th>"Changed"</th></tr></thead>
+                    <table class="wide">
+                        <thead><tr><th>"Due (UTC)"</th><th>"Candidate"</th><th>"Run"</th><th>"Pass rate (95 % Wilson)"</th><th>"TTFT p99"</th><th>"Attainment"</th><th>"Goodput"</th><th>"Record"</th><th>"Night check"</th><th>"Changed"</th></tr></thead>
                         <tbody>{timeline_rows}</tbody>
                     </table>
                 </div>
@@ -355,8 +366,8 @@ pub fn schedule_page(
                 <h2>"Fingerprints"</h2>
                 <p class="small muted">"What each night ran; a cell that differs from the night before is marked."</p>
                 <div class="scroll">
-                    <table>
-                        <thead><tr><th>"Due"</th><th>"Candidate"</th><th>"Source"</th><th>"Weights"</th><th>"Tokenizer"</th><th>"Template"</th><th>"Runtime"</th><th>"Code"</th><th>"Machine"</th></tr></thead>
+                    <table class="wide">
+                        <thead><tr><th>"Due (UTC)"</th><th>"Candidate"</th><th>"Source"</th><th>"Weights"</th><th>"Tokenizer"</th><th>"Template"</th><th>"Runtime"</th><th>"Code"</th><th>"Machine"</th></tr></thead>
                         <tbody>{fingerprints}</tbody>
                     </table>
                 </div>
@@ -472,7 +483,7 @@ fn fingerprint_rows(timeline: &[HistoryPoint]) -> impl IntoView + use<> {
         let b = before.map(|q| &q.fingerprint);
         rows.push(view! {
             <tr>
-                <td class="mono small nowrap">{p.due.clone()}</td>
+                <td class="mono small nowrap">{short_due(&p.due)}</td>
                 <td>{p.candidate.clone()}</td>
                 {cell(f.source.clone(), b.map(|b| b.source.clone()))}
                 {cell(short(&f.weights_sha256), b.map(|b| short(&b.weights_sha256)))}
