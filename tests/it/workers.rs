@@ -113,13 +113,9 @@ fn quality_of(record: &Value) -> Value {
     })
 }
 
-#[test]
-fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
-    let Some(pg) = Postgres::fresh("three_workers") else {
-        return;
-    };
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
+/// A mock answering from the canned answers after `ttft_ms` (up for ten minutes), and the
+/// two-candidate study created and locked on `url` from `dir`.
+fn locked_study(url: &str, dir: &Path, ttft_ms: &str) -> Mock {
     let mock = Mock::start_for(
         "127.0.0.1:0",
         600,
@@ -127,13 +123,47 @@ fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
             "--answers",
             data("study/mini.answers.jsonl").to_str().unwrap(),
             "--ttft-ms",
-            "700",
+            ttft_ms,
         ],
     );
-    std::fs::write(d.join("mini.study.toml"), two_candidate_study(d, &mock)).unwrap();
+    std::fs::write(dir.join("mini.study.toml"), two_candidate_study(dir, &mock)).unwrap();
+    json(url, dir, &["study", "create", "mini.study.toml", "--json"]);
+    json(url, dir, &["study", "lock", "mini", "--json"]);
+    mock
+}
+
+/// The records on `url` say what a one-worker run of the same study on its own SQLite database
+/// says: every case once, the same identity, quality and disqualifier outcomes.
+fn same_as_one_worker(url: &str, dir: &Path, mock: &Mock) {
+    let single = tempfile::tempdir().unwrap();
+    let s = single.path();
+    std::fs::write(s.join("mini.study.toml"), two_candidate_study(s, mock)).unwrap();
+    let one = format!("sqlite://{}?mode=rwc", s.join("one.db").display());
+    json(&one, s, &["study", "create", "mini.study.toml", "--json"]);
+    json(&one, s, &["study", "lock", "mini", "--json"]);
+    let out = crate::support::on_db(&one, s, &["study", "run", "mini", "--stale-after", "0"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    for candidate in ["smol", "twin"] {
+        let shared = json(
+            url,
+            dir,
+            &["record", candidate, "--study", "mini", "--json"],
+        );
+        let alone = json(&one, s, &["record", candidate, "--study", "mini", "--json"]);
+        assert_eq!(shared["quality"]["overall"]["n"], 6, "{shared}");
+        assert_eq!(quality_of(&shared), quality_of(&alone), "{candidate}");
+    }
+}
+
+#[test]
+fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
+    let Some(pg) = Postgres::fresh("three_workers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
     let url = pg.url.as_str();
-    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
-    json(url, d, &["study", "lock", "mini", "--json"]);
+    let mock = locked_study(url, d, "700");
     // The workbench serves pages only; the three workers do the work.
     let serve = crate::web::Server::start_on(url, d, &["--workers", "0", "--schedule-every", "0"]);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
@@ -200,20 +230,7 @@ fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
     let taken = finished.iter().find(|j| j["id"] == victim["id"]).unwrap();
     assert!(taken["attempts"].as_u64().unwrap() >= 2, "{taken}");
     // Every case stored once, and the same results as one worker's run of the same study.
-    let single = tempfile::tempdir().unwrap();
-    let s = single.path();
-    std::fs::write(s.join("mini.study.toml"), two_candidate_study(s, &mock)).unwrap();
-    let one = format!("sqlite://{}?mode=rwc", s.join("one.db").display());
-    json(&one, s, &["study", "create", "mini.study.toml", "--json"]);
-    json(&one, s, &["study", "lock", "mini", "--json"]);
-    let out = crate::support::on_db(&one, s, &["study", "run", "mini", "--stale-after", "0"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for candidate in ["smol", "twin"] {
-        let shared = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
-        let alone = json(&one, s, &["record", candidate, "--study", "mini", "--json"]);
-        assert_eq!(shared["quality"]["overall"]["n"], 6, "{shared}");
-        assert_eq!(quality_of(&shared), quality_of(&alone), "{candidate}");
-    }
+    same_as_one_worker(url, d, &mock);
     // Each run names the worker that executed it; none of the killed worker's runs is left
     // unfinished.
     let status = json(url, d, &["study", "status", "mini", "--json"]);
@@ -290,20 +307,8 @@ fn a_sharded_quality_run_shared_by_two_workers_equals_one_workers() {
     };
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let mock = Mock::start_for(
-        "127.0.0.1:0",
-        600,
-        &[
-            "--answers",
-            data("study/mini.answers.jsonl").to_str().unwrap(),
-            "--ttft-ms",
-            "300",
-        ],
-    );
-    std::fs::write(d.join("mini.study.toml"), two_candidate_study(d, &mock)).unwrap();
     let url = pg.url.as_str();
-    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
-    json(url, d, &["study", "lock", "mini", "--json"]);
+    let mock = locked_study(url, d, "300");
     let out = crate::support::on_db(
         url,
         d,
@@ -342,20 +347,7 @@ fn a_sharded_quality_run_shared_by_two_workers_equals_one_workers() {
     by.sort_unstable();
     by.dedup();
     assert_eq!(by.len(), 2, "both workers answered shards: {shards:?}");
-    let single = tempfile::tempdir().unwrap();
-    let s = single.path();
-    std::fs::write(s.join("mini.study.toml"), two_candidate_study(s, &mock)).unwrap();
-    let one = format!("sqlite://{}?mode=rwc", s.join("one.db").display());
-    json(&one, s, &["study", "create", "mini.study.toml", "--json"]);
-    json(&one, s, &["study", "lock", "mini", "--json"]);
-    let out = crate::support::on_db(&one, s, &["study", "run", "mini", "--stale-after", "0"]);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    for candidate in ["smol", "twin"] {
-        let shared = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
-        let alone = json(&one, s, &["record", candidate, "--study", "mini", "--json"]);
-        assert_eq!(shared["quality"]["overall"]["n"], 6, "{shared}");
-        assert_eq!(quality_of(&shared), quality_of(&alone), "{candidate}");
-    }
+    same_as_one_worker(url, d, &mock);
     let status = json(url, d, &["study", "status", "mini", "--json"]);
     let runs = status["generations"][0]["runs"].as_array().unwrap();
     // The load run of each candidate started only once its last shard had finished.

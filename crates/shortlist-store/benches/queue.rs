@@ -17,15 +17,9 @@ async fn run(label: &str, url: &str, jobs: usize, workers: usize) {
     let store = Store::connect_with(url, u32::try_from(workers).unwrap_or(16) + 2)
         .await
         .expect("the database opens");
-    let payload = serde_json::json!({});
     // Open every connection first (nothing to claim yet), so that no phase pays for it.
     assert!(claim_all(&store, workers, true).await.is_empty());
-    for _ in 0..jobs {
-        store
-            .enqueue_job_with("bench", &payload, 1)
-            .await
-            .expect("queued");
-    }
+    queue(&store, jobs).await;
     // Claims alone.
     let start = Instant::now();
     let claims = claim_all(&store, workers, false).await;
@@ -33,26 +27,13 @@ async fn run(label: &str, url: &str, jobs: usize, workers: usize) {
     for (worker, id) in &claims {
         store.complete_job(*id, worker).await.expect("completes");
     }
-    let claimed_once = claims
-        .iter()
-        .map(|(_, id)| *id)
-        .collect::<HashSet<i64>>()
-        .len();
+    let claimed_once = distinct(&claims);
     // Whole cycles, on as many new jobs.
-    for _ in 0..jobs {
-        store
-            .enqueue_job_with("bench", &payload, 1)
-            .await
-            .expect("queued");
-    }
+    queue(&store, jobs).await;
     let start = Instant::now();
     let cycles = claim_all(&store, workers, true).await;
     let cycle_s = start.elapsed().as_secs_f64();
-    let cycled_once = cycles
-        .iter()
-        .map(|(_, id)| *id)
-        .collect::<HashSet<i64>>()
-        .len();
+    let cycled_once = distinct(&cycles);
     let done = store
         .jobs_in_state(JobState::Done)
         .await
@@ -74,6 +55,26 @@ async fn run(label: &str, url: &str, jobs: usize, workers: usize) {
     assert_eq!(cycles.len(), cycled_once, "a job was claimed twice");
     assert_eq!(done, 2 * jobs, "every job done once");
     store.close().await;
+}
+
+/// Queue `jobs` jobs.
+async fn queue(store: &Store, jobs: usize) {
+    let payload = serde_json::json!({});
+    for _ in 0..jobs {
+        store
+            .enqueue_job_with("bench", &payload, 1)
+            .await
+            .expect("queued");
+    }
+}
+
+/// How many distinct jobs were claimed.
+fn distinct(claims: &[(String, i64)]) -> usize {
+    claims
+        .iter()
+        .map(|(_, id)| *id)
+        .collect::<HashSet<i64>>()
+        .len()
 }
 
 /// Every queued job claimed by `workers` concurrent workers (completing each at once when
