@@ -5,7 +5,7 @@
 use leptos::prelude::*;
 use shortlist_report::overlay::{HistorySeries, HistorySpec, NightMark, history_svg};
 use shortlist_runner::service::night::WebhookView;
-use shortlist_runner::service::schedule::{Fingerprint, HistoryPoint, ScheduleView, TickView};
+use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
 
 use crate::encode;
 use crate::layout::document;
@@ -416,7 +416,7 @@ fn what_changed(timeline: &[HistoryPoint]) -> AnyView {
                         "since the first night shown ({})",
                         first.due.get(..10).unwrap_or(&first.due)
                     ),
-                    fingerprint_diff(&first.fingerprint, &last.fingerprint),
+                    last.fingerprint.changes_since(&first.fingerprint).1,
                 ),
             };
             let text = if diffs.is_empty() {
@@ -428,37 +428,6 @@ fn what_changed(timeline: &[HistoryPoint]) -> AnyView {
         })
         .collect_view();
     view! { <ul class="plain">{items}</ul> }.into_any()
-}
-
-/// Field by field, what differs between two fingerprints.
-fn fingerprint_diff(a: &Fingerprint, b: &Fingerprint) -> Vec<String> {
-    let mut diffs = Vec::new();
-    let mut diff = |what: &str, x: String, y: String| {
-        if x != y {
-            diffs.push(format!("{what}: {x} → {y}"));
-        }
-    };
-    diff("source", a.source.clone(), b.source.clone());
-    diff(
-        "weights",
-        short(&a.weights_sha256),
-        short(&b.weights_sha256),
-    );
-    diff(
-        "tokenizer",
-        short(&a.tokenizer_sha256),
-        short(&b.tokenizer_sha256),
-    );
-    diff(
-        "template",
-        short(&a.chat_template_sha256),
-        short(&b.chat_template_sha256),
-    );
-    diff("runtime", a.runtime.clone(), b.runtime.clone());
-    diff("backend", a.backend.clone(), b.backend.clone());
-    diff("code", a.code_version.clone(), b.code_version.clone());
-    diff("machine", a.machine.clone(), b.machine.clone());
-    diffs
 }
 
 /// One row per night and candidate; a cell that differs from the candidate's night before is

@@ -344,26 +344,4 @@ impl Store {
             None => false,
         })
     }
-
-    /// A night's stored check: `(verdict, report)`, once filed.
-    pub async fn tick_check(
-        &self,
-        schedule_id: i64,
-        due_ms: i64,
-    ) -> Result<Option<(String, String)>, StoreError> {
-        let row = sqlx::query(
-            "SELECT verdict, report FROM schedule_ticks WHERE schedule_id = $1 AND due_ms = $2 \
-             AND checked_at_ms IS NOT NULL",
-        )
-        .bind(schedule_id)
-        .bind(due_ms)
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(sql(format!("reading the check of tick {due_ms}")))?;
-        let Some(row) = row else { return Ok(None) };
-        Ok(Some((
-            col(&row, "schedule_ticks", &due_ms, "verdict")?,
-            col(&row, "schedule_ticks", &due_ms, "report")?,
-        )))
-    }
 }

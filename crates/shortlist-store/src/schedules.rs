@@ -95,6 +95,10 @@ pub struct TickRow {
     pub detail: Option<String>,
     pub claimed_by: String,
     pub created_at_ms: i64,
+    /// The night's verdict and check document (`shortlist.night.v1`), once its run finished
+    /// and was checked.
+    pub verdict: Option<String>,
+    pub report: Option<String>,
 }
 
 const SCHEDULE_COLUMNS: &str = "id, name, study, study_version, cron, tz, what, candidates, \
@@ -151,6 +155,8 @@ fn tick_row(row: &sqlx::any::AnyRow) -> Result<TickRow, StoreError> {
         detail: col(row, "schedule_ticks", &key, "detail")?,
         claimed_by: col(row, "schedule_ticks", &key, "claimed_by")?,
         created_at_ms: col(row, "schedule_ticks", &key, "created_at_ms")?,
+        verdict: col(row, "schedule_ticks", &key, "verdict")?,
+        report: col(row, "schedule_ticks", &key, "report")?,
     })
 }
 
@@ -330,7 +336,8 @@ impl Store {
     pub async fn ticks(&self, schedule_id: i64, limit: u32) -> Result<Vec<TickRow>, StoreError> {
         let rows = sqlx::query(
             "SELECT schedule_id, due_ms, state, study_version, generation, detail, claimed_by, \
-             created_at_ms FROM schedule_ticks WHERE schedule_id = $1 ORDER BY due_ms DESC LIMIT $2",
+             created_at_ms, verdict, report FROM schedule_ticks WHERE schedule_id = $1 \
+             ORDER BY due_ms DESC LIMIT $2",
         )
         .bind(schedule_id)
         .bind(i64::from(limit))

@@ -1110,7 +1110,14 @@ async fn nights_checked_once_and_webhooks_disabled_after_five_failures(store: St
     }
     assert_eq!(filed, 1);
     assert!(store.unchecked_ticks().await.unwrap().is_empty());
-    assert_eq!(store.tick_check(s.id, 5).await.unwrap().unwrap().0, "ok");
+    let night = &store.ticks(s.id, 1).await.unwrap()[0];
+    assert_eq!(night.verdict.as_deref(), Some("ok"));
+    assert!(
+        night
+            .report
+            .as_deref()
+            .is_some_and(|r| r.starts_with("{\"n\": "))
+    );
     // Two passes at once claim the delivery once; while claimed it is not due.
     let now = crate::now_ms() + 1_000;
     let (a, b) = tokio::join!(

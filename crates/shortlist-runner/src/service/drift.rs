@@ -90,54 +90,74 @@ pub fn load_checks(
         .collect()
 }
 
+/// What a run ran: the model's hashes, the runtime and the machine.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Fingerprint {
+    pub source: String,
+    pub weights_sha256: Option<String>,
+    pub tokenizer_sha256: Option<String>,
+    pub chat_template_sha256: Option<String>,
+    pub runtime: String,
+    pub backend: String,
+    pub code_version: String,
+    pub machine: String,
+}
+
+impl Fingerprint {
+    /// A record's fingerprint.
+    pub fn of(r: &SelectionRecord) -> Fingerprint {
+        Fingerprint {
+            source: r.identity.source.clone(),
+            weights_sha256: r.identity.weights_sha256.clone(),
+            tokenizer_sha256: r.identity.tokenizer_sha256.clone(),
+            chat_template_sha256: r.identity.chat_template_sha256.clone(),
+            runtime: format!("{} {}", r.identity.runtime, r.identity.runtime_version),
+            backend: r.operations.backend.clone(),
+            code_version: r.code_version.clone(),
+            machine: r.machine.clone(),
+        }
+    }
+
+    /// What changed since `earlier`, field by field in words, and the most significant kind.
+    pub fn changes_since(&self, earlier: &Fingerprint) -> (WhatChanged, Vec<String>) {
+        let mut out = Vec::new();
+        let mut kind = WhatChanged::Nothing;
+        let mut field = |k: WhatChanged, what: &str, x: &str, y: &str| {
+            if x != y {
+                out.push(format!("{what}: {x} → {y}"));
+                kind = kind.max(k);
+            }
+        };
+        let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "–".to_owned());
+        let (a, b) = (earlier, self);
+        field(WhatChanged::Model, "source", &a.source, &b.source);
+        for (what, x, y) in [
+            ("weights sha256", &a.weights_sha256, &b.weights_sha256),
+            ("tokenizer sha256", &a.tokenizer_sha256, &b.tokenizer_sha256),
+            (
+                "chat template sha256",
+                &a.chat_template_sha256,
+                &b.chat_template_sha256,
+            ),
+        ] {
+            field(WhatChanged::Model, what, &opt(x), &opt(y));
+        }
+        field(WhatChanged::Runtime, "runtime", &a.runtime, &b.runtime);
+        field(WhatChanged::Runtime, "backend", &a.backend, &b.backend);
+        field(
+            WhatChanged::Runtime,
+            "code version",
+            &a.code_version,
+            &b.code_version,
+        );
+        field(WhatChanged::Machine, "machine", &a.machine, &b.machine);
+        (kind, out)
+    }
+}
+
 /// What changed between two records' fingerprints, in words, and the most significant kind.
 pub fn what_changed(a: &SelectionRecord, b: &SelectionRecord) -> (WhatChanged, Vec<String>) {
-    let mut out = Vec::new();
-    let mut kind = WhatChanged::Nothing;
-    let mut field = |k: WhatChanged, what: &str, x: &str, y: &str| {
-        if x != y {
-            out.push(format!("{what}: {x} → {y}"));
-            kind = kind.max(k);
-        }
-    };
-    let (ia, ib) = (&a.identity, &b.identity);
-    let opt = |v: &Option<String>| v.clone().unwrap_or_else(|| "–".to_owned());
-    field(WhatChanged::Model, "source", &ia.source, &ib.source);
-    for (what, x, y) in [
-        ("weights sha256", &ia.weights_sha256, &ib.weights_sha256),
-        (
-            "tokenizer sha256",
-            &ia.tokenizer_sha256,
-            &ib.tokenizer_sha256,
-        ),
-        (
-            "chat template sha256",
-            &ia.chat_template_sha256,
-            &ib.chat_template_sha256,
-        ),
-    ] {
-        field(WhatChanged::Model, what, &opt(x), &opt(y));
-    }
-    field(
-        WhatChanged::Runtime,
-        "runtime",
-        &format!("{} {}", ia.runtime, ia.runtime_version),
-        &format!("{} {}", ib.runtime, ib.runtime_version),
-    );
-    field(
-        WhatChanged::Runtime,
-        "backend",
-        &a.operations.backend,
-        &b.operations.backend,
-    );
-    field(
-        WhatChanged::Runtime,
-        "code version",
-        &a.code_version,
-        &b.code_version,
-    );
-    field(WhatChanged::Machine, "machine", &a.machine, &b.machine);
-    (kind, out)
+    Fingerprint::of(b).changes_since(&Fingerprint::of(a))
 }
 
 #[cfg(test)]

@@ -11,6 +11,8 @@ use shortlist_study::schedule::{Cron, Schedule, due_at, next_due};
 
 use shortlist_measure::interval::Interval;
 
+pub use super::drift::Fingerprint;
+
 use super::{RunParams, StudyService, Trigger};
 use crate::error::ServiceError;
 use crate::time::rfc3339_ms;
@@ -103,34 +105,6 @@ pub struct HistoryPoint {
     pub baseline_changed: Option<Vec<String>>,
     /// The run's fingerprint.
     pub fingerprint: Fingerprint,
-}
-
-/// What a run ran: the model's hashes, the runtime and the machine.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Fingerprint {
-    pub source: String,
-    pub weights_sha256: Option<String>,
-    pub tokenizer_sha256: Option<String>,
-    pub chat_template_sha256: Option<String>,
-    pub runtime: String,
-    pub backend: String,
-    pub code_version: String,
-    pub machine: String,
-}
-
-impl Fingerprint {
-    fn of(r: &shortlist_study::record::SelectionRecord) -> Fingerprint {
-        Fingerprint {
-            source: r.identity.source.clone(),
-            weights_sha256: r.identity.weights_sha256.clone(),
-            tokenizer_sha256: r.identity.tokenizer_sha256.clone(),
-            chat_template_sha256: r.identity.chat_template_sha256.clone(),
-            runtime: format!("{} {}", r.identity.runtime, r.identity.runtime_version),
-            backend: r.operations.backend.clone(),
-            code_version: r.code_version.clone(),
-            machine: r.machine.clone(),
-        }
-    }
 }
 
 /// What a tick did: runs started and instants skipped (caught up by a later one).
@@ -303,33 +277,29 @@ impl StudyService {
     /// check once its run finished.
     pub async fn schedule_timeline(&self, name: &str) -> Result<Vec<HistoryPoint>, ServiceError> {
         let row = self.store.schedule(name).await?;
-        let mut ticks = self.schedule_history(name, 1000).await?;
+        // One read of the ticks: each carries its night's check once it was filed.
+        let mut ticks = self.store.ticks(row.id, 1000).await?;
         ticks.reverse();
         let mut seen = std::collections::BTreeSet::new();
         // A study version's records, read once however many runs it had.
         let mut by_version = std::collections::BTreeMap::new();
         let mut out = Vec::new();
         for t in ticks {
-            let (Some(v), Some(g)) = (t.version, t.generation) else {
+            let (Some(v), Some(g)) = (t.study_version, t.generation) else {
                 continue;
             };
             if !seen.insert((v, g)) {
                 continue;
             }
             if let std::collections::btree_map::Entry::Vacant(slot) = by_version.entry(v) {
-                slot.insert(self.store.records_of_study(&t.study, v).await?);
+                slot.insert(self.store.records_of_study(&row.study, v).await?);
             }
             let records = &by_version[&v];
-            let due_ms = t
-                .due
-                .parse::<Timestamp>()
-                .map(|d| d.as_millisecond())
-                .unwrap_or(0);
-            let night: Option<serde_json::Value> = self
-                .store
-                .tick_check(row.id, due_ms)
-                .await?
-                .and_then(|(_, report)| serde_json::from_str(&report).ok());
+            let due = rfc3339_ms(t.due_ms);
+            let night: Option<serde_json::Value> = t
+                .report
+                .as_deref()
+                .and_then(|report| serde_json::from_str(report).ok());
             for r in records.iter().filter(|r| r.generation == g) {
                 let rec = &r.record;
                 // The latest record of a candidate in this run (a refreshed one replaces).
@@ -357,7 +327,7 @@ impl StudyService {
                 });
                 let text = |v: &serde_json::Value| v.as_str().map(str::to_owned);
                 out.push(HistoryPoint {
-                    due: t.due.clone(),
+                    due: due.clone(),
                     candidate: r.candidate.clone(),
                     version: v,
                     generation: g,
