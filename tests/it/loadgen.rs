@@ -508,3 +508,209 @@ fn bench_against_the_in_process_engine_records_stage_timings() {
         "{report}"
     );
 }
+
+/// TTFT (first chunk − scheduled) of every ok attempt of these records files, ascending.
+fn ttfts(files: &[&Path]) -> Vec<f64> {
+    let mut all = Vec::new();
+    for file in files {
+        for line in std::fs::read_to_string(file).unwrap().lines().skip(1) {
+            let r: Value = serde_json::from_str(line).unwrap();
+            if r["status"] == "ok" {
+                let first = r["chunks"][0][0].as_f64().unwrap();
+                all.push(first - r["scheduled_s"].as_f64().unwrap());
+            }
+        }
+    }
+    all.sort_by(f64::total_cmp);
+    all
+}
+
+/// Two `bench --part` processes of one step from one agreed instant; `starve` freezes part 1
+/// (SIGSTOP) for 1.5 s mid-run: its client is descheduled, as on a starved host.
+fn split_step(mock: &Mock, trace: &Path, dir: &Path, tag: &str, starve: bool) -> [PathBuf; 2] {
+    let start_at = jiff::Timestamp::now() + jiff::SignedDuration::from_secs(3);
+    let paths = [0, 1].map(|i| dir.join(format!("{tag}-{i}.records.jsonl")));
+    let children: Vec<std::process::Child> = (0..2)
+        .map(|i| {
+            shortlist()
+                .args([
+                    "bench",
+                    "--quiet",
+                    "--no-calibrate",
+                    "--json",
+                    "--target",
+                    &mock.url,
+                ])
+                .arg("--trace")
+                .arg(trace)
+                .arg("-o")
+                .arg(&paths[i])
+                .args([
+                    "--part",
+                    &format!("{i}/2"),
+                    "--start-at",
+                    &start_at.to_string(),
+                ])
+                .args(["--host", &format!("load-{i}")])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    if starve {
+        std::thread::sleep(std::time::Duration::from_secs(3 + 3));
+        let pid = children[1].id().to_string();
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-STOP", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1500));
+        assert!(
+            std::process::Command::new("kill")
+                .args(["-CONT", &pid])
+                .status()
+                .unwrap()
+                .success()
+        );
+    }
+    for child in children {
+        let out = child.wait_with_output().unwrap();
+        assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+    }
+    paths
+}
+
+#[test]
+fn a_step_split_across_two_load_workers_merges_to_the_one_worker_step() {
+    use shortlist_measure::interval::{poisson_rate, quantile};
+    use shortlist_measure::percentile::Quantile;
+    let mock = Mock::start_for(
+        "127.0.0.1:0",
+        120,
+        &["--tokens", "8", "--ttft-ms", "20", "--itl-ms", "2"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    // 300 requests at 25 req/s: 12 s, 150 per part (enough for each part's lag p99 to be judged).
+    let trace = dir.path().join("step.trace.jsonl");
+    let mut text = String::from(
+        "{\"format\":\"shortlist.trace.v1\",\"name\":\"step\",\"mode\":\"online\",\"duration_s\":12}\n",
+    );
+    for i in 0..300 {
+        text.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":8,\"output_tokens\":8}}\n",
+            i as f64 / 25.0
+        ));
+    }
+    std::fs::write(&trace, text).unwrap();
+    let slo = data("loadgen/chat.slo.toml");
+    // A 100 ms lag allowance: a busy test host's scheduling noise stays under it, a client
+    // frozen for 1.5 s does not.
+    let analyze = |files: &[&Path]| {
+        let mut args = vec![
+            "analyze",
+            "--json",
+            "--client-bound-ms",
+            "100",
+            "--slo",
+            slo.to_str().unwrap(),
+        ];
+        args.extend(files.iter().map(|p| p.to_str().unwrap()));
+        json(&run(&args))
+    };
+
+    let one = dir.path().join("one.records.jsonl");
+    let out = bench(&[
+        "--no-calibrate",
+        "--json",
+        "--target",
+        &mock.url,
+        "--trace",
+        trace.to_str().unwrap(),
+        "-o",
+        one.to_str().unwrap(),
+    ]);
+    assert!(matches!(out.status.code(), Some(0 | 1)), "{}", stderr(&out));
+    let whole = analyze(&[&one]);
+    let parts = split_step(&mock, &trace, dir.path(), "split", false);
+    let merged = analyze(&[&parts[0], &parts[1]]);
+
+    // The same step: every request once, the same window, each part's client checked.
+    assert_eq!(merged["requests"]["scheduled"], 300, "{merged}");
+    assert_eq!(whole["requests"]["scheduled"], 300);
+    assert_eq!(merged["window_s"], whole["window_s"]);
+    let hosts = merged["checks"]["hosts"].as_array().unwrap();
+    assert_eq!(hosts.len(), 2);
+    for (i, h) in hosts.iter().enumerate() {
+        assert_eq!(h["host"], format!("load-{i}"));
+        assert_eq!(h["scheduled"], 150);
+        assert_eq!(h["client_bound"], false, "{h}");
+    }
+    assert_eq!(merged["checks"]["client_bound"], false);
+    // Equal within the sampling bounds: the 95 % intervals of TTFT p50 and p90 (order
+    // statistics of the raw records) and of the goodput rate (Poisson) overlap. The mock's
+    // service time is fixed, so its TTFT intervals are a fraction of a millisecond wide, while
+    // two client processes sharing this host's two cores (against one) shift TTFT by a
+    // millisecond or two either way: 5 ms of slack on either side allows for that.
+    let slack = 0.005;
+    let (a, b) = (ttfts(&[&one]), ttfts(&[&parts[0], &parts[1]]));
+    for q in [Quantile::P50, Quantile::P90] {
+        let (x, y) = (
+            quantile(&a, q, 0.95).unwrap(),
+            quantile(&b, q, 0.95).unwrap(),
+        );
+        assert!(
+            x.lo <= y.hi + slack && y.lo <= x.hi + slack,
+            "{q:?}: one worker {x:?}, two {y:?}"
+        );
+    }
+    let rate = |r: &Value| {
+        let n = r["requests"]["qualified"].as_u64().unwrap();
+        poisson_rate(n, r["window_length_s"].as_f64().unwrap(), 0.95).unwrap()
+    };
+    let (x, y) = (rate(&whole), rate(&merged));
+    assert!(
+        x.lo <= y.hi && y.lo <= x.hi,
+        "goodput: one worker {x:?}, two {y:?}"
+    );
+
+    // A starved load worker: its part is client-bound, named, and so is the step.
+    let starved = split_step(&mock, &trace, dir.path(), "starved", true);
+    let merged = analyze(&[&starved[0], &starved[1]]);
+    let hosts = merged["checks"]["hosts"].as_array().unwrap();
+    assert_eq!(hosts[1]["client_bound"], true, "{}", hosts[1]);
+    assert_eq!(hosts[0]["client_bound"], false, "{}", hosts[0]);
+    assert_eq!(merged["checks"]["client_bound"], true);
+    assert!(
+        merged["warnings"].as_array().unwrap()[..2]
+            .iter()
+            .any(|w| w.as_str().unwrap().contains("load-1")),
+        "{}",
+        merged["warnings"]
+    );
+    let out = run(&[
+        "analyze",
+        "--client-bound-ms",
+        "100",
+        starved[0].to_str().unwrap(),
+        starved[1].to_str().unwrap(),
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "a client-bound step cannot pass"
+    );
+
+    // Parts that are not one step are refused: one part alone with another step's part.
+    let out = run(&[
+        "analyze",
+        "--json",
+        parts[0].to_str().unwrap(),
+        starved[1].to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("start_at"), "{}", stderr(&out));
+}

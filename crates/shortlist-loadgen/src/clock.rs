@@ -21,6 +21,11 @@ impl RunClock {
         }
     }
 
+    /// A clock whose origin is `origin` (an agreed start instant, possibly a little past).
+    pub fn starting_at(origin: Instant) -> Self {
+        RunClock { origin }
+    }
+
     /// Seconds since the origin.
     pub fn now_s(&self) -> f64 {
         self.origin.elapsed().as_secs_f64()

@@ -114,6 +114,21 @@ pub struct RunOptions {
     pub seed: u64,
     /// How to wait for scheduled instants.
     pub pacing: Pacing,
+    /// One part of a step split across load workers: the run's clock starts at the agreed
+    /// instant (not when this process got there) and its records say which part they hold.
+    pub split: Option<Split>,
+}
+
+/// This worker's share of a split load step.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Split {
+    /// This part, from 0, of `of`.
+    pub index: u32,
+    pub of: u32,
+    /// The instant every part's clock starts at.
+    pub start_at: std::time::SystemTime,
+    /// This host, as the records name it.
+    pub host: String,
 }
 
 impl RunOptions {
@@ -126,6 +141,7 @@ impl RunOptions {
             retry_backoff: Duration::from_millis(100),
             seed: 0,
             pacing: Pacing::Precise,
+            split: None,
         }
     }
 }

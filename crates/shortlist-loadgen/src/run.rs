@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use shortlist_measure::record::{LoadLoop, RECORDS_FORMAT, RecordsHeader};
+use shortlist_measure::record::{LoadLoop, RECORDS_FORMAT, RecordsHeader, RecordsPart};
 use shortlist_measure::slo::Slo;
 use tokio::sync::{mpsc, watch};
 
@@ -70,9 +70,23 @@ pub fn initial_header(
             ),
             concurrency_cap: cap,
             clients,
+            part: None,
         },
         extra,
     }
+}
+
+/// A run clock whose origin is the wall-clock instant `start_at`: in the future, the run waits
+/// for it; in the past (this worker got there late), the origin is that past instant, so every
+/// request of this part is as late as the worker was, and its schedule lag says so.
+fn agreed_clock(start_at: std::time::SystemTime) -> RunClock {
+    let now_wall = std::time::SystemTime::now();
+    let now = tokio::time::Instant::now();
+    let origin = match start_at.duration_since(now_wall) {
+        Ok(ahead) => now + ahead,
+        Err(late) => now.checked_sub(late.duration()).unwrap_or(now),
+    };
+    RunClock::starting_at(origin)
 }
 
 /// Run `workload` against `target`. `stop` turning true ends the run early, keeping everything
@@ -116,12 +130,29 @@ pub async fn run_observed<T: Target>(
     mut observe: impl FnMut(RunProgress) + Send,
 ) -> Result<RunResult, LoadgenError> {
     let mut header = initial_header(&target.describe(), &workload, &options, extra);
+    if let Some(split) = &options.split {
+        let start_at = humantime::format_rfc3339_millis(split.start_at).to_string();
+        header.header.started_at = Some(start_at.clone());
+        header.header.part = Some(RecordsPart {
+            index: split.index,
+            of: split.of,
+            start_at,
+            host: split.host.clone(),
+        });
+    }
     let mut file = match &output.path {
         Some(path) => Some(RecordsFile::create(path, &header)?),
         None => None,
     };
     let (sender, mut receiver) = mpsc::unbounded_channel::<RecordLine>();
-    let clock = RunClock::start();
+    let clock = match &options.split {
+        Some(split) => {
+            let clock = agreed_clock(split.start_at);
+            tokio::time::sleep_until(clock.instant_at(0.0)).await;
+            clock
+        }
+        None => RunClock::start(),
+    };
     let driver = tokio::spawn(drive(
         Arc::clone(&target),
         Arc::clone(&workload),

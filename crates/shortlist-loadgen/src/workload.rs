@@ -260,6 +260,29 @@ impl Workload {
         peak as f64
     }
 
+    /// Part `index` of `of` of the arrival schedule: arrival `i` goes to part `i mod of`, at its
+    /// own time, and every part keeps the whole window, so the parts sent together from one
+    /// start instant are the whole schedule (each part a thinned copy of its shape).
+    pub fn part(&self, index: u32, of: u32) -> Result<Self, LoadgenError> {
+        if of == 0 || index >= of {
+            return Err(LoadgenError::option(
+                "part",
+                format!("part {index} of {of}: parts count from 0 and there is at least one"),
+            ));
+        }
+        Ok(Workload {
+            name: self.name.clone(),
+            arrivals: self
+                .arrivals
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i as u64 % u64::from(of) == u64::from(index))
+                .map(|(_, a)| a.clone())
+                .collect(),
+            duration_s: self.duration_s,
+        })
+    }
+
     /// The same requests with arrival times stretched or compressed so that the mean rate is
     /// `rate`: the shape (bursts, gaps) is kept, only the clock changes.
     pub fn at_rate(&self, rate: f64) -> Self {

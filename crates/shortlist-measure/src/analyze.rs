@@ -790,6 +790,7 @@ impl Analyzer {
                     share: token_share,
                     ok: tokens_ok,
                 },
+                hosts: Vec::new(),
             },
             warnings,
         }
@@ -1063,6 +1064,25 @@ pub struct Checks {
     /// Set when the target answered no attempt: the run measured its failure.
     pub unreachable: Option<Unreachable>,
     pub token_counts: TokenCounts,
+    /// A step split across load workers: each part's own client check (one client-bound part
+    /// makes the whole step client-bound). Empty for a step one client sent.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<HostCheck>,
+}
+
+/// One part of a split load step, checked on its own: its host's schedule lag against its own
+/// share of the offered rate.
+#[derive(Debug, Clone, Serialize)]
+pub struct HostCheck {
+    /// The host that sent the part, and which part it was (from 0).
+    pub host: String,
+    pub part: u32,
+    /// The records file it came from.
+    pub source: String,
+    /// Requests of the part scheduled in the window.
+    pub scheduled: u64,
+    pub client_bound: bool,
+    pub detail: ClientBound,
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -14,6 +14,8 @@
 //!   merge exactly or refuse; their percentiles are bucket ranges ([`hist::QuantileRange`]).
 //! - [`lines::LineLimit`] bounds the lines every line-oriented reader takes in
 //!   ([`lines::MAX_LINE_BYTES`] unless told otherwise).
+//! - [`parts::analyze_parts`] merges the raw records of a load step split across load workers and
+//!   checks each worker's client on its own.
 //! - [`capacity`] finds the knee and the highest rate meeting an attainment target.
 //!
 //! ```
@@ -40,6 +42,7 @@ pub mod hdr;
 pub mod hist;
 pub mod interval;
 pub mod lines;
+pub mod parts;
 pub mod percentile;
 pub mod record;
 pub mod samples;

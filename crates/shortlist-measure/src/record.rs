@@ -61,6 +61,24 @@ pub struct RecordsHeader {
     /// Closed loop: the client population.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clients: Option<u32>,
+    /// One part of a load step split across load workers (absent for a whole step).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part: Option<RecordsPart>,
+}
+
+/// Which share of a split load step a records file holds: arrival `i` of the step's schedule
+/// went to part `i mod of`, and every part's clock starts at the agreed instant `start_at`, so
+/// the parts' times share one origin (up to the hosts' clock offset).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordsPart {
+    /// This part, from 0.
+    pub index: u32,
+    /// Parts in all.
+    pub of: u32,
+    /// The agreed start instant (RFC 3339, UTC).
+    pub start_at: String,
+    /// The host that sent this part's requests.
+    pub host: String,
 }
 
 /// How an attempt ended.

@@ -270,6 +270,7 @@ impl Sweep {
                 LoadTarget::Http(_) => Pacing::Precise,
                 LoadTarget::Sim(_) => Pacing::Virtual,
             },
+            split: None,
         };
         let dir = tempdir(&what)?;
         let path = dir.join("step.records.jsonl");

@@ -3,7 +3,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use shortlist_measure::analyze::{AnalyzeOptions, Report, analyze_with_hdr};
+use shortlist_measure::analyze::{AnalyzeOptions, Report};
+use shortlist_measure::parts::{PartInput, analyze_parts};
 use shortlist_measure::percentile::Distribution;
 use shortlist_measure::slo::Slo;
 
@@ -12,8 +13,10 @@ use super::output::{ms, open, pct, print_json, read_text};
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct Args {
-    /// A `shortlist.records.v1` file.
-    records: PathBuf,
+    /// A `shortlist.records.v1` file; or every part of one load step split across load workers
+    /// (`bench --part`), merged from their raw records with each part's client checked.
+    #[arg(required = true, num_args = 1..)]
+    records: Vec<PathBuf>,
     /// The SLO (`*.slo.toml`) requests are judged by; without it a request qualifies when it succeeds.
     #[arg(long)]
     slo: Option<PathBuf>,
@@ -80,9 +83,21 @@ pub(crate) fn run(args: Args) -> anyhow::Result<Outcome> {
     }
     opts.record_hdr = args.hdr_dir.is_some();
     opts.host = args.host.clone();
-    let source = args.records.display().to_string();
-    let (report, hdrs) = analyze_with_hdr(&source, open(&args.records)?, opts)
-        .with_context(|| format!("analyzing {source}"))?;
+    let source = args
+        .records
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(" + ");
+    let mut inputs = Vec::with_capacity(args.records.len());
+    for path in &args.records {
+        inputs.push(PartInput {
+            source: path.display().to_string(),
+            reader: open(path)?,
+        });
+    }
+    let (report, hdrs) =
+        analyze_parts(inputs, opts).with_context(|| format!("analyzing {source}"))?;
     if let Some(dir) = &args.hdr_dir {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot create", dir.display()))?;
@@ -275,6 +290,17 @@ pub(crate) fn render(source: &str, r: &Report) -> String {
         },
         detail.rule
     ));
+    for h in &r.checks.hosts {
+        line(format!(
+            "    part {} of {} from {} ({} requests): {} — {}",
+            h.part + 1,
+            r.checks.hosts.len(),
+            h.host,
+            h.scheduled,
+            if h.client_bound { "CLIENT-BOUND" } else { "ok" },
+            h.detail.rule
+        ));
+    }
     let tc = &r.checks.token_counts;
     line(format!(
         "  token counts: server vs client disagree on {} of {} requests",

@@ -102,12 +102,45 @@ pub(crate) struct Args {
     /// Seed of the think-time generators.
     #[arg(long, default_value_t = 0)]
     seed: u64,
+    /// Send only part I of N of the schedule (arrival i goes to part i mod N; parts count from 0),
+    /// as one of N load workers of one step: `--part 0/2` here, `--part 1/2` on another host,
+    /// the same `--start-at`; then `shortlist analyze` with every part's records.
+    #[arg(long, value_parser = parse_part, requires = "start_at")]
+    part: Option<(u32, u32)>,
+    /// The agreed instant every part starts at (RFC 3339, e.g. 2026-12-01T03:00:00Z); a part
+    /// that gets there late is as late as its schedule lag says.
+    #[arg(long, value_parser = parse_instant, requires = "part")]
+    start_at: Option<std::time::SystemTime>,
+    /// This host's name in a part's records (default: the machine's host name).
+    #[arg(long)]
+    host: Option<String>,
     /// Print the report as one JSON document (`shortlist.report.v1`).
     #[arg(long)]
     json: bool,
     /// No progress bar.
     #[arg(long)]
     quiet: bool,
+}
+
+fn parse_part(text: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("`{text}` is not a part: write I/N with 0 ≤ I < N, e.g. 0/2");
+    let (i, n) = text.split_once('/').ok_or_else(bad)?;
+    let (i, n): (u32, u32) = (
+        i.trim().parse().map_err(|_| bad())?,
+        n.trim().parse().map_err(|_| bad())?,
+    );
+    if n == 0 || i >= n || n > 1024 {
+        return Err(bad());
+    }
+    Ok((i, n))
+}
+
+fn parse_instant(text: &str) -> Result<std::time::SystemTime, String> {
+    text.parse::<jiff::Timestamp>()
+        .map(std::time::SystemTime::from)
+        .map_err(|e| {
+            format!("`{text}` is not an RFC 3339 instant (e.g. 2026-12-01T03:00:00Z): {e}")
+        })
 }
 
 /// The target a `--target` names, and the in-process server of `engine:MODEL` (kept alive as
@@ -174,6 +207,7 @@ pub(crate) fn run_options(
         retry_backoff: Duration::from_millis(100),
         seed,
         pacing,
+        split: None,
     })
 }
 
@@ -197,6 +231,30 @@ pub(crate) fn run(
     if workload.arrivals().is_empty() {
         bail!("{}: the trace has no requests", args.trace.display());
     }
+    let split = match (args.part, args.start_at) {
+        (Some((index, of)), Some(start_at)) => {
+            if args.load_loop == LoopArg::Closed {
+                bail!("--part splits an open loop's schedule; a closed loop has none to split");
+            }
+            workload = workload.part(index, of)?;
+            if workload.arrivals().is_empty() {
+                bail!(
+                    "--part {index}/{of}: this part of the {} requests is empty",
+                    index + 1
+                );
+            }
+            Some(shortlist_loadgen::driver::Split {
+                index,
+                of,
+                start_at,
+                host: args
+                    .host
+                    .clone()
+                    .unwrap_or_else(shortlist_runner::config::hostname),
+            })
+        }
+        _ => None,
+    };
     let load = match (args.load_loop, args.clients, args.max_concurrency) {
         (LoopArg::Open, None, cap) => {
             if cap == Some(0) {
@@ -229,6 +287,9 @@ pub(crate) fn run(
         progress: !args.quiet,
     };
     let result: RunResult = match target {
+        LoadTarget::Sim(_) if split.is_some() => {
+            bail!("--part: the simulated target runs on virtual time, with nothing to split")
+        }
         LoadTarget::Sim(config) => {
             let options = run_options(&args.target, load, args.seed, Pacing::Virtual)?;
             let mut extra = serde_json::Map::new();
@@ -249,7 +310,8 @@ pub(crate) fn run(
             })?
         }
         LoadTarget::Http(http) => {
-            let options = run_options(&args.target, load, args.seed, Pacing::Precise)?;
+            let mut options = run_options(&args.target, load, args.seed, Pacing::Precise)?;
+            options.split = split;
             let runtime = real_runtime().context("starting the runtime")?;
             runtime.block_on(async {
                 let mut extra = serde_json::Map::new();
