@@ -95,15 +95,17 @@ fn jobs(url: &str, dir: &Path) -> Vec<Value> {
 
 /// What a record says about quality and identity, without its stamps (times, workers, hashes
 /// of the whole record) and without the load figures, which are measurements of the moment.
-/// The paired comparison with the other candidate is left out too: it is drawn when the other
-/// candidate's quality run has finished by the time this record is assembled, which depends on
-/// which worker finished first.
+/// The paired comparison with the other candidate stays in: a record waits for every quality
+/// run of its generation, so which worker finished first never changes it.
 fn quality_of(record: &Value) -> Value {
-    let mut quality = record["quality"].clone();
-    quality["paired"] = Value::Null;
+    assert!(
+        record["quality"]["paired"].is_object(),
+        "the record pairs its cases with the other candidate's: {}",
+        record["quality"]
+    );
     serde_json::json!({
         "identity": record["identity"],
-        "quality": quality,
+        "quality": record["quality"],
         "disqualifiers": record["disqualifiers"]
             .as_array()
             .unwrap()

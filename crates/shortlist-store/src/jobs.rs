@@ -244,14 +244,21 @@ impl Store {
                  WHERE id = ({CLAIMABLE}) RETURNING {JOB_COLUMNS}"
             ),
         };
-        let mut tx = self.write_tx(&op).await?;
-        let row = sqlx::query(sqlx::AssertSqlSafe(sql_text))
+        let query = sqlx::query(sqlx::AssertSqlSafe(sql_text))
             .bind(worker)
-            .bind(now_ms())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(sql(&op))?;
-        tx.commit().await.map_err(sql(&op))?;
+            .bind(now_ms());
+        let row = match self.backend {
+            // One statement is one transaction: the row lock and the update commit together,
+            // in one round trip instead of three (BEGIN, UPDATE, COMMIT).
+            Backend::Postgres => query.fetch_optional(&self.pool).await.map_err(sql(&op))?,
+            // The write lock first, so that two claims never read the same queued row.
+            Backend::Sqlite => {
+                let mut tx = self.write_tx(&op).await?;
+                let row = query.fetch_optional(&mut *tx).await.map_err(sql(&op))?;
+                tx.commit().await.map_err(sql(&op))?;
+                row
+            }
+        };
         let job = row.as_ref().map(job_row).transpose()?;
         if let Some(job) = &job {
             tracing::debug!(job = job.id, kind = %job.kind, worker, attempt = job.attempts, "job claimed");

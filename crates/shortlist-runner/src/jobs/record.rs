@@ -120,7 +120,13 @@ pub(crate) async fn assemble(
                     attempts,
                 })
                 .collect();
-            let paired = paired_comparison(store, &set, &runs, &c.name, &scored).await?;
+            let order: Vec<&str> = study
+                .file()
+                .candidates
+                .iter()
+                .map(|k| k.name.as_str())
+                .collect();
+            let paired = paired_comparison(store, &set, &runs, &order, &c.name, &scored).await?;
             Some((scored, errors, paired))
         }
     };
@@ -180,18 +186,27 @@ fn machine_of(runs: &[Run], candidate: &str) -> String {
     }
 }
 
-/// This candidate against the first other candidate of the generation whose quality run
-/// finished, on the cases both decided: the exact McNemar test on the discordant pairs.
+/// This candidate against the first other candidate, in the study's order, whose quality run of
+/// the generation finished, on the cases both decided: the exact McNemar test on the discordant
+/// pairs. The record job waits for every quality run of its generation, so which runs finished
+/// first never changes the pairing.
 async fn paired_comparison(
     store: &Store,
     set: &EvalSet,
     runs: &[Run],
+    order: &[&str],
     candidate: &str,
     mine: &[CaseResult],
 ) -> Result<Option<PairedComparison>, ServiceError> {
-    let Some(other) = runs.iter().find(|r| {
-        r.kind == RunKind::Quality && r.candidate != candidate && r.state == RunState::Done
-    }) else {
+    let Some(other) = order
+        .iter()
+        .filter(|name| **name != candidate)
+        .find_map(|name| {
+            runs.iter().find(|r| {
+                r.kind == RunKind::Quality && r.candidate == *name && r.state == RunState::Done
+            })
+        })
+    else {
         return Ok(None);
     };
     let theirs: BTreeMap<String, Option<bool>> = scored_cases(store, other)

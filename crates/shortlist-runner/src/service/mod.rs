@@ -318,6 +318,8 @@ impl StudyService {
                 (ScheduleWhat::Quality, JobKind::Load) | (ScheduleWhat::Load, JobKind::Quality)
             )
         };
+        // Every quality job of the generation, of every candidate and every shard.
+        let quality_group = format!("{name} v{version} g{generation} quality");
         for c in &locked.study.file().candidates {
             if !params.candidates.is_empty() && !params.candidates.contains(&c.name) {
                 continue;
@@ -367,8 +369,12 @@ impl StudyService {
                 } else {
                     1
                 };
-                let group = (shards > 1)
-                    .then(|| format!("{name} v{version} g{generation} {} quality", c.name));
+                let group = (kind == JobKind::Quality).then(|| quality_group.clone());
+                if kind == JobKind::Record {
+                    // A record pairs its candidate's cases with another candidate's: it waits
+                    // for every quality run of the generation, whichever worker finishes first.
+                    waits_for_group = Some(quality_group.clone());
+                }
                 let mut last = previous;
                 for index in 0..shards {
                     let mut payload = payload.clone();
@@ -393,7 +399,7 @@ impl StudyService {
                     queued += 1;
                 }
                 previous = last;
-                waits_for_group = group;
+                waits_for_group = group.filter(|_| shards > 1);
             }
         }
         Ok(queued)
