@@ -56,6 +56,8 @@ pub struct Worker {
     stop: Arc<AtomicBool>,
     /// The first retry's wait; doubled per attempt, at most [`MAX_BACKOFF`].
     backoff: Duration,
+    /// How often the job in hand says it is alive.
+    heartbeat: Duration,
 }
 
 /// The longest wait before a retried job runs again.
@@ -76,7 +78,16 @@ impl Worker {
             service,
             stop: Arc::new(AtomicBool::new(false)),
             backoff: Duration::from_secs(5),
+            heartbeat: HEARTBEAT,
         }
+    }
+
+    /// This worker beating often enough for jobs to be judged stale after `stale_after` (a
+    /// quarter of it, between 50 ms and [`HEARTBEAT`]): a live worker's job is never handed to
+    /// another worker because its heartbeat came too seldom.
+    pub fn with_stale_after(mut self, stale_after: Duration) -> Worker {
+        self.heartbeat = (stale_after / 4).clamp(Duration::from_millis(50), HEARTBEAT);
+        self
     }
 
     /// This worker under another name (several workers in one process).
@@ -255,7 +266,7 @@ impl Worker {
                 source,
             })?;
         let store = self.service.store();
-        let mut beat = tokio::time::interval(HEARTBEAT);
+        let mut beat = tokio::time::interval(self.heartbeat);
         beat.tick().await;
         loop {
             tokio::select! {

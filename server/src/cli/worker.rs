@@ -22,7 +22,8 @@ pub(crate) struct Args {
     #[arg(long)]
     pub(crate) threads: Option<usize>,
     /// Seconds without a heartbeat after which a running job is taken to belong to a dead
-    /// worker and queued again (heartbeats come every 10 s).
+    /// worker and queued again. This worker's jobs beat every quarter of it (at most every
+    /// 10 s); give every process on one database the same value.
     #[arg(long, default_value_t = 60)]
     stale_after: u64,
     /// Seconds between claims while nothing is claimable.
@@ -58,7 +59,10 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
                 .into());
             }
         }
-        let worker = Worker::new(service).with_name(config.worker.clone());
+        let stale = Duration::from_secs(a.stale_after);
+        let worker = Worker::new(service)
+            .with_name(config.worker.clone())
+            .with_stale_after(stale);
         let stopper = worker.clone();
         tokio::spawn(async move {
             let mut term =
@@ -84,7 +88,6 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
             worker.name()
         );
         let poll = Duration::try_from_secs_f64(a.poll.max(0.05)).unwrap_or(Duration::from_secs(1));
-        let stale = Duration::from_secs(a.stale_after);
         while !worker.stopping() {
             if let Err(e) = worker.service().requeue_stale(stale).await {
                 eprintln!("worker: requeueing stale jobs: {e}");

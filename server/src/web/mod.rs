@@ -239,7 +239,9 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
         let stale_after = args.stale_after;
         for i in 0..args.workers {
             let name = format!("{}-w{i}", config.worker);
-            let worker = Worker::new(service.clone()).with_name(name);
+            let worker = Worker::new(service.clone())
+                .with_name(name)
+                .with_stale_after(Duration::from_secs(stale_after));
             workers.push(worker.clone());
             tokio::spawn(async move {
                 worker
