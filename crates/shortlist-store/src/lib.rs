@@ -133,6 +133,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0006_job_groups.sql"),
         false,
     ),
+    (
+        7,
+        "progress_notify",
+        include_str!("../../../migrations/sqlite/0007_progress_notify.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -171,6 +177,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/postgres/0006_job_groups.sql"),
         false,
     ),
+    (
+        7,
+        "progress_notify",
+        include_str!("../../../migrations/postgres/0007_progress_notify.sql"),
+        false,
+    ),
 ];
 
 fn migrator(backend: Backend) -> Migrator {
@@ -204,6 +216,25 @@ fn migrator_up_to(backend: Backend, version: i64) -> Migrator {
 pub struct Store {
     pool: AnyPool,
     backend: Backend,
+    /// The URL it was opened with (a PostgreSQL listener opens its own connection with it).
+    url: SecretUrl,
+}
+
+/// A database URL whose password never reaches a log or a `{:?}`.
+#[derive(Clone)]
+pub(crate) struct SecretUrl(std::sync::Arc<str>);
+
+impl std::fmt::Debug for SecretUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&error::redact(&self.0))
+    }
+}
+
+impl std::ops::Deref for SecretUrl {
+    type Target = str;
+    fn deref(&self) -> &str {
+        &self.0
+    }
 }
 
 /// PRAGMAs every SQLite connection gets. WAL lets readers run beside the writer; the busy timeout
@@ -269,7 +300,11 @@ impl Store {
                 source,
             })?;
         tracing::debug!(backend = backend.name(), "store opened and migrated");
-        Ok(Store { pool, backend })
+        Ok(Store {
+            pool,
+            backend,
+            url: SecretUrl(url.as_str().into()),
+        })
     }
 
     /// A store whose schema stops at `version` (a database written by an older release).
@@ -291,7 +326,11 @@ impl Store {
             .await
             .unwrap();
         migrator_up_to(backend, version).run(&pool).await.unwrap();
-        Store { pool, backend }
+        Store {
+            pool,
+            backend,
+            url: SecretUrl(url.into()),
+        }
     }
 
     /// Which database this is.

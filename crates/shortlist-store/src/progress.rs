@@ -27,7 +27,45 @@ fn progress_row(row: &sqlx::any::AnyRow) -> Result<ProgressRow, StoreError> {
     })
 }
 
+/// The PostgreSQL channel every stored progress event is announced on (payload: the job id).
+pub const PROGRESS_CHANNEL: &str = "shortlist_progress";
+
+/// Wakes its holder whenever any process stores a progress event (PostgreSQL's LISTEN/NOTIFY on
+/// a connection of its own). A notification says "read now"; the rows are still read from the
+/// table, so one lost while the connection is re-established costs only a poll interval.
+#[derive(Debug)]
+pub struct ProgressListener {
+    listener: sqlx::postgres::PgListener,
+}
+
+impl ProgressListener {
+    /// The next announcement: the id of the job whose progress was stored. Reconnects by itself
+    /// when the connection drops.
+    pub async fn next(&mut self) -> Result<i64, StoreError> {
+        let note = self
+            .listener
+            .recv()
+            .await
+            .map_err(sql("waiting for progress notifications"))?;
+        Ok(note.payload().parse().unwrap_or(0))
+    }
+}
+
 impl Store {
+    /// A listener for stored progress on PostgreSQL; `None` on SQLite, whose readers poll (it
+    /// serves one host, where polling a local file costs little).
+    pub async fn listen_progress(&self) -> Result<Option<ProgressListener>, StoreError> {
+        if self.backend != crate::Backend::Postgres {
+            return Ok(None);
+        }
+        let op = "listening for progress notifications";
+        let mut listener = sqlx::postgres::PgListener::connect(&self.url)
+            .await
+            .map_err(sql(op))?;
+        listener.listen(PROGRESS_CHANNEL).await.map_err(sql(op))?;
+        Ok(Some(ProgressListener { listener }))
+    }
+
     /// Append a job's progress event; returns its id.
     pub async fn put_progress(
         &self,

@@ -983,6 +983,37 @@ async fn a_job_waits_for_its_whole_group(store: Store) {
 }
 contract!(a_job_waits_for_its_whole_group);
 
+/// On PostgreSQL every stored progress event is announced (LISTEN/NOTIFY) with its job's id, to
+/// a listener on a connection of its own; SQLite offers none, and its readers poll.
+async fn stored_progress_is_announced(store: Store) {
+    let listener = store.listen_progress().await.unwrap();
+    let Some(mut listener) = listener else {
+        assert_eq!(store.backend(), crate::Backend::Sqlite);
+        return;
+    };
+    assert_eq!(store.backend(), crate::Backend::Postgres);
+    let job = store
+        .enqueue_job("quality", &serde_json::json!({}))
+        .await
+        .unwrap();
+    // Nothing stored yet: nothing announced.
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), listener.next())
+            .await
+            .is_err()
+    );
+    store
+        .put_progress(job, 1, &serde_json::json!({"done": 1}))
+        .await
+        .unwrap();
+    let announced = tokio::time::timeout(Duration::from_secs(10), listener.next())
+        .await
+        .expect("announced within 10 s")
+        .unwrap();
+    assert_eq!(announced, job);
+}
+contract!(stored_progress_is_announced);
+
 /// A database written by the schema before generations (version 1) upgrades in place when it is
 /// opened: its runs become generation 1, its records and jobs keep everything, nothing is lost.
 async fn schedules_and_ticks_claimed_once(store: Store) {

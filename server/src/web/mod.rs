@@ -67,6 +67,43 @@ pub struct AppState {
     /// The access token, if one is set.
     pub token: Option<Arc<str>>,
     pub metrics: Arc<security::Metrics>,
+    /// Counts the progress events any process stored (PostgreSQL's LISTEN/NOTIFY); `None` where
+    /// there is no such channel (SQLite): progress streams then poll.
+    pub progress: Option<tokio::sync::watch::Receiver<u64>>,
+}
+
+/// A task that follows the database's progress announcements, counting them on a watch channel
+/// that every progress stream of this process shares (one connection, however many pages).
+/// `None` when the database announces nothing.
+pub(crate) async fn progress_announcements(
+    service: &StudyService,
+) -> Option<tokio::sync::watch::Receiver<u64>> {
+    let mut listener = match service.store().listen_progress().await {
+        Ok(Some(listener)) => listener,
+        Ok(None) => return None,
+        Err(e) => {
+            eprintln!("warning: progress notifications unavailable, polling instead: {e}");
+            return None;
+        }
+    };
+    let (count, announced) = tokio::sync::watch::channel(0u64);
+    tokio::spawn(async move {
+        loop {
+            match listener.next().await {
+                Ok(_) => {
+                    count.send_modify(|n| *n += 1);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "progress notifications");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+            if count.is_closed() {
+                break;
+            }
+        }
+    });
+    Some(announced)
 }
 
 /// The application as a value.
@@ -259,10 +296,12 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
                 args.notify.clone(),
             ));
         }
+        let progress = progress_announcements(&service).await;
         let state = AppState {
             service,
             token,
             metrics: Arc::new(security::Metrics::default()),
+            progress,
         };
         println!("http://{local}");
         eprintln!(

@@ -239,12 +239,27 @@ pub(crate) async fn events(
         .or(q.after)
         .unwrap_or(0);
     let service = st.service.clone();
-    let state = (service, name, version, start, None::<String>, true);
+    let state = (service, name, version, start, None::<String>, st.progress.clone(), true);
     let stream = stream::unfold(
         state,
-        |(service, name, version, mut after, mut last_state, first)| async move {
+        |(service, name, version, mut after, mut last_state, mut announced, first)| async move {
             if !first {
-                tokio::time::sleep(Duration::from_millis(500)).await;
+                let listening = match announced.as_mut() {
+                    // PostgreSQL announces each stored event: read as soon as one is, and at
+                    // least every 2 s (a run's state can change without a progress event).
+                    Some(rx) => !matches!(
+                        tokio::time::timeout(Duration::from_secs(2), rx.changed()).await,
+                        Ok(Err(_))
+                    ),
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(500)).await;
+                        false
+                    }
+                };
+                if !listening {
+                    // The listener is gone: poll from now on.
+                    announced = None;
+                }
             }
             let mut events = Vec::new();
             if let Ok(rows) = service.progress_after(&name, version, after).await {
@@ -270,7 +285,7 @@ pub(crate) async fn events(
             }
             Some((
                 stream::iter(events),
-                (service, name, version, after, last_state, false),
+                (service, name, version, after, last_state, announced, false),
             ))
         },
     );
