@@ -4,6 +4,7 @@
 mod architecture;
 mod browser;
 mod engine;
+mod engines;
 mod eval;
 mod hostile;
 mod judge;

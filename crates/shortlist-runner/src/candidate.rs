@@ -319,14 +319,12 @@ impl Generator for EndpointGenerator {
             why: format!("reading the answer: {}", transport_error(&e)),
             retryable: true,
         })?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
         if !status.is_success() {
-            let why = value["error"]["message"]
-                .as_str()
-                .map_or_else(|| text.chars().take(200).collect(), str::to_owned);
-            // The candidate's own limit (the prompt does not fit its context) is its failure on
-            // this case; any other refusal is a failed request, not an answer.
-            if value["error"]["code"] == "context_length_exceeded" {
+            let code = status.as_u16();
+            // The candidate's own limit (the prompt does not fit its context), in whichever
+            // engine's words, is its failure on this case; any other refusal is a failed
+            // request, not an answer.
+            if let Some(why) = crate::engines::context_exceeded(code, &text) {
                 return Ok(Generated {
                     text: String::new(),
                     tool_calls: Vec::new(),
@@ -336,7 +334,10 @@ impl Generator for EndpointGenerator {
                     latency_s: started.elapsed().as_secs_f64(),
                 });
             }
-            let code = status.as_u16();
+            let why = serde_json::from_str::<Value>(&text)
+                .ok()
+                .and_then(|v| crate::engines::error_message(&v))
+                .unwrap_or_else(|| text.chars().take(200).collect());
             return Err(RunError::Request {
                 url: endpoint,
                 status: Some(code),
@@ -344,42 +345,74 @@ impl Generator for EndpointGenerator {
                 retryable: code == 408 || code == 429 || code >= 500,
             });
         }
-        if value.is_null() {
-            return Err(RunError::Request {
+        let answer = serde_json::from_str::<Value>(&text)
+            .map_err(|e| format!("the answer is not JSON ({e})"))
+            .and_then(|value| parse_chat_completion(&value))
+            .map_err(|why| RunError::Request {
                 url: endpoint,
                 status: Some(status.as_u16()),
-                why: format!(
-                    "the answer is not JSON: {}",
-                    text.chars().take(200).collect::<String>()
-                ),
+                why: format!("{why}: {}", text.chars().take(200).collect::<String>()),
                 retryable: true,
-            });
-        }
-        let choice = &value["choices"][0];
-        let message = &choice["message"];
-        let tool_calls = message["tool_calls"]
-            .as_array()
-            .map(|calls| {
-                calls
-                    .iter()
-                    .map(|c| {
-                        shortlist_evals::ToolCall::from_openai(
-                            c["function"]["name"].as_str().unwrap_or_default(),
-                            c["function"]["arguments"].as_str().unwrap_or("{}"),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+            })?;
         Ok(Generated {
-            text: message["content"].as_str().unwrap_or_default().to_owned(),
-            tool_calls,
-            finish_reason: choice["finish_reason"].as_str().map(str::to_owned),
-            prompt_tokens: value["usage"]["prompt_tokens"].as_u64(),
-            output_tokens: value["usage"]["completion_tokens"].as_u64(),
+            text: answer.text,
+            tool_calls: answer.tool_calls,
+            finish_reason: answer.finish_reason,
+            prompt_tokens: answer.prompt_tokens,
+            output_tokens: answer.output_tokens,
             latency_s: started.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// What a non-streamed chat completion carried: the fields a quality run scores.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChatAnswer {
+    /// The answer's text (`message.content`; empty when the model only called tools).
+    pub text: String,
+    pub tool_calls: Vec<shortlist_evals::ToolCall>,
+    pub finish_reason: Option<String>,
+    pub prompt_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+/// Read a non-streamed `/v1/chat/completions` answer as vLLM, SGLang, TGI, llama.cpp's server
+/// and Shortlist's engine shape it: `choices[0].message` with `content` (null or absent beside
+/// tool calls) and `tool_calls` (`function.arguments` a JSON string, or an object as some
+/// servers send it), `finish_reason`, and `usage`. An answer without `choices[0].message` is
+/// not an answer.
+pub fn parse_chat_completion(value: &Value) -> Result<ChatAnswer, String> {
+    let choice = &value["choices"][0];
+    let message = &choice["message"];
+    if !message.is_object() {
+        return Err("the answer has no `choices[0].message`".to_owned());
+    }
+    let tool_calls = message["tool_calls"]
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|c| {
+                    let arguments = match &c["function"]["arguments"] {
+                        Value::String(text) => text.clone(),
+                        Value::Null => "{}".to_owned(),
+                        other => other.to_string(),
+                    };
+                    shortlist_evals::ToolCall::from_openai(
+                        c["function"]["name"].as_str().unwrap_or_default(),
+                        &arguments,
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    Ok(ChatAnswer {
+        text: message["content"].as_str().unwrap_or_default().to_owned(),
+        tool_calls,
+        finish_reason: choice["finish_reason"].as_str().map(str::to_owned),
+        prompt_tokens: value["usage"]["prompt_tokens"].as_u64(),
+        output_tokens: value["usage"]["completion_tokens"].as_u64(),
+    })
 }
 
 /// A transport error in words: the innermost cause (e.g. "Connection refused (os error 111)").

@@ -32,6 +32,7 @@
 pub mod candidate;
 pub mod capacity;
 pub mod config;
+pub mod engines;
 pub mod error;
 pub mod fingerprint;
 pub mod identity;

@@ -1,7 +1,9 @@
 //! The one way a GGUF candidate is served for load runs: loaded into this process's engine (its
 //! forward pass on the engine's own threads) behind the OpenAI-compatible HTTP API on a free
 //! loopback port, for as long as the [`Served`] value lives. An endpoint candidate is used where
-//! it is. `shortlist bench --target engine:MODEL` and a study's load job both start it here.
+//! it is, and named in the record by what it reports about itself ([`crate::engines::identify`]:
+//! engine and version). `shortlist bench --target engine:MODEL` and a study's load job both start
+//! it here.
 
 use std::future::Future;
 use std::path::Path;
@@ -21,7 +23,7 @@ pub struct Served {
     pub url: String,
     /// The model name the server answers to.
     pub model: String,
-    /// What serves it, for the record.
+    /// What serves it, for the record: for an endpoint, the engine and version it reports.
     pub backend: String,
     /// Seconds the weights took to load (0 for an endpoint).
     pub load_s: f64,
@@ -31,6 +33,8 @@ pub struct Served {
 
 impl Served {
     /// Serve `spec` (`source` names it in messages); the engine gets `threads` compute threads.
+    /// An endpoint is asked what it is (blocking HTTP, a few seconds at most), so call this on a
+    /// thread of its own, as the load job does, never on the async runtime.
     pub fn start(
         spec: &CandidateSpec,
         source: &str,
@@ -40,7 +44,7 @@ impl Served {
             CandidateSpec::Endpoint { url, model } => Ok(Served {
                 url: url.clone(),
                 model: model.clone(),
-                backend: format!("OpenAI-compatible endpoint {url}"),
+                backend: crate::engines::identify(url).describe(),
                 load_s: 0.0,
                 stop: None,
                 thread: None,
