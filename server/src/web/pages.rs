@@ -239,7 +239,15 @@ pub(crate) async fn events(
         .or(q.after)
         .unwrap_or(0);
     let service = st.service.clone();
-    let state = (service, name, version, start, None::<String>, st.progress.clone(), true);
+    let state = (
+        service,
+        name,
+        version,
+        start,
+        None::<String>,
+        st.progress.clone(),
+        true,
+    );
     let stream = stream::unfold(
         state,
         |(service, name, version, mut after, mut last_state, mut announced, first)| async move {
