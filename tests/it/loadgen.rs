@@ -20,6 +20,23 @@ fn practice_trace(dir: &Path, shape: Shape) -> PathBuf {
     path
 }
 
+/// A trace of `n` requests evenly spaced at `rate` req/s, `tokens` in and out each, in `dir`.
+fn even_trace(dir: &Path, name: &str, n: usize, rate: f64, tokens: u32) -> PathBuf {
+    let mut text = format!(
+        "{{\"format\":\"shortlist.trace.v1\",\"name\":\"{name}\",\"mode\":\"online\",\"duration_s\":{}}}\n",
+        n as f64 / rate
+    );
+    for i in 0..n {
+        text.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":{tokens},\"output_tokens\":{tokens}}}\n",
+            i as f64 / rate
+        ));
+    }
+    let path = dir.join(format!("{name}.trace.jsonl"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 fn json(out: &std::process::Output) -> Value {
     serde_json::from_str(&stdout(out))
         .unwrap_or_else(|e| panic!("{e}: stdout {} stderr {}", stdout(out), stderr(out)))
@@ -296,18 +313,8 @@ fn bad_input_is_a_clear_message_and_exit_2() {
 #[test]
 fn a_trace_beyond_the_client_ceiling_is_refused() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("flood.trace.jsonl");
-    let mut text = String::from(
-        "{\"format\":\"shortlist.trace.v1\",\"name\":\"flood\",\"mode\":\"online\"}\n",
-    );
     // 200,000 requests in one second: far beyond what one client process sends.
-    for i in 0..200_000 {
-        text.push_str(&format!(
-            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":4,\"output_tokens\":4}}\n",
-            i as f64 / 200_000.0
-        ));
-    }
-    std::fs::write(&trace, text).unwrap();
+    let trace = even_trace(dir.path(), "flood", 200_000, 200_000.0, 4);
     let mock = Mock::start(&[]);
     let out = bench(&[
         "--target",
@@ -325,17 +332,7 @@ fn a_trace_beyond_the_client_ceiling_is_refused() {
 fn ctrl_c_stops_cleanly_and_keeps_what_was_measured() {
     let mock = Mock::start(&["--tokens", "4", "--ttft-ms", "50", "--itl-ms", "50"]);
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("long.trace.jsonl");
-    let mut text = String::from(
-        "{\"format\":\"shortlist.trace.v1\",\"name\":\"long\",\"mode\":\"online\",\"duration_s\":30}\n",
-    );
-    for i in 0..300 {
-        text.push_str(&format!(
-            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":4,\"output_tokens\":4}}\n",
-            i as f64 / 10.0
-        ));
-    }
-    std::fs::write(&trace, text).unwrap();
+    let trace = even_trace(dir.path(), "long", 300, 10.0, 4);
     let records = dir.path().join("stopped.records.jsonl");
     let child = shortlist()
         .args([
@@ -595,17 +592,7 @@ fn a_step_split_across_two_load_workers_merges_to_the_one_worker_step() {
     );
     let dir = tempfile::tempdir().unwrap();
     // 300 requests at 25 req/s: 12 s, 150 per part (enough for each part's lag p99 to be judged).
-    let trace = dir.path().join("step.trace.jsonl");
-    let mut text = String::from(
-        "{\"format\":\"shortlist.trace.v1\",\"name\":\"step\",\"mode\":\"online\",\"duration_s\":12}\n",
-    );
-    for i in 0..300 {
-        text.push_str(&format!(
-            "{{\"id\":\"r{i}\",\"t\":{},\"input_tokens\":8,\"output_tokens\":8}}\n",
-            i as f64 / 25.0
-        ));
-    }
-    std::fs::write(&trace, text).unwrap();
+    let trace = even_trace(dir.path(), "step", 300, 25.0, 8);
     let slo = data("loadgen/chat.slo.toml");
     // A 100 ms lag allowance: a busy test host's scheduling noise stays under it, a client
     // frozen for 1.5 s does not.

@@ -194,7 +194,7 @@ fn prompt_text(request: &RequestSpec) -> String {
 
 /// An error and its causes on one line (reqwest's own message hides the cause, e.g. "connection
 /// refused").
-fn chain(error: &dyn std::error::Error) -> String {
+pub fn chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {

@@ -310,7 +310,8 @@ impl Probe {
         let response = match self.client.get(format!("{}{path}", self.base)).send() {
             Ok(response) => response,
             Err(e) => {
-                self.seen.insert(key, json!({ "error": chain(&e) }));
+                self.seen
+                    .insert(key, json!({ "error": shortlist_loadgen::http::chain(&e) }));
                 return Err(());
             }
         };
@@ -326,8 +327,10 @@ impl Probe {
         let text = match response.text() {
             Ok(text) => text,
             Err(e) => {
-                self.seen
-                    .insert(key, json!({ "status": status, "error": chain(&e) }));
+                self.seen.insert(
+                    key,
+                    json!({ "status": status, "error": shortlist_loadgen::http::chain(&e) }),
+                );
                 return Err(());
             }
         };
@@ -346,18 +349,6 @@ impl Probe {
         }
         Value::Object(seen)
     }
-}
-
-/// An error and its causes on one line ("connection refused" is a cause, not the message).
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The message of an error answer, in whichever shape the engine writes it: OpenAI's, vLLM's
