@@ -897,7 +897,7 @@ fn client_bound_check(
     }
 }
 
-fn hash_id(id: &str) -> u64 {
+pub(crate) fn hash_id(id: &str) -> u64 {
     // SipHash with fixed keys: deterministic across runs; 64 bits make a collision among a million
     // ids about a one-in-thirty-million event.
     let mut h = DefaultHasher::new();

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::io::BufRead;
 
-use crate::analyze::{AnalyzeOptions, Analyzer, HostCheck, Report};
+use crate::analyze::{AnalyzeOptions, Analyzer, HostCheck, Report, analyze_with_hdr, hash_id};
 use crate::error::MeasureError;
 use crate::hdr::LatencyHdr;
 use crate::record::{RecordsHeader, RecordsPart, RecordsReader};
@@ -28,6 +28,10 @@ pub fn analyze_parts<R: BufRead>(
     inputs: Vec<PartInput<R>>,
     opts: AnalyzeOptions,
 ) -> Result<(Report, Vec<LatencyHdr>), MeasureError> {
+    if inputs.len() == 1 {
+        let input = inputs.into_iter().next().expect("one input");
+        return analyze_with_hdr(&input.source, input.reader, opts);
+    }
     let mut readers = Vec::with_capacity(inputs.len());
     for input in inputs {
         let reader = RecordsReader::new(input.source.clone(), input.reader)?;
@@ -39,12 +43,6 @@ pub fn analyze_parts<R: BufRead>(
             "no records file given".to_owned(),
         ));
     };
-    if readers.len() == 1 {
-        let (_, reader) = readers.pop().expect("one input");
-        let mut analyzer = Analyzer::new(reader.header().clone(), opts)?;
-        reader.for_each(|a| analyzer.observe(a))?;
-        return Ok(analyzer.finish_with_hdr());
-    }
     let first_header = first.header().clone();
     let parts = check_parts(
         first_source,
@@ -59,7 +57,8 @@ pub fn analyze_parts<R: BufRead>(
         .map(|(_, r)| r.header().window_s[1])
         .fold(f64::INFINITY, f64::min);
     let mut merged = Analyzer::new(header.clone(), opts.clone())?;
-    let mut owner: HashMap<String, usize> = HashMap::new();
+    // Which part each original request came from, by the analyzer's 64-bit hash of its id.
+    let mut owner: HashMap<u64, usize> = HashMap::new();
     let mut collision: Option<(String, usize, usize)> = None;
     let mut checks = Vec::with_capacity(readers.len());
     for (index, ((source, reader), part)) in readers.into_iter().zip(&parts).enumerate() {
@@ -72,7 +71,7 @@ pub fn analyze_parts<R: BufRead>(
         reader.for_each(|a| {
             if a.attempt <= 1
                 && collision.is_none()
-                && let Some(earlier) = owner.insert(a.id.to_string(), index)
+                && let Some(earlier) = owner.insert(hash_id(&a.id), index)
                 && earlier != index
             {
                 collision = Some((a.id.to_string(), earlier, index));
@@ -148,47 +147,31 @@ fn check_parts<'a>(
             ));
         };
         let first_part = first.part.as_ref().unwrap_or(part);
-        let differs = |field: &str, a: String, b: String| {
-            MeasureError::at(
+        let fields = [
+            ("part.of", first_part.of.to_string(), part.of.to_string()),
+            (
+                "part.start_at",
+                first_part.start_at.clone(),
+                part.start_at.clone(),
+            ),
+            (
+                "loop",
+                format!("{:?}", first.load_loop),
+                format!("{:?}", header.load_loop),
+            ),
+            ("trace", first.trace.to_string(), header.trace.to_string()),
+            (
+                "target",
+                first.target.to_string(),
+                header.target.to_string(),
+            ),
+        ];
+        if let Some((field, a, b)) = fields.into_iter().find(|(_, a, b)| a != b) {
+            return Err(MeasureError::at(
                 source,
                 1,
                 field,
                 format!("`{b}` here, `{a}` in {first_source}: not parts of one step"),
-            )
-        };
-        if part.of != first_part.of {
-            return Err(differs(
-                "part.of",
-                first_part.of.to_string(),
-                part.of.to_string(),
-            ));
-        }
-        if part.start_at != first_part.start_at {
-            return Err(differs(
-                "part.start_at",
-                first_part.start_at.clone(),
-                part.start_at.clone(),
-            ));
-        }
-        if header.load_loop != first.load_loop {
-            return Err(differs(
-                "loop",
-                format!("{:?}", first.load_loop),
-                format!("{:?}", header.load_loop),
-            ));
-        }
-        if header.trace != first.trace {
-            return Err(differs(
-                "trace",
-                first.trace.to_string(),
-                header.trace.to_string(),
-            ));
-        }
-        if header.target != first.target {
-            return Err(differs(
-                "target",
-                first.target.to_string(),
-                header.target.to_string(),
             ));
         }
         if part.index >= part.of {

@@ -117,19 +117,6 @@ pub fn identify(url: &str) -> EndpointIdentity {
 /// [`identify`] with another per-request timeout.
 pub fn identify_within(url: &str, timeout: Duration) -> EndpointIdentity {
     let url = url.trim_end_matches('/').to_owned();
-    let mut probe = match Probe::new(&url, timeout) {
-        Ok(probe) => probe,
-        Err(why) => {
-            return EndpointIdentity {
-                url,
-                engine: Engine::Unknown,
-                version: None,
-                model_id: None,
-                context: None,
-                reported: json!({ "client": why }),
-            };
-        }
-    };
     let mut id = EndpointIdentity {
         url: url.clone(),
         engine: Engine::Unknown,
@@ -137,6 +124,13 @@ pub fn identify_within(url: &str, timeout: Duration) -> EndpointIdentity {
         model_id: None,
         context: None,
         reported: Value::Null,
+    };
+    let mut probe = match Probe::new(&url, timeout) {
+        Ok(probe) => probe,
+        Err(why) => {
+            id.reported = json!({ "client": why });
+            return id;
+        }
     };
     let models = probe.get("/v1/models");
     if models.is_err() && !probe.reached {
