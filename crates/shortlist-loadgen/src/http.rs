@@ -167,7 +167,8 @@ impl OpenAiTarget {
 }
 
 /// The request's prompt, or a stand-in of about its length: the prefix group's text (identical
-/// across the group, so a server's prefix cache can hit) followed by text unique to the request.
+/// across the group, so a server's prefix cache can hit) followed by text unique to the request
+/// (and to the load step, when the workload is salted).
 /// One short word is about one token in common tokenizers; the server's usage is what the record
 /// keeps as the prompt length when it reports one.
 fn prompt_text(request: &RequestSpec) -> String {
@@ -186,6 +187,10 @@ fn prompt_text(request: &RequestSpec) -> String {
         text.push_str(&" a".repeat(shared.saturating_sub(2)));
     }
     text.push(' ');
+    if let Some(salt) = request.salt() {
+        text.push_str(salt);
+        text.push(' ');
+    }
     text.push_str(request.id());
     text.push(':');
     text.push_str(&" b".repeat(total.saturating_sub(shared).saturating_sub(2)));
@@ -372,5 +377,60 @@ mod tests {
         let shared = a.chars().zip(b.chars()).take_while(|(x, y)| x == y).count();
         assert!(shared >= 190, "{shared}");
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn each_salted_step_sends_prompts_no_other_step_sent() {
+        let p = crate::workload::Prefix::new("g1", 100);
+        let request = RequestSpec::new("r7", 150, 1).with_prefix(p.clone());
+        let w = crate::workload::Workload::new(
+            "w",
+            vec![crate::workload::Arrival { t: 0.0, request }],
+            None,
+        )
+        .unwrap();
+        let step = |label: &str| prompt_text(&w.salted(label).arrivals()[0].request);
+        let (target, sweep) = (step("target"), step("rate-2"));
+        // The same request in two steps: another prompt, past the group's shared prefix.
+        assert_ne!(target, sweep);
+        let shared = target
+            .chars()
+            .zip(sweep.chars())
+            .take_while(|(x, y)| x == y)
+            .count();
+        assert!((190..210).contains(&shared), "{shared}");
+        // Within a step, the group's prefix is still shared by its requests.
+        let other = RequestSpec::new("r8", 150, 1).with_prefix(p);
+        let w2 = crate::workload::Workload::new(
+            "w",
+            vec![crate::workload::Arrival {
+                t: 0.0,
+                request: other,
+            }],
+            None,
+        )
+        .unwrap();
+        let other = prompt_text(&w2.salted("rate-2").arrivals()[0].request);
+        let shared = sweep
+            .chars()
+            .zip(other.chars())
+            .take_while(|(x, y)| x == y)
+            .count();
+        assert!(shared >= 190, "{shared}");
+        // A trace's own prompt is sent as it is.
+        let given = RequestSpec::new("r9", 3, 1).with_prompt("hello there");
+        let w3 = crate::workload::Workload::new(
+            "w",
+            vec![crate::workload::Arrival {
+                t: 0.0,
+                request: given,
+            }],
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            prompt_text(&w3.salted("rate-2").arrivals()[0].request),
+            "hello there"
+        );
     }
 }

@@ -45,6 +45,8 @@ pub struct RequestSpec {
     tenant: Option<String>,
     prompt: Option<String>,
     messages: Option<serde_json::Value>,
+    /// Text that makes a synthetic prompt this step's own (see [`Workload::salted`]).
+    salt: Option<std::sync::Arc<str>>,
 }
 
 impl RequestSpec {
@@ -59,6 +61,7 @@ impl RequestSpec {
             tenant: None,
             prompt: None,
             messages: None,
+            salt: None,
         }
     }
     /// The same request sharing `prefix`.
@@ -109,6 +112,10 @@ impl RequestSpec {
     /// The chat messages, if the trace has them.
     pub fn messages(&self) -> Option<&serde_json::Value> {
         self.messages.as_ref()
+    }
+    /// The step's salt of a synthetic prompt, if any.
+    pub fn salt(&self) -> Option<&str> {
+        self.salt.as_deref()
     }
 }
 
@@ -281,6 +288,27 @@ impl Workload {
                 .collect(),
             duration_s: self.duration_s,
         })
+    }
+
+    /// The same requests whose synthetic prompts (those the trace gives no text for) carry
+    /// `salt` before their own text, so that each load step of a sweep sends prompts no earlier
+    /// step sent: a server's prompt cache cannot serve a step from the step before (prefix
+    /// groups stay shared within the step). A trace's own prompts are sent as they are.
+    pub fn salted(&self, salt: &str) -> Self {
+        let salt: std::sync::Arc<str> = salt.into();
+        Workload {
+            name: self.name.clone(),
+            arrivals: self
+                .arrivals
+                .iter()
+                .map(|a| {
+                    let mut request = a.request.clone();
+                    request.salt = Some(std::sync::Arc::clone(&salt));
+                    Arrival { t: a.t, request }
+                })
+                .collect(),
+            duration_s: self.duration_s,
+        }
     }
 
     /// The same requests with arrival times stretched or compressed so that the mean rate is

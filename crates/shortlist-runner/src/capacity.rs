@@ -232,7 +232,9 @@ impl Sweep {
                 "needs a positive number of requests per second",
             ));
         }
-        let workload = Arc::new(self.workload.at_rate(rate));
+        // Each step's synthetic prompts are its own: a prompt cache warmed by an earlier step
+        // must not serve this one.
+        let workload = Arc::new(self.workload.at_rate(rate).salted(label));
         let mut flagged = false;
         let mut extra = serde_json::Map::new();
         extra.insert("offered_rps".into(), rate.into());
