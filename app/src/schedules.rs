@@ -33,8 +33,8 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
                         <td class="mono small">{when}</td>
                         <td>{s.what.clone()}</td>
                         <td><span class=class>{word}</span></td>
-                        <td class="mono small">{s.next_due.clone().unwrap_or_else(|| "–".to_owned())}</td>
-                        <td class="mono small">{s.last_due.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                        <td class="mono small nowrap">{s.next_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
+                        <td class="mono small nowrap">{s.last_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
                     </tr>
                 }
             })
@@ -47,7 +47,7 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
                 })}
                 <div class="scroll">
                     <table>
-                        <thead><tr><th>"Schedule"</th><th>"Study"</th><th>"When"</th><th>"Runs"</th><th>"State"</th><th>"Next due"</th><th>"Last due"</th></tr></thead>
+                        <thead><tr><th>"Schedule"</th><th>"Study"</th><th>"When"</th><th>"Runs"</th><th>"State"</th><th>"Next due (UTC)"</th><th>"Last due (UTC)"</th></tr></thead>
                         <tbody>{rows}</tbody>
                     </table>
                 </div>
@@ -326,7 +326,7 @@ pub fn schedule_page(
                 };
                 view! {
                     <tr>
-                        <td class="mono small">{t.due.clone()}</td>
+                        <td class="mono small nowrap">{short_due(&t.due)}</td>
                         <td><span class=class>{t.state.clone()}</span></td>
                         <td>{run}</td>
                         <td class="small">{t.detail.clone().unwrap_or_default()}</td>
@@ -342,8 +342,8 @@ pub fn schedule_page(
                     <dt>"Study"</dt><dd><a href=study_href>{s.study.clone()}</a>" "{version_text(s.version)}</dd>
                     <dt>"When"</dt><dd class="mono">{format!("{} in {}", s.cron, s.tz)}</dd>
                     <dt>"Runs"</dt><dd>{format!("{} · candidates: {candidates}", s.what)}</dd>
-                    <dt>"Due after"</dt><dd class="mono small">{s.from.clone()}</dd>
-                    <dt>"Next due"</dt><dd class="mono small">{s.next_due.clone().unwrap_or_else(|| if s.enabled { "never again".to_owned() } else { "paused".to_owned() })}</dd>
+                    <dt>"Due after (UTC)"</dt><dd class="mono small">{short_due(&s.from)}</dd>
+                    <dt>"Next due (UTC)"</dt><dd class="mono small">{s.next_due.as_deref().map_or_else(|| if s.enabled { "never again".to_owned() } else { "paused".to_owned() }, short_due)}</dd>
                 </dl>
                 <form method="post" action=action class="actions"><button type="submit" class="secondary">{label}</button></form>
             </section>
@@ -381,7 +381,7 @@ pub fn schedule_page(
                 <p class="small muted">"Each due instant is handled once: started, skipped (caught up by a later run after a downtime), or failed with the reason."</p>
                 <div class="scroll">
                     <table>
-                        <thead><tr><th>"Due"</th><th>"State"</th><th>"Run"</th><th>"Detail"</th></tr></thead>
+                        <thead><tr><th>"Due (UTC)"</th><th>"State"</th><th>"Run"</th><th>"Detail"</th></tr></thead>
                         <tbody>{rows}</tbody>
                     </table>
                 </div>
