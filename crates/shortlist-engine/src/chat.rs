@@ -18,11 +18,14 @@ pub struct Message {
     pub content: String,
 }
 
-/// The instructions one render may execute. A chat template comes with the model file, written
-/// by whoever made it; one that loops for ever (or for 10^10 iterations) is stopped here. The
-/// served models' templates take a few hundred instructions a message, so this allows tens of
-/// thousands of messages while a runaway render stops within about a second.
-pub const TEMPLATE_FUEL: u64 = 20_000_000;
+/// The fuel of one render: minijinja charges one fuel per instruction and one per 64 bytes of
+/// the strings, lists and output the template creates, so this bounds both time and memory. A chat
+/// template comes with the model file, written by whoever made it; one that loops for ever is
+/// stopped within about 0.1 s, and one that doubles a string (`{% set ns.s = ns.s ~ ns.s %}` in a
+/// loop, or a recursive macro) after allocating at most 2·10^6 × 64 bytes = 128 MB (measured peak
+/// 85–100 MB; 1.3–1.6 GB with the 2·10^7 allowed before). The served models' templates take about
+/// 30 fuel a message, so this still allows more messages than a body of the default size holds.
+pub const TEMPLATE_FUEL: u64 = 2_000_000;
 
 /// The longest prompt text a render may produce, in bytes: far beyond any context window (several
 /// million tokens), while a template that builds a gigabyte string is stopped at this size.
@@ -80,8 +83,9 @@ impl ChatTemplate {
             Ok(_) => String::from_utf8(out.text)
                 .map_err(|e| EngineError::Template(format!("rendered invalid UTF-8: {e}"))),
             Err(e) if e.kind() == ErrorKind::OutOfFuel => Err(EngineError::Template(format!(
-                "the template did not finish within {TEMPLATE_FUEL} instructions (a loop that \
-                 does not end?)"
+                "the template did not finish within its fuel of {TEMPLATE_FUEL} (one per \
+                 instruction, one per 64 bytes it builds): a loop that does not end, or a string \
+                 that grows without bound?"
             ))),
             Err(_) if out.text.len() > MAX_RENDERED_BYTES => Err(EngineError::Template(format!(
                 "the rendered prompt is longer than {MAX_RENDERED_BYTES} bytes"
@@ -178,6 +182,59 @@ mod tests {
         );
     }
 
+    /// Bytes allocated on the calling thread while `f` runs, at their peak: the unit tests of
+    /// this crate count every allocation per thread (see [`counting`]).
+    fn peak_bytes<R>(f: impl FnOnce() -> R) -> (R, usize) {
+        counting::reset_peak();
+        let start = counting::live();
+        let r = f();
+        (r, counting::peak().saturating_sub(start))
+    }
+
+    #[test]
+    fn a_template_that_doubles_a_string_is_refused_in_bounded_memory() {
+        // A `{% set %}` inside a loop is the loop's own, so doubling needs a namespace, a
+        // recursive macro or the statement written out; each would reach 2^40 bytes. Measured
+        // with the fuel of 2·10^7 allowed before: peaks of 1.3 GB (namespace) and 1.6 GB (macro).
+        let doublings = [
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}\
+             {% endfor %}{{ ns.s }}"
+                .to_owned(),
+            "{% macro d(s, n) %}{% if n == 0 %}{{ s }}{% else %}{{ d(s ~ s, n - 1) }}{% endif %}\
+             {% endmacro %}{{ d('x', 40) }}"
+                .to_owned(),
+            format!(
+                "{{% set s = 'x' %}}{}{{{{ s }}}}",
+                "{% set s = s + s %}".repeat(40)
+            ),
+        ];
+        for source in &doublings {
+            let t = ChatTemplate::new(source, String::new(), String::new()).unwrap();
+            let (err, peak) = peak_bytes(|| t.render(&[], true).unwrap_err());
+            assert!(err.to_string().contains("fuel"), "{source}: {err}");
+            let shown: String = source.chars().take(72).collect();
+            eprintln!("refused at a peak of {} MiB: {shown}", peak >> 20);
+            assert!(
+                peak <= (TEMPLATE_FUEL * 64) as usize,
+                "{source}: {} MB at the peak",
+                peak >> 20
+            );
+        }
+    }
+
+    #[test]
+    fn ten_thousand_messages_render_within_the_fuel() {
+        let t = ChatTemplate::new(SMOL, String::new(), String::new()).unwrap();
+        let messages: Vec<Message> = (0..10_000)
+            .map(|i| Message {
+                role: if i % 2 == 0 { "user" } else { "assistant" }.into(),
+                content: "hello there".into(),
+            })
+            .collect();
+        let out = t.render(&messages, true).unwrap();
+        assert_eq!(out.matches("<|im_start|>").count(), 10_002);
+    }
+
     #[test]
     fn template_errors_are_reported() {
         assert!(ChatTemplate::new("{% for %}", String::new(), String::new()).is_err());
@@ -189,5 +246,80 @@ mod tests {
         .unwrap();
         let err = t.render(&[], true).unwrap_err();
         assert!(err.to_string().contains("no system role"), "{err}");
+    }
+}
+
+/// Allocation counts per thread, for the memory bounds the tests above assert. Only this crate's
+/// unit-test binary has this allocator; the library never installs one.
+#[cfg(test)]
+mod counting {
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    thread_local! {
+        static LIVE: Cell<usize> = const { Cell::new(0) };
+        static PEAK: Cell<usize> = const { Cell::new(0) };
+    }
+
+    fn grew(by: usize) {
+        let _ = LIVE.try_with(|live| {
+            let now = live.get().saturating_add(by);
+            live.set(now);
+            let _ = PEAK.try_with(|peak| peak.set(peak.get().max(now)));
+        });
+    }
+
+    fn shrank(by: usize) {
+        let _ = LIVE.try_with(|live| live.set(live.get().saturating_sub(by)));
+    }
+
+    /// The system allocator, counting.
+    struct Counting;
+
+    // SAFETY: every call is passed to the system allocator unchanged; the counting touches only
+    // const-initialised thread-locals, which never allocate.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            // SAFETY: the caller's contract, passed on.
+            let p = unsafe { System.alloc(layout) };
+            if !p.is_null() {
+                grew(layout.size());
+            }
+            p
+        }
+
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: the caller's contract, passed on.
+            unsafe { System.dealloc(ptr, layout) };
+            shrank(layout.size());
+        }
+
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            // SAFETY: the caller's contract, passed on.
+            let p = unsafe { System.realloc(ptr, layout, new_size) };
+            if !p.is_null() {
+                shrank(layout.size());
+                grew(new_size);
+            }
+            p
+        }
+    }
+
+    #[global_allocator]
+    static COUNTING: Counting = Counting;
+
+    /// Bytes this thread holds now.
+    pub(super) fn live() -> usize {
+        LIVE.with(Cell::get)
+    }
+
+    /// The most this thread has held since [`reset_peak`].
+    pub(super) fn peak() -> usize {
+        PEAK.with(Cell::get)
+    }
+
+    /// Start a new peak from what this thread holds now.
+    pub(super) fn reset_peak() {
+        PEAK.with(|peak| peak.set(live()));
     }
 }
