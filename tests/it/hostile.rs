@@ -1,8 +1,9 @@
-//! Hostile input through the real binary: `shortlist engine serve` under abuse (absurd
-//! `max_tokens`, invalid UTF-8, ten thousand messages, prompts past the context, clients that
-//! vanish mid-stream or never send their body) answers 4xx, keeps its memory bounded (asserted on
-//! the server's VmRSS) and goes on serving others. Tests that need the real model print why they
-//! skip when it is absent.
+//! Hostile input through the real binary: `shortlist engine serve` and `shortlist mock serve` under
+//! abuse (absurd `max_tokens`, invalid UTF-8, ten thousand messages, prompts past the context,
+//! clients that vanish mid-stream, never send their body or never finish their headers) answer
+//! 4xx or close the connection, keep their memory bounded (asserted on the server's VmRSS) and go
+//! on serving others; their limits are options, and nonsense values are refused. Tests that need
+//! the real model print why they skip when it is absent.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -315,4 +316,390 @@ fn a_text_file_over_256_mib_is_refused_unread_with_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("larger than 256 MiB"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// `shortlist mock serve` on a free port with `extra` options, its stderr kept (and drained) so
+/// that a panic would show; killed when dropped, and it stops by itself after two minutes.
+struct MockServer {
+    child: std::process::Child,
+    addr: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Drop for MockServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl MockServer {
+    fn start(extra: &[&str]) -> MockServer {
+        use std::io::{BufRead as _, BufReader};
+        let mut child = shortlist()
+            .args(["mock", "serve", "--addr", "127.0.0.1:0", "--threads", "1"])
+            .args(["--max-seconds", "120"])
+            .args(extra)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("the mock starts");
+        let mut url = String::new();
+        BufReader::new(child.stdout.take().expect("stdout"))
+            .read_line(&mut url)
+            .expect("the mock prints its URL");
+        let addr = url
+            .trim()
+            .strip_prefix("http://")
+            .unwrap_or_else(|| panic!("a URL on stdout: {url:?}"))
+            .to_owned();
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = log.clone();
+        let stderr = child.stderr.take().expect("stderr");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                kept.lock().expect("log").push(line);
+            }
+        });
+        MockServer { child, addr, log }
+    }
+
+    fn rss_mib(&self) -> u64 {
+        rss_mib(self.child.id())
+    }
+
+    fn connect(&self) -> TcpStream {
+        let s = TcpStream::connect(&self.addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(60)))
+            .expect("timeout");
+        s
+    }
+
+    fn post(&self, path: &str, body: &[u8]) -> (u16, String) {
+        let mut s = self.connect();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        );
+        let _ = s
+            .write_all(head.as_bytes())
+            .and_then(|()| s.write_all(body));
+        read_answer(&mut s)
+    }
+
+    /// A short chat request that must succeed: the mock still serves.
+    fn still_serves(&self) {
+        let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                          "max_tokens": 2});
+        let (status, reply) = self.post("/v1/chat/completions", body.to_string().as_bytes());
+        assert_eq!(status, 200, "{reply}");
+        let doc: Value = serde_json::from_str(&reply).expect("a JSON answer");
+        assert_eq!(doc["usage"]["completion_tokens"], 2, "{reply}");
+    }
+
+    /// Nothing in the mock's log says it panicked.
+    fn no_panic(&self) {
+        let log = self.log.lock().expect("log");
+        assert!(
+            !log.iter().any(|l| l.contains("panicked")),
+            "{}",
+            log.join("\n")
+        );
+    }
+}
+
+/// A process's resident memory, in MiB, from `/proc/<pid>/status`.
+fn rss_mib(pid: u32) -> u64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("the server is running");
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS in /proc/<pid>/status");
+    kib / 1024
+}
+
+/// 200 connections that send half a request line and stop, against a server at `addr` whose
+/// header timeout is `timeout`: a normal client is served while they hang, and each is closed by
+/// the server once its time has passed (not before, not much after).
+fn slow_headers_are_closed_after_the_timeout(
+    addr: &str,
+    timeout: Duration,
+    still_serves: impl Fn(),
+) {
+    let opened = Instant::now();
+    let slow: Vec<TcpStream> = (0..200)
+        .map(|_| {
+            let mut s = TcpStream::connect(addr).expect("connect");
+            s.set_read_timeout(Some(Duration::from_secs(30)))
+                .expect("timeout");
+            s.write_all(b"POST /v1/chat/compl")
+                .expect("half a request line");
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    still_serves();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "a normal client waited {:?} behind the slow ones",
+        started.elapsed()
+    );
+    for (i, mut s) in slow.into_iter().enumerate() {
+        let mut rest = Vec::new();
+        // Closed by the server: end of stream (or a reset), not our read timeout.
+        match s.read_to_end(&mut rest) {
+            Ok(_) => {}
+            Err(e) => assert!(
+                !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ),
+                "slow connection {i} still open after {:?}",
+                opened.elapsed()
+            ),
+        }
+    }
+    let closed = opened.elapsed();
+    eprintln!("200 slow connections all closed {closed:?} after they opened");
+    assert!(
+        closed >= timeout * 3 / 4 && closed < timeout + Duration::from_secs(10),
+        "closed after {closed:?}, with a header timeout of {timeout:?}"
+    );
+    still_serves();
+}
+
+#[test]
+fn mock_serve_closes_connections_that_never_finish_their_headers_and_serves_others() {
+    let mock = MockServer::start(&["--header-timeout", "2"]);
+    mock.still_serves();
+    slow_headers_are_closed_after_the_timeout(&mock.addr, Duration::from_secs(2), || {
+        mock.still_serves();
+    });
+    mock.no_panic();
+}
+
+#[test]
+fn engine_serve_closes_connections_that_never_finish_their_headers_and_serves_others() {
+    // The tiny zero-weight model of the fuzz corpus: the accept loop is under test, not a model.
+    let tiny = crate::support::repo_root().join("fuzz/corpus/gguf/tiny-llama-gpt2.gguf");
+    let engine = Engine::start(&tiny, &["--header-timeout", "2"]);
+    let health = || {
+        let mut s = engine.connect();
+        s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("send");
+        let (status, reply) = read_answer(&mut s);
+        assert_eq!((status, reply.as_str()), (200, "ok"));
+    };
+    health();
+    slow_headers_are_closed_after_the_timeout(&engine.addr, Duration::from_secs(2), health);
+}
+
+#[test]
+fn the_workbench_closes_connections_that_never_finish_their_headers_and_serves_others() {
+    use std::io::{BufRead as _, BufReader};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = shortlist()
+        .env(
+            "DATABASE_URL",
+            format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display()),
+        )
+        .current_dir(dir.path())
+        .args(["serve", "--bind", "127.0.0.1:0", "--workers", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("the workbench starts");
+    let mut url = String::new();
+    BufReader::new(child.stdout.take().expect("stdout"))
+        .read_line(&mut url)
+        .expect("the workbench prints its URL");
+    let addr = url.trim().trim_start_matches("http://").to_owned();
+    let health = || {
+        let mut s = TcpStream::connect(&addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        s.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .expect("send");
+        let (status, reply) = read_answer(&mut s);
+        assert_eq!(status, 200, "{reply}");
+    };
+    health();
+    // The workbench has the default header timeout, 10 s.
+    slow_headers_are_closed_after_the_timeout(&addr, Duration::from_secs(10), health);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn mock_serve_answers_abusive_bodies_4xx_with_memory_bounded_and_serves_others() {
+    let mock = MockServer::start(&[]);
+    mock.still_serves();
+    let baseline = mock.rss_mib();
+    let nested = format!("{}{}", "[".repeat(1_000_000), "]".repeat(1_000_000));
+    let cases: Vec<(&str, &str, Vec<u8>, u16)> = vec![
+        (
+            "invalid UTF-8 in a string",
+            "/v1/chat/completions",
+            b"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\xfd\"}]}".to_vec(),
+            400,
+        ),
+        (
+            "invalid UTF-8 alone",
+            "/v1/completions",
+            b"\xc3\x28\xa0\xa1".to_vec(),
+            400,
+        ),
+        ("an empty body", "/v1/chat/completions", Vec::new(), 400),
+        (
+            "JSON cut short",
+            "/v1/completions",
+            b"{\"prompt\": \"hel".to_vec(),
+            400,
+        ),
+        (
+            "a million nested arrays",
+            "/v1/chat/completions",
+            nested.into_bytes(),
+            400,
+        ),
+        (
+            "a body of 3 MB",
+            "/v1/completions",
+            json!({"prompt": "x".repeat(3 << 20)})
+                .to_string()
+                .into_bytes(),
+            413,
+        ),
+    ];
+    for round in 0..2 {
+        for (what, path, body, expect) in &cases {
+            let started = Instant::now();
+            let (status, reply) = mock.post(path, body);
+            openai_error(status, &reply, *expect, what);
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "{what} (round {round}): took {:?}",
+                started.elapsed()
+            );
+        }
+    }
+    // Absurd but well-formed requests are answered, within the mock's own token count.
+    let ten_thousand: Vec<Value> = (0..10_000)
+        .map(|_| json!({"role": "user", "content": "hello there"}))
+        .collect();
+    for body in [
+        json!({"messages": ten_thousand, "max_tokens": u64::MAX}),
+        json!({"messages": [{"role": "user", "content": 7}], "max_tokens": -1}),
+        json!({"prompt": ["not", "a", "string"], "stream": "yes"}),
+        json!([1, 2, 3]),
+    ] {
+        let (status, reply) = mock.post("/v1/chat/completions", body.to_string().as_bytes());
+        assert_eq!(status, 200, "{reply}");
+    }
+    let after = mock.rss_mib();
+    eprintln!("mock serve RSS: {baseline} MiB after one good request, {after} MiB after the abuse");
+    assert!(
+        after < baseline + 64,
+        "RSS grew from {baseline} MiB to {after} MiB"
+    );
+    mock.still_serves();
+    mock.no_panic();
+}
+
+#[test]
+fn mock_serve_holds_bodies_to_its_size_and_time_limits() {
+    let mock = MockServer::start(&["--max-body-bytes", "1000", "--body-timeout", "1"]);
+    let small = json!({"prompt": "x".repeat(900), "max_tokens": 1}).to_string();
+    let (status, reply) = mock.post("/v1/completions", small.as_bytes());
+    assert_eq!(status, 200, "{reply}");
+    let large = json!({"prompt": "x".repeat(1100), "max_tokens": 1}).to_string();
+    let (status, reply) = mock.post("/v1/completions", large.as_bytes());
+    openai_error(status, &reply, 413, "a body over --max-body-bytes");
+    // Headers, then nothing: 408 once the body timeout has passed, while others are served.
+    let baseline = mock.rss_mib();
+    let idle: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = mock.connect();
+            s.write_all(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+            )
+            .expect("send headers");
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    mock.still_serves();
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        started.elapsed()
+    );
+    let held = mock.rss_mib();
+    eprintln!("mock serve RSS: {baseline} MiB, {held} MiB with 1000 idle connections");
+    assert!(
+        held < baseline + 64,
+        "RSS grew from {baseline} MiB to {held} MiB"
+    );
+    for (i, mut s) in idle.into_iter().enumerate() {
+        let (status, reply) = read_answer(&mut s);
+        openai_error(status, &reply, 408, &format!("idle connection {i}"));
+    }
+    mock.still_serves();
+    mock.no_panic();
+}
+
+#[test]
+fn serve_limits_of_zero_are_refused_with_exit_2() {
+    for (args, flag) in [
+        (
+            &["mock", "serve", "--max-body-bytes", "0"][..],
+            "--max-body-bytes",
+        ),
+        (&["mock", "serve", "--body-timeout", "0"], "--body-timeout"),
+        (
+            &["mock", "serve", "--header-timeout=-1"],
+            "--header-timeout",
+        ),
+        (
+            &[
+                "engine",
+                "serve",
+                "--model",
+                "absent.gguf",
+                "--header-timeout",
+                "0",
+            ],
+            "--header-timeout",
+        ),
+        (
+            &[
+                "engine",
+                "serve",
+                "--model",
+                "absent.gguf",
+                "--max-body-bytes",
+                "0",
+            ],
+            "--max-body-bytes",
+        ),
+    ] {
+        let out = shortlist().args(args).output().expect("runs");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(flag), "{args:?} names {flag}: {err}");
+    }
+    for command in ["mock", "engine"] {
+        let out = shortlist()
+            .args([command, "serve", "--help"])
+            .output()
+            .expect("runs");
+        let help = String::from_utf8_lossy(&out.stdout);
+        for flag in ["--max-body-bytes", "--body-timeout", "--header-timeout"] {
+            assert!(help.contains(flag), "{command} serve --help shows {flag}");
+        }
+    }
 }

@@ -5,7 +5,9 @@
 //! tokenize (on the blocking pool), then wait on the request's reply channel; the forward pass
 //! runs on the engine thread, never on a tokio worker. A client that goes away drops its
 //! receiver, which cancels the request in the scheduler. Every request is logged once, at info
-//! level, when it is over.
+//! level, when it is over. Connections are served by `shortlist_http::serve` (a client has the
+//! header timeout of its [`Limits`] to send each request's headers) and bodies are read within
+//! the same limits' size and time.
 
 mod request;
 
@@ -13,7 +15,7 @@ use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -30,17 +32,25 @@ use crate::error::EngineError;
 use crate::scheduler::{Completion, EngineHandle, Event, GenRequest};
 
 pub use request::{ChatRequest, CompletionRequest, Options};
+pub use shortlist_http::Limits;
 
 /// Shared state of the HTTP layer.
 #[derive(Debug, Clone)]
 pub struct AppState {
     engine: EngineHandle,
+    limits: Limits,
 }
 
 static REQUEST_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// The application as a value, so tests can call it in memory.
+/// The application as a value, so tests can call it in memory; request bodies are read within
+/// the default [`Limits`].
 pub fn router(engine: EngineHandle) -> Router {
+    router_with_limits(engine, Limits::default())
+}
+
+/// [`router`] reading request bodies within `limits`.
+pub fn router_with_limits(engine: EngineHandle, limits: Limits) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/completions", post(completions))
@@ -48,7 +58,7 @@ pub fn router(engine: EngineHandle) -> Router {
         .route("/metrics", get(metrics))
         .route("/health", get(health))
         .fallback(not_found)
-        .with_state(AppState { engine })
+        .with_state(AppState { engine, limits })
 }
 
 /// An OpenAI-style error response: `{"error": {"message", "type", "param", "code"}}`.
@@ -85,55 +95,25 @@ impl ApiError {
     }
 }
 
-/// The longest request body the server reads, in bytes: ten thousand chat messages, or a prompt
-/// of several hundred thousand tokens, fit; a longer body is answered 413 before it is read whole.
-pub const MAX_BODY_BYTES: usize = 2 << 20;
-
-/// The time a client has, once its headers are in, to send its whole body. A client that sends
-/// headers and then nothing is answered 408 and let go, instead of holding its connection and
-/// its task for ever.
-pub const BODY_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A request body read within [`MAX_BODY_BYTES`] and [`BODY_TIMEOUT`].
+/// A request body read within the server's [`Limits`] (413, 408 or 400 in OpenAI's error
+/// shape otherwise).
 #[derive(Debug)]
 struct RequestBody(Bytes);
 
-impl<S: Send + Sync> FromRequest<S> for RequestBody {
+impl FromRequest<AppState> for RequestBody {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, _: &S) -> Result<Self, ApiError> {
-        let read = axum::body::to_bytes(req.into_body(), MAX_BODY_BYTES);
-        let refusal = |status: StatusCode, message: String| ApiError {
-            status,
-            kind: "invalid_request_error",
-            code: None,
-            param: None,
-            message,
-        };
-        match tokio::time::timeout(BODY_TIMEOUT, read).await {
-            Ok(Ok(bytes)) => Ok(Self(bytes)),
-            Ok(Err(e)) => {
-                let e = e.into_inner();
-                if e.is::<http_body_util::LengthLimitError>() {
-                    Err(refusal(
-                        StatusCode::PAYLOAD_TOO_LARGE,
-                        format!("request body: longer than {MAX_BODY_BYTES} bytes"),
-                    ))
-                } else {
-                    Err(refusal(
-                        StatusCode::BAD_REQUEST,
-                        format!("request body could not be read: {e}"),
-                    ))
-                }
-            }
-            Err(_) => Err(refusal(
-                StatusCode::REQUEST_TIMEOUT,
-                format!(
-                    "request body: not received within {} s of the headers",
-                    BODY_TIMEOUT.as_secs()
-                ),
-            )),
-        }
+    async fn from_request(req: Request, st: &AppState) -> Result<Self, ApiError> {
+        shortlist_http::read_body(req.into_body(), &st.limits)
+            .await
+            .map(Self)
+            .map_err(|e| ApiError {
+                status: e.status(),
+                kind: "invalid_request_error",
+                code: None,
+                param: None,
+                message: e.to_string(),
+            })
     }
 }
 
@@ -628,6 +608,7 @@ async fn not_found(method: Method, uri: Uri, headers: HeaderMap) -> Response {
 pub struct Listener {
     runtime: tokio::runtime::Runtime,
     listener: tokio::net::TcpListener,
+    limits: Limits,
 }
 
 impl Listener {
@@ -648,7 +629,17 @@ impl Listener {
             .enable_all()
             .build()?;
         let listener = runtime.block_on(tokio::net::TcpListener::bind(addr))?;
-        Ok(Self { runtime, listener })
+        Ok(Self {
+            runtime,
+            listener,
+            limits: Limits::default(),
+        })
+    }
+
+    /// Serve within `limits` instead of the default [`Limits`].
+    #[must_use]
+    pub fn with_limits(self, limits: Limits) -> Self {
+        Self { limits, ..self }
     }
 
     /// The address bound (with the port chosen when port 0 was asked for).
@@ -657,18 +648,23 @@ impl Listener {
     }
 
     /// Serve `engine` until `shutdown` resolves: then the listener closes, open responses are
-    /// finished, and the engine thread ends once the last handle is dropped.
+    /// finished, and the engine thread ends once the last handle is dropped. A client must send
+    /// each request's headers within the header timeout and its body within the body limits.
     pub fn serve_until(
         self,
         engine: EngineHandle,
         shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     ) -> std::io::Result<()> {
-        let Self { runtime, listener } = self;
+        let Self {
+            runtime,
+            listener,
+            limits,
+        } = self;
         runtime.block_on(async move {
-            axum::serve(listener, router(engine))
-                .with_graceful_shutdown(shutdown)
-                .await
-        })
+            let app = router_with_limits(engine, limits);
+            shortlist_http::serve(listener, app, &limits, shutdown).await;
+        });
+        Ok(())
     }
 }
 

@@ -8,17 +8,22 @@
 //!
 //! Chat streams open with a role-only chunk sent at once, as real servers do, so a client that
 //! stamps TTFT on the first event is caught: the first *token* comes `ttft` later.
+//!
+//! Hostile clients are held to the same [`Limits`] as the engine's: each request's headers within
+//! the header timeout, a body of at most the size limit within the body timeout (413 / 408 in
+//! OpenAI's error shape otherwise), and a body that is not JSON is a 400.
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{FromRequest, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures_util::stream;
+pub use shortlist_http::Limits;
 
 /// How the mock answers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -131,6 +136,22 @@ impl Answers {
 struct MockState {
     config: MockConfig,
     answers: std::sync::Arc<Answers>,
+    limits: Limits,
+}
+
+/// A request body read within the mock's [`Limits`].
+#[derive(Debug)]
+struct RequestBody(Bytes);
+
+impl FromRequest<MockState> for RequestBody {
+    type Rejection = Response;
+
+    async fn from_request(req: Request, st: &MockState) -> Result<Self, Response> {
+        shortlist_http::read_body(req.into_body(), &st.limits)
+            .await
+            .map(Self)
+            .map_err(|e| error(e.status(), &e.to_string()))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -147,20 +168,26 @@ pub fn router(config: MockConfig) -> Router {
 
 /// [`router`] with canned answers.
 pub fn router_with(config: MockConfig, answers: Answers) -> Router {
+    router_limited(config, answers, Limits::default())
+}
+
+/// [`router_with`], reading request bodies within `limits`.
+pub fn router_limited(config: MockConfig, answers: Answers, limits: Limits) -> Router {
     Router::new()
         .route(
             "/v1/chat/completions",
-            post(|s: State<MockState>, b: Bytes| answer(s, b, Kind::Chat)),
+            post(|s: State<MockState>, b: RequestBody| answer(s, b.0, Kind::Chat)),
         )
         .route(
             "/v1/completions",
-            post(|s: State<MockState>, b: Bytes| answer(s, b, Kind::Completions)),
+            post(|s: State<MockState>, b: RequestBody| answer(s, b.0, Kind::Completions)),
         )
         .route("/v1/models", get(models))
         .route("/health", get(|| async { "ok" }))
         .with_state(MockState {
             config,
             answers: std::sync::Arc::new(answers),
+            limits,
         })
 }
 
@@ -180,9 +207,21 @@ pub async fn serve_with(
     answers: Answers,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(listener, router_with(config, answers))
-        .with_graceful_shutdown(shutdown)
-        .await
+    serve_limited(listener, config, answers, Limits::default(), shutdown).await
+}
+
+/// [`serve_with`] within `limits`: then the listener closes, open responses are finished, and it
+/// returns once every connection has closed.
+pub async fn serve_limited(
+    listener: tokio::net::TcpListener,
+    config: MockConfig,
+    answers: Answers,
+    limits: Limits,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = router_limited(config, answers, limits);
+    shortlist_http::serve(listener, app, &limits, shutdown).await;
+    Ok(())
 }
 
 /// Start the mock on a free loopback port of the current runtime; it stops when the returned

@@ -55,6 +55,8 @@ pub(crate) struct ServeArgs {
     /// Prefix cache size in MiB (0 disables it).
     #[arg(long, default_value_t = 256)]
     prefix_cache_mib: usize,
+    #[command(flatten)]
+    limits: super::limits::LimitArgs,
 }
 
 #[derive(Debug, clap::Args)]
@@ -144,8 +146,9 @@ fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
     check_cpu_features()?;
     let threads = config.threads;
     let path = resolve_model(&args.model)?;
+    let limits = args.limits.limits()?;
     // Listen before loading: a busy port is reported at once, not after the weights are read.
-    let listener = Listener::bind(&args.addr, 1)?;
+    let listener = Listener::bind(&args.addr, 1)?.with_limits(limits);
     let opts = LoadOptions {
         context: Some(args.context.unwrap_or(8192)),
         ..LoadOptions::default()

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use shortlist_loadgen::mock::{Answers, MockConfig, serve_with};
+use shortlist_loadgen::mock::{Answers, MockConfig, serve_limited};
 
 use super::Outcome;
 
@@ -73,6 +73,8 @@ pub(crate) struct ServeArgs {
     /// contains `match` gets that answer; others get the token stream.
     #[arg(long)]
     answers: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    limits: super::limits::LimitArgs,
 }
 
 fn millis(flag: &str, value: f64) -> anyhow::Result<Duration> {
@@ -168,6 +170,7 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<Outcome> {
         ttft: millis("--ttft-ms", args.ttft_ms)?,
         itl: millis("--itl-ms", args.itl_ms)?,
     };
+    let limits = args.limits.limits()?;
     let limit = match args.max_seconds {
         Some(s) if s.is_finite() && s > 0.0 => Some(Duration::from_secs_f64(s)),
         Some(s) => bail!("--max-seconds {s}: needs a positive number of seconds"),
@@ -191,7 +194,7 @@ fn serve_command(args: ServeArgs) -> anyhow::Result<Outcome> {
             config.tokens, args.ttft_ms, args.itl_ms
         );
         let shutdown = shortlist_loadgen::run::ctrl_c_or_after(limit);
-        serve_with(listener, config, answers, shutdown)
+        serve_limited(listener, config, answers, limits, shutdown)
             .await
             .context("serving")
     })?;

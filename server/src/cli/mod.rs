@@ -18,6 +18,7 @@ mod capacity;
 mod engine;
 mod eval;
 mod hist;
+mod limits;
 mod mock;
 mod models;
 mod output;

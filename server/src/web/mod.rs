@@ -309,12 +309,18 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             args.workers,
             if args.workers == 1 { "" } else { "s" }
         );
-        axum::serve(listener, router(state, args.max_upload_bytes))
-            .with_graceful_shutdown(async {
+        // Each request's headers must come within the header timeout: a connection that opens
+        // and never finishes them is closed instead of held for ever.
+        let limits = shortlist_http::Limits::default();
+        shortlist_http::serve(
+            listener,
+            router(state, args.max_upload_bytes),
+            &limits,
+            async {
                 let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("serving")?;
+            },
+        )
+        .await;
         // Jobs in hand finish their current unit and go back to the queue.
         for w in &workers {
             w.stop();
