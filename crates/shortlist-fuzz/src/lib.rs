@@ -47,6 +47,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("chat_template", chat_template),
     ("engine_request", engine_request),
     ("mock_request", mock_request),
+    ("context_exceeded", context_exceeded),
+    ("chat_completion", chat_completion),
 ];
 
 /// The target called `name`.
@@ -322,4 +324,27 @@ pub fn mock_request(data: &[u8]) {
             }
         });
     });
+}
+
+/// A third-party engine's refusal as the quality run reads it: the body as text (decoded as the
+/// HTTP client decodes it, invalid UTF-8 replaced), under each status that the refusals come with
+/// and one they do not.
+pub fn context_exceeded(data: &[u8]) {
+    let body = String::from_utf8_lossy(data);
+    for status in [400, 413, 422, 500] {
+        let _ = shortlist_runner::engines::context_exceeded(status, &body);
+    }
+}
+
+/// An endpoint candidate's non-streamed chat answer, as the quality run reads it: JSON, then
+/// `choices[0].message`, its tool calls and usage.
+pub fn chat_completion(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(&text)
+        && let Ok(answer) = shortlist_runner::candidate::parse_chat_completion(&value)
+    {
+        for call in &answer.tool_calls {
+            let _ = (call.name(), call.arguments());
+        }
+    }
 }
