@@ -85,10 +85,15 @@ fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T
 
 /// Every job of generation 1.
 fn jobs(url: &str, dir: &Path) -> Vec<Value> {
+    jobs_of(url, dir, 1)
+}
+
+/// Every job of a generation.
+fn jobs_of(url: &str, dir: &Path, generation: u32) -> Vec<Value> {
     let s = json(url, dir, &["study", "status", "mini", "--json"]);
     s["generations"]
         .as_array()
-        .and_then(|g| g.iter().find(|g| g["number"] == 1))
+        .and_then(|g| g.iter().find(|g| g["number"] == generation))
         .and_then(|g| g["jobs"].as_array().cloned())
         .unwrap_or_default()
 }
@@ -371,4 +376,147 @@ fn a_sharded_quality_run_shared_by_two_workers_equals_one_workers() {
         "one run row per candidate, shared by its shards: {status}"
     );
     assert!(runs.iter().all(|r| r["state"] == "done"), "{status}");
+}
+
+/// A study's load steps sent from two workers at once (`study run --load-workers 2`): each step
+/// of each endpoint candidate is split in two, both parts sent from one agreed instant by the two
+/// workers, and analysed from both parts' raw records — the record names each sender with its
+/// own client check, and their shares add up to the whole step. Asked for three workers while
+/// two run, each step gathers two of three within the wait and is then sent whole.
+#[test]
+fn load_steps_sent_from_two_workers_are_merged_from_both_parts() {
+    let Some(pg) = Postgres::fresh("load_workers") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = pg.url.as_str();
+    let mock = Mock::start_for(
+        "127.0.0.1:0",
+        600,
+        &[
+            "--answers",
+            data("study/mini.answers.jsonl").to_str().unwrap(),
+            "--ttft-ms",
+            "20",
+        ],
+    );
+    let text = two_candidate_study(d, &mock)
+        .replace("requests = 8,", "requests = 120,")
+        .replace("rate_rps = 8.0", "rate_rps = 20.0")
+        .replace("sweep_rps = [16.0]", "sweep_rps = [30.0]");
+    assert!(
+        text.contains("requests = 120,") && text.contains("sweep_rps = [30.0]"),
+        "{text}"
+    );
+    std::fs::write(d.join("mini.study.toml"), text).unwrap();
+    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
+    json(url, d, &["study", "lock", "mini", "--json"]);
+    let out = crate::support::on_db(
+        url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--queue-only",
+            "--load-workers",
+            "17",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("1 to 16"), "{}", stderr(&out));
+    json(
+        url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--queue-only",
+            "--load-workers",
+            "2",
+            "--json",
+        ],
+    );
+    let names = ["w1", "w2"];
+    let mut w: Vec<Child> = names.iter().map(|n| worker(url, d, n)).collect();
+    let done = |generation: u32| {
+        move || {
+            let js = jobs_of(url, d, generation);
+            (js.iter().any(|j| j["kind"] == "record") && js.iter().all(|j| j["state"] == "done"))
+                .then_some(js)
+        }
+    };
+    let finished = wait_for(300, "every job of generation 1 done", done(1));
+    let parts = finished.iter().filter(|j| j["kind"] == "load_part").count();
+    assert!(
+        parts >= 4,
+        "two steps of two candidates, each with a second part: {finished:?}"
+    );
+    for candidate in ["smol", "twin"] {
+        let record = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
+        let p = &record["performance"];
+        let senders = p["senders"].as_array().unwrap_or_else(|| panic!("{p}"));
+        let mut hosts: Vec<&str> = senders
+            .iter()
+            .map(|s| s["host"].as_str().unwrap())
+            .collect();
+        hosts.sort_unstable();
+        assert_eq!(hosts, names, "each worker sent a part: {p}");
+        let shares: Vec<u64> = senders
+            .iter()
+            .map(|s| s["scheduled"].as_u64().unwrap())
+            .collect();
+        assert_eq!(shares, vec![60, 60], "arrival i from worker i mod 2: {p}");
+        assert_eq!(p["target_counts"]["scheduled"], 120, "{p}");
+        // Each sender's own client check is kept; one client-bound sender would make the run
+        // client-bound.
+        for s in senders {
+            assert!(s["schedule_lag_p99_s"].as_f64().is_some(), "{s}");
+            assert!(s["lag_allowance_s"].as_f64().unwrap() >= 0.001, "{s}");
+        }
+        let any_bound = senders.iter().any(|s| s["client_bound"] == true);
+        assert!(!any_bound || p["client_bound"] == true, "{p}");
+        let rates: Vec<f64> = p["sweep"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["offered_rps"].as_f64().unwrap())
+            .collect();
+        assert_eq!(
+            rates,
+            vec![8.0, 30.0],
+            "the target rate and the sweep's: {p}"
+        );
+    }
+    // Three workers asked for, two running: each step waits 2 s, then is sent whole.
+    json(
+        url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--again",
+            "--queue-only",
+            "--load-workers",
+            "3",
+            "--gather-wait",
+            "2",
+            "--json",
+        ],
+    );
+    wait_for(300, "every job of generation 2 done", done(2));
+    for c in &mut w {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    for candidate in ["smol", "twin"] {
+        let record = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
+        let p = &record["performance"];
+        assert_eq!(record["generation"], 2, "{record}");
+        assert!(p.get("senders").is_none(), "sent whole: {p}");
+        assert_eq!(p["target_counts"]["scheduled"], 120, "{p}");
+    }
 }

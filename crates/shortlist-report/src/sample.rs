@@ -244,6 +244,7 @@ pub fn sample_record() -> SelectionRecord {
                 qualified: 972,
                 window_s: 150.0,
             }),
+            senders: vec![],
         },
         operations: Operations {
             backend: "shortlist-engine, in-process, continuous batching (max 8)".into(),
@@ -340,6 +341,16 @@ pub fn extreme_record() -> SelectionRecord {
     r.performance.hardware = long("hardware ");
     r.performance.capacity_rule = long("rule ");
     r.performance.client_bound = true;
+    r.performance.senders = (0..16)
+        .map(|part| shortlist_study::record::Sender {
+            host: long("load-worker-host-name-"),
+            part,
+            scheduled: 1_000_000,
+            schedule_lag_p99_s: Some(123.4),
+            lag_allowance_s: 0.001,
+            client_bound: part % 2 == 1,
+        })
+        .collect();
     r.operations.backend = long("backend ");
     r.operations.versions = (0..30).map(|i| format!("dep-{i} {}", long("v"))).collect();
     r.operations.overload_behaviour = long("overload ");

@@ -427,7 +427,7 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
     ];
 
     let attainment = p.attainment.map_or_else(|| "not measured".to_owned(), pct);
-    let performance = vec![
+    let mut performance = vec![
         row(
             "workload",
             format!(
@@ -459,6 +459,29 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
         ),
         row("hardware", or_unknown(&p.hardware, 90)),
     ];
+    if !p.senders.is_empty() {
+        let each: Vec<String> = p
+            .senders
+            .iter()
+            .map(|s| {
+                format!(
+                    "{} ({} req, lag p99 {} of {}{})",
+                    clip(&s.host, 40),
+                    s.scheduled,
+                    seconds(s.schedule_lag_p99_s),
+                    seconds(Some(s.lag_allowance_s)),
+                    if s.client_bound { ", client-bound" } else { "" }
+                )
+            })
+            .collect();
+        performance.insert(
+            3,
+            row(
+                "sent from",
+                format!("{} workers: {}", p.senders.len(), list(&each, 4, 90)),
+            ),
+        );
+    }
     let latencies = p
         .latencies
         .iter()

@@ -207,3 +207,42 @@ fn an_incomplete_record_names_what_is_missing() {
         v.verdict.reason
     );
 }
+
+/// A load run sent from several workers names each sender, its share and its lag against its
+/// allowance on the record; a run one worker sent says nothing of senders.
+#[test]
+fn a_load_run_sent_from_several_workers_names_each_sender() {
+    let mut r = sample_record();
+    let sent_from = |r: &SelectionRecord| {
+        view(r, "a4")
+            .performance
+            .iter()
+            .find(|row| row.key == "sent from")
+            .map(|row| row.value.clone())
+    };
+    assert_eq!(sent_from(&r), None);
+    r.performance.senders = vec![
+        shortlist_study::record::Sender {
+            host: "gpu-host-1".into(),
+            part: 0,
+            scheduled: 600,
+            schedule_lag_p99_s: Some(0.0004),
+            lag_allowance_s: 0.004,
+            client_bound: false,
+        },
+        shortlist_study::record::Sender {
+            host: "gpu-host-2".into(),
+            part: 1,
+            scheduled: 600,
+            schedule_lag_p99_s: Some(0.0091),
+            lag_allowance_s: 0.004,
+            client_bound: true,
+        },
+    ];
+    let row = sent_from(&r).expect("a sent-from row");
+    assert!(row.starts_with("2 workers: gpu-host-1 (600 req"), "{row}");
+    assert!(
+        row.contains("gpu-host-2 (600 req, lag p99 9 ms of 4 ms, client-bound)"),
+        "{row}"
+    );
+}

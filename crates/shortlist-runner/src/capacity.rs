@@ -13,15 +13,16 @@ use std::time::Duration;
 
 use serde_json::{Value as Json, json};
 use shortlist_loadgen::calibrate::{Calibration, calibrate};
-use shortlist_loadgen::driver::{LoadSpec, Pacing, RunOptions};
+use shortlist_loadgen::driver::{LoadSpec, Pacing, RunOptions, Split};
 use shortlist_loadgen::http::OpenAiTarget;
 use shortlist_loadgen::run::{
     RunOutput, RunProgress, StopReceiver, real_runtime, run_observed, virtual_runtime,
 };
 use shortlist_loadgen::sim::{SimConfig, SimTarget};
 use shortlist_loadgen::workload::Workload;
-use shortlist_measure::analyze::{AnalyzeOptions, Report, analyze_with_hdr};
+use shortlist_measure::analyze::{AnalyzeOptions, Report};
 use shortlist_measure::capacity::SweepPoint;
+use shortlist_measure::parts::{PartInput, analyze_parts};
 use shortlist_measure::slo::Slo;
 
 use crate::error::ServiceError;
@@ -189,6 +190,11 @@ impl Sweep {
         &self.workload
     }
 
+    /// The SLO its steps are judged by.
+    pub fn slo(&self) -> &Slo {
+        &self.slo
+    }
+
     /// The calibrations made so far (the last one).
     pub fn calibration(&self) -> Option<&Calibration> {
         self.calibration.as_ref()
@@ -225,7 +231,40 @@ impl Sweep {
         stop: StopReceiver,
         observe: impl FnMut(RunProgress) + Send,
     ) -> Result<StepResult, ServiceError> {
-        let what = format!("load step `{label}` at {rate} req/s");
+        self.step_split(rate, label, None, stop, observe)?
+            .ok_or_else(|| ServiceError::invalid(format!("load step `{label}`"), "called off"))
+    }
+
+    /// Send this worker's share of a step sent by several (`part`): its arrivals are every
+    /// `of`-th of the step's, from the instant `part.gather` agrees on once this client is
+    /// calibrated. `None` when the gathering was called off: nothing was sent.
+    pub fn step_part(
+        &mut self,
+        rate: f64,
+        label: &str,
+        part: StepPart<'_>,
+        stop: StopReceiver,
+        observe: impl FnMut(RunProgress) + Send,
+    ) -> Result<Option<StepResult>, ServiceError> {
+        self.step_split(rate, label, Some(part), stop, observe)
+    }
+
+    fn step_split(
+        &mut self,
+        rate: f64,
+        label: &str,
+        part: Option<StepPart<'_>>,
+        stop: StopReceiver,
+        observe: impl FnMut(RunProgress) + Send,
+    ) -> Result<Option<StepResult>, ServiceError> {
+        let what = match &part {
+            None => format!("load step `{label}` at {rate} req/s"),
+            Some(p) => format!(
+                "part {} of {} of load step `{label}` at {rate} req/s",
+                p.index + 1,
+                p.of
+            ),
+        };
         if !(rate.is_finite() && rate > 0.0) {
             return Err(ServiceError::invalid(
                 &what,
@@ -233,8 +272,16 @@ impl Sweep {
             ));
         }
         // Each step's synthetic prompts are its own: a prompt cache warmed by an earlier step
-        // must not serve this one.
-        let workload = Arc::new(self.workload.at_rate(rate).salted(label));
+        // must not serve this one. A part salts the whole step first, so that the parts
+        // together send exactly the whole step's prompts.
+        let whole = self.workload.at_rate(rate).salted(label);
+        let workload = match &part {
+            None => whole,
+            Some(p) => whole
+                .part(p.index, p.of)
+                .map_err(|e| ServiceError::invalid(&what, e.to_string()))?,
+        };
+        let workload = Arc::new(workload);
         let mut flagged = false;
         let mut extra = serde_json::Map::new();
         extra.insert("offered_rps".into(), rate.into());
@@ -262,6 +309,27 @@ impl Sweep {
             }
             extra.insert("client_bound_by_calibration".into(), flagged.into());
         }
+        // Calibrated: a part now waits for the others, and for the instant they agree on.
+        let split = match part {
+            None => None,
+            Some(p) => {
+                if let LoadTarget::Sim(_) = self.target {
+                    return Err(ServiceError::invalid(
+                        &what,
+                        "the simulated target runs on virtual time, with nothing to split",
+                    ));
+                }
+                let Some(start_at) = (p.gather)()? else {
+                    return Ok(None);
+                };
+                Some(Split {
+                    index: p.index,
+                    of: p.of,
+                    start_at,
+                    host: p.host,
+                })
+            }
+        };
         let options = RunOptions {
             load: LoadSpec::Open { cap: None },
             timeout: self.options.timeout,
@@ -272,7 +340,7 @@ impl Sweep {
                 LoadTarget::Http(_) => Pacing::Precise,
                 LoadTarget::Sim(_) => Pacing::Virtual,
             },
-            split: None,
+            split,
         };
         let dir = tempdir(&what)?;
         let path = dir.join("step.records.jsonl");
@@ -337,14 +405,37 @@ impl Sweep {
         if flagged {
             mark_flagged(&mut report);
         }
-        Ok(StepResult {
+        Ok(Some(StepResult {
             offered_rps: rate,
             records,
             report,
             histograms,
             flagged_by_calibration: flagged,
             stopped,
-        })
+        }))
+    }
+}
+
+/// This worker's share of a load step sent by several workers at once.
+pub struct StepPart<'a> {
+    /// This part, from 0, of `of`.
+    pub index: u32,
+    pub of: u32,
+    /// This worker, as the part's records name it.
+    pub host: String,
+    /// Called once this part is ready to send: blocks until every part is, and returns the
+    /// start instant they agreed on — or `None` when the gathering was called off.
+    #[allow(clippy::type_complexity)]
+    pub gather: Box<dyn FnOnce() -> Result<Option<std::time::SystemTime>, ServiceError> + 'a>,
+}
+
+impl std::fmt::Debug for StepPart<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepPart")
+            .field("index", &self.index)
+            .field("of", &self.of)
+            .field("host", &self.host)
+            .finish_non_exhaustive()
     }
 }
 
@@ -386,24 +477,39 @@ fn mark_flagged(report: &mut Report) {
     }
 }
 
-/// Analyze stored step records: the report, client-bound also when the step's header says the
-/// calibration flagged it.
+/// Analyze stored step records: the report, client-bound also when the step's header (a part's,
+/// for a split step) says the calibration flagged it.
 pub fn analyze_stored(
     label: &str,
     records: &str,
     slo: &Slo,
     host: &str,
 ) -> Result<Report, ServiceError> {
-    let (mut report, _) = analyze_text(label, records, slo, host)?;
-    let flagged = records
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Json>(l).ok())
-        .filter(|v| v.get("format").is_some())
-        .any(|v| v["client_bound_by_calibration"] == true);
-    if flagged {
+    Ok(analyze_step(label, records, slo, host)?.0)
+}
+
+/// [`analyze_stored`] with the step's HDR histograms.
+pub fn analyze_step(
+    label: &str,
+    records: &str,
+    slo: &Slo,
+    host: &str,
+) -> Result<(Report, Json), ServiceError> {
+    let (mut report, histograms) = analyze_text(label, records, slo, host)?;
+    if flagged_by_calibration(records) {
         mark_flagged(&mut report);
     }
-    Ok(report)
+    Ok((report, histograms))
+}
+
+/// Whether a header of these records says the calibration flagged the step.
+pub fn flagged_by_calibration(records: &str) -> bool {
+    records
+        .lines()
+        .filter(|l| l.contains("\"format\""))
+        .filter_map(|l| serde_json::from_str::<Json>(l).ok())
+        .filter(|v| v.get("format").is_some())
+        .any(|v| v["client_bound_by_calibration"] == true)
 }
 
 /// Analyze a step's records text: the report, and the HDR histograms as `{"hdr": [...]}`.
@@ -416,11 +522,24 @@ pub fn analyze_text(
     let mut options = AnalyzeOptions::new(slo.clone());
     options.record_hdr = true;
     options.host = host.to_owned();
-    let (report, hdrs) = analyze_with_hdr(label, records.as_bytes(), options).map_err(|e| {
-        ServiceError::Corrupt {
-            what: format!("the records of `{label}`"),
-            why: e.to_string(),
-        }
+    // A step sent by several workers is stored as its parts' files one after another, each
+    // from its header line: they are merged from their raw records, each part's client checked.
+    let parts = records_parts(records);
+    let inputs = parts
+        .iter()
+        .enumerate()
+        .map(|(i, text)| PartInput {
+            source: if parts.len() == 1 {
+                label.to_owned()
+            } else {
+                format!("{label}, part {} of {}", i + 1, parts.len())
+            },
+            reader: text.as_bytes(),
+        })
+        .collect();
+    let (report, hdrs) = analyze_parts(inputs, options).map_err(|e| ServiceError::Corrupt {
+        what: format!("the records of `{label}`"),
+        why: e.to_string(),
     })?;
     let files = hdrs
         .iter()
@@ -428,6 +547,33 @@ pub fn analyze_text(
         .map(|f| serde_json::to_value(f).unwrap_or(Json::Null))
         .collect::<Vec<_>>();
     Ok((report, json!({ "hdr": files })))
+}
+
+/// A records text cut at its header lines: one file per part of a split step (one for a step
+/// sent whole).
+fn records_parts(records: &str) -> Vec<&str> {
+    let mut starts = Vec::new();
+    let mut at = 0;
+    for line in records.split_inclusive('\n') {
+        if line.contains("\"format\"") && is_header(line) {
+            starts.push(at);
+        }
+        at += line.len();
+    }
+    if starts.len() <= 1 {
+        return vec![records];
+    }
+    let mut parts = Vec::with_capacity(starts.len());
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(records.len());
+        parts.push(&records[start..end]);
+    }
+    parts
+}
+
+/// Whether a records line is a header (it names the format; records never do).
+fn is_header(line: &str) -> bool {
+    serde_json::from_str::<Json>(line).is_ok_and(|v| v.get("format").is_some())
 }
 
 /// Which rates a sweep offers.
@@ -553,6 +699,98 @@ pub fn next_rate(plan: &Plan, measured: &[(f64, StepVerdict)]) -> Option<f64> {
 mod tests {
     use super::*;
     use StepVerdict::{ClientBound, Meets, Misses, TooFewRequests};
+
+    /// Records of 240 requests every 0.025 s (enough for each half's lag to be judged), TTFT
+    /// growing with `i`; whole, or part `index` of
+    /// `of` (arrival `i` to part `i mod of`) from worker `w{index}`, whose lag is `lag_s`.
+    fn records(part: Option<(u32, u32)>, lag_s: f64, flagged: bool) -> String {
+        let mut header = json!({
+            "format": "shortlist.records.v1", "loop": "open", "window_s": [0.0, 6.0],
+            "target": "http://x", "trace": "t", "client_bound_by_calibration": flagged,
+        });
+        if let Some((index, of)) = part {
+            header["part"] = json!({
+                "index": index, "of": of, "start_at": "2026-12-02T00:00:00Z",
+                "host": format!("w{index}"),
+            });
+        }
+        let mut text = header.to_string();
+        for i in 0..240u32 {
+            if let Some((index, of)) = part
+                && i % of != index
+            {
+                continue;
+            }
+            let s = f64::from(i) * 0.025;
+            let first = s + lag_s + 0.01 + f64::from(i) * 0.001;
+            text.push('\n');
+            text.push_str(
+                &json!({
+                    "id": format!("r{i}"), "scheduled_s": s, "sent_s": s + lag_s,
+                    "chunks": [[first, 1], [first + 0.01, 1]], "last_token_s": first + 0.01,
+                    "output_tokens": 2, "status": "ok",
+                })
+                .to_string(),
+            );
+        }
+        text.push('\n');
+        text
+    }
+
+    fn slo() -> Slo {
+        Slo::from_toml("s.slo.toml", "name = \"s\"\nttft_ms = 100\n").unwrap()
+    }
+
+    /// A split step is stored as its parts' files one after another; read back, it is the
+    /// whole step's analysis, with each sender's own client check, and one starved part makes
+    /// it client-bound.
+    #[test]
+    fn a_stored_split_step_reads_back_as_the_whole_step() {
+        let whole = analyze_stored("target", &records(None, 0.0, false), &slo(), "h").unwrap();
+        let stored = records(Some((0, 2)), 0.0, false) + &records(Some((1, 2)), 0.0, false);
+        assert_eq!(records_parts(&stored).len(), 2);
+        let merged = analyze_stored("target", &stored, &slo(), "h").unwrap();
+        assert_eq!(merged.requests.scheduled, 240);
+        assert_eq!(merged.requests.qualified, whole.requests.qualified);
+        assert_eq!(merged.latency.ttft.p99, whole.latency.ttft.p99);
+        let hosts: Vec<(&str, u64, bool)> = merged
+            .checks
+            .hosts
+            .iter()
+            .map(|h| (h.host.as_str(), h.scheduled, h.client_bound))
+            .collect();
+        assert_eq!(hosts, vec![("w0", 120, false), ("w1", 120, false)]);
+        assert!(!merged.checks.client_bound);
+        assert!(
+            whole.checks.hosts.is_empty(),
+            "one sender: no per-sender checks"
+        );
+        // Worker 1 sent every request 50 ms late: its part, so the step, is client-bound.
+        let starved = records(Some((0, 2)), 0.0, false) + &records(Some((1, 2)), 0.05, false);
+        let merged = analyze_stored("target", &starved, &slo(), "h").unwrap();
+        assert!(merged.checks.client_bound);
+        assert!(merged.checks.hosts[1].client_bound && !merged.checks.hosts[0].client_bound);
+        // A part its calibration flagged makes the step client-bound too.
+        let flagged = records(Some((0, 2)), 0.0, false) + &records(Some((1, 2)), 0.0, true);
+        assert!(flagged_by_calibration(&flagged));
+        assert!(
+            analyze_stored("target", &flagged, &slo(), "h")
+                .unwrap()
+                .checks
+                .client_bound
+        );
+    }
+
+    #[test]
+    fn records_are_cut_at_each_header_line() {
+        let one = "{\"format\": \"shortlist.records.v1\"}\n{\"id\": \"a\"}\n";
+        assert_eq!(records_parts(one), vec![one]);
+        let two = format!("{one}{one}");
+        assert_eq!(records_parts(&two), vec![one, one]);
+        // A record that mentions the word in a string is not a header.
+        let tricky = format!("{one}{{\"id\": \"\\\"format\\\"\"}}\n");
+        assert_eq!(records_parts(&tricky).len(), 1);
+    }
 
     #[test]
     fn a_search_doubles_then_bisects_and_stops_at_the_client() {

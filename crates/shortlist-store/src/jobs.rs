@@ -85,6 +85,9 @@ pub struct NewJob {
     pub group: Option<String>,
     /// A group this job waits for: claimable only once every job of it is done or failed.
     pub waits_for_group: Option<String>,
+    /// Claimed before every queued job of a lower priority, whatever their age (0: in order of
+    /// age; the parts of a split load step go first, so that their workers gather quickly).
+    pub priority: i64,
 }
 
 /// What becomes of a failed job.
@@ -141,15 +144,16 @@ fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
     })
 }
 
-/// The claimable jobs, oldest first: queued, past their backoff, and not waiting for an
-/// unfinished job. `$2` is now.
+/// The claimable jobs, highest priority first, then oldest first: queued, past their backoff, and
+/// not waiting for an unfinished job. `$2` is now. The order is the one of the partial index
+/// `jobs_queued`, so a claim reads queued rows only.
 const CLAIMABLE: &str = "SELECT j.id FROM jobs j WHERE j.state = 'queued' \
      AND (j.not_before_ms IS NULL OR j.not_before_ms <= $2) \
      AND (j.depends_on IS NULL OR EXISTS (SELECT 1 FROM jobs d WHERE d.id = j.depends_on \
           AND d.state IN ('done', 'failed'))) \
      AND (j.waits_for_grp IS NULL OR NOT EXISTS (SELECT 1 FROM jobs g \
           WHERE g.grp = j.waits_for_grp AND g.state NOT IN ('done', 'failed'))) \
-     ORDER BY j.id LIMIT 1";
+     ORDER BY j.priority DESC, j.id LIMIT 1";
 
 impl Store {
     /// Queue a job; returns its id.
@@ -191,8 +195,9 @@ impl Store {
         check_name(&op, "kind", &job.kind)?;
         let row = sqlx::query(
             "INSERT INTO jobs (kind, payload_json, state, attempts, max_attempts, created_at_ms, \
-             study, study_version, generation, candidate, depends_on, grp, waits_for_grp) \
-             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id",
+             study, study_version, generation, candidate, depends_on, grp, waits_for_grp, \
+             priority) \
+             VALUES ($1, $2, 'queued', 0, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
         )
         .bind(&job.kind)
         .bind(job.payload.to_string())
@@ -205,6 +210,7 @@ impl Store {
         .bind(job.depends_on)
         .bind(job.group.as_deref())
         .bind(job.waits_for_group.as_deref())
+        .bind(job.priority)
         .fetch_one(&self.pool)
         .await
         .map_err(sql(&op))?;

@@ -39,6 +39,7 @@
 
 pub mod content;
 pub mod error;
+pub mod gangs;
 pub mod generations;
 pub mod jobs;
 pub mod notify;
@@ -139,6 +140,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0007_progress_notify.sql"),
         false,
     ),
+    (
+        8,
+        "load_gangs",
+        include_str!("../../../migrations/sqlite/0008_load_gangs.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -181,6 +188,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         7,
         "progress_notify",
         include_str!("../../../migrations/postgres/0007_progress_notify.sql"),
+        false,
+    ),
+    (
+        8,
+        "load_gangs",
+        include_str!("../../../migrations/postgres/0008_load_gangs.sql"),
         false,
     ),
 ];

@@ -874,6 +874,7 @@ async fn job_dependencies_backoff_and_progress(store: Store) {
         max_attempts: 3,
         group: None,
         waits_for_group: None,
+        priority: 0,
     };
     let fit = store.enqueue(&new("fit", None)).await.unwrap();
     let quality = store.enqueue(&new("quality", Some(fit))).await.unwrap();
@@ -956,6 +957,7 @@ async fn a_job_waits_for_its_whole_group(store: Store) {
         max_attempts: 1,
         group: group.map(str::to_owned),
         waits_for_group: waits.map(str::to_owned),
+        priority: 0,
     };
     let a = store
         .enqueue(&job("quality", Some("q"), None))
@@ -982,6 +984,154 @@ async fn a_job_waits_for_its_whole_group(store: Store) {
     assert_eq!(store.claim_next_job("w3").await.unwrap().unwrap().id, load);
 }
 contract!(a_job_waits_for_its_whole_group);
+
+/// A job of a higher priority is claimed before older queued jobs (the parts of a split load
+/// step); jobs of one priority go oldest first.
+async fn a_higher_priority_job_is_claimed_first(store: Store) {
+    let job = |priority: i64| NewJob {
+        kind: "load_part".to_owned(),
+        payload: serde_json::json!({}),
+        study: "support".to_owned(),
+        study_version: 1,
+        generation: 1,
+        candidate: "small".to_owned(),
+        depends_on: None,
+        max_attempts: 1,
+        group: None,
+        waits_for_group: None,
+        priority,
+    };
+    let old = store.enqueue(&job(0)).await.unwrap();
+    let older_urgent = store.enqueue(&job(1)).await.unwrap();
+    let newer_urgent = store.enqueue(&job(1)).await.unwrap();
+    let mut order = Vec::new();
+    while let Some(j) = store.claim_next_job("w").await.unwrap() {
+        order.push(j.id);
+    }
+    assert_eq!(order, vec![older_urgent, newer_urgent, old]);
+}
+contract!(a_higher_priority_job_is_claimed_first);
+
+/// A gang starts once, only when every part joined, and never after it was called off; each
+/// part stores its records under the worker that joined as it.
+async fn a_gang_starts_once_all_parts_joined(store: Store) {
+    locked_study(&store).await;
+    let run = store
+        .open_run(&RunSpec {
+            study: "support".to_owned(),
+            study_version: 1,
+            generation: 1,
+            candidate: "small".to_owned(),
+            kind: RunKind::Load,
+            label: "target".to_owned(),
+        })
+        .await
+        .unwrap();
+    let leader = store
+        .enqueue_job("load", &serde_json::json!({}))
+        .await
+        .unwrap();
+    let younger = store
+        .enqueue_job("load", &serde_json::json!({}))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .open_gang("g1", run.id, "target", 1, (leader, 1))
+            .await,
+        Err(StoreError::Invalid { field: "parts", .. })
+    ));
+    store
+        .open_gang("g1", run.id, "target", 3, (leader, 1))
+        .await
+        .unwrap();
+    assert!(
+        store
+            .open_gang("g1", run.id, "target", 3, (leader, 1))
+            .await
+            .is_err()
+    );
+    // Gathering, with a part nobody claimed yet: a younger leader gives way, an older does not.
+    let part = NewJob {
+        kind: "load_part".to_owned(),
+        payload: serde_json::json!({}),
+        study: "support".to_owned(),
+        study_version: 1,
+        generation: 1,
+        candidate: "small".to_owned(),
+        depends_on: None,
+        max_attempts: 1,
+        group: Some("g1".to_owned()),
+        waits_for_group: None,
+        priority: 1,
+    };
+    store.enqueue(&part).await.unwrap();
+    assert!(store.older_gang_gathering(younger).await.unwrap());
+    assert!(!store.older_gang_gathering(leader).await.unwrap());
+    store.join_gang("g1", 0, "a").await.unwrap();
+    store.join_gang("g1", 2, "c").await.unwrap();
+    assert!(matches!(
+        store.join_gang("g1", 3, "d").await,
+        Err(StoreError::Invalid { field: "part", .. })
+    ));
+    assert!(
+        !store.start_gang("g1", 1_000).await.unwrap(),
+        "part 1 is missing"
+    );
+    store.join_gang("g1", 1, "b").await.unwrap();
+    let g = store.gang("g1").await.unwrap();
+    assert!(g.gathered());
+    assert_eq!(g.all_records(), None, "nothing sent yet");
+    assert!(store.start_gang("g1", 1_000).await.unwrap());
+    assert!(
+        !store.start_gang("g1", 2_000).await.unwrap(),
+        "started once"
+    );
+    assert!(
+        !store.cancel_gang("g1", "late").await.unwrap(),
+        "too late to call it off"
+    );
+    assert!(
+        store.store_gang_records("g1", 1, "c", "x").await.is_err(),
+        "c is part 2"
+    );
+    for (part, worker) in [(0, "a"), (1, "b"), (2, "c")] {
+        store
+            .store_gang_records("g1", part, worker, &format!("records {part}"))
+            .await
+            .unwrap();
+    }
+    let g = store.gang("g1").await.unwrap();
+    assert_eq!(g.start_at_ms, Some(1_000));
+    assert_eq!(
+        g.all_records(),
+        Some(vec!["records 0", "records 1", "records 2"])
+    );
+    assert!(
+        !store.older_gang_gathering(younger).await.unwrap(),
+        "g1 has started"
+    );
+    let g = store.gang("g1").await.unwrap();
+    assert_eq!((g.leader_job, g.leader_try, g.parts), (leader, 1, 3));
+    // Called off before it gathered: it never starts.
+    store
+        .open_gang("g2", run.id, "target", 2, (leader, 2))
+        .await
+        .unwrap();
+    store.join_gang("g2", 0, "a").await.unwrap();
+    assert!(
+        store
+            .cancel_gang("g2", "part 1 was not claimed")
+            .await
+            .unwrap()
+    );
+    store.join_gang("g2", 1, "b").await.unwrap();
+    assert!(!store.start_gang("g2", 1_000).await.unwrap());
+    let g = store.gang("g2").await.unwrap();
+    assert_eq!(g.cancelled.as_deref(), Some("part 1 was not claimed"));
+    assert_eq!(g.start_at_ms, None);
+}
+contract!(a_gang_starts_once_all_parts_joined);
 
 /// On PostgreSQL every stored progress event is announced (LISTEN/NOTIFY) with its job's id, to
 /// a listener on a connection of its own; SQLite offers none, and its readers poll.

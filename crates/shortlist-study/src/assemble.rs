@@ -167,6 +167,7 @@ pub fn assemble_record(inputs: RecordInputs<'_>) -> SelectionRecord {
             client_bound: false,
             hardware: hardware.clone(),
             target_counts: None,
+            senders: vec![],
         },
     };
 

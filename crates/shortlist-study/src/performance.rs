@@ -10,7 +10,7 @@ use shortlist_measure::analyze::Report;
 use shortlist_measure::capacity::{CapacityFinding, SweepPoint, find_capacity};
 use shortlist_measure::percentile::Distribution;
 
-use crate::record::{LatencyLine, Performance, SweepRow, TargetCounts};
+use crate::record::{LatencyLine, Performance, Sender, SweepRow, TargetCounts};
 
 /// The confidence of the attainment lower bound that capacity is judged by.
 pub const CAPACITY_CONFIDENCE: f64 = 0.95;
@@ -185,6 +185,19 @@ impl Measured {
                 qualified: r.requests.qualified,
                 window_s: r.window_length_s,
             }),
+            senders: r
+                .checks
+                .hosts
+                .iter()
+                .map(|h| Sender {
+                    host: h.host.clone(),
+                    part: h.part,
+                    scheduled: h.scheduled,
+                    schedule_lag_p99_s: h.detail.schedule_lag_p99_s,
+                    lag_allowance_s: h.detail.threshold_s,
+                    client_bound: h.client_bound,
+                })
+                .collect(),
         }
     }
 

@@ -134,6 +134,25 @@ pub struct Performance {
     /// them (absent in records made before they were kept).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_counts: Option<TargetCounts>,
+    /// The workers that sent the load run at the target rate, when several sent it together:
+    /// each one's share and its own client check (one client-bound sender makes the run
+    /// client-bound). Empty when one worker sent it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub senders: Vec<Sender>,
+}
+
+/// One worker's share of a load run sent from several workers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Sender {
+    /// The worker, as its records name it, and its part (from 0).
+    pub host: String,
+    pub part: u32,
+    /// Its requests scheduled in the window.
+    pub scheduled: u64,
+    /// Its schedule-lag p99 (seconds) against its allowance, and the verdict.
+    pub schedule_lag_p99_s: Option<f64>,
+    pub lag_allowance_s: f64,
+    pub client_bound: bool,
 }
 
 /// What the load run at the target rate counted: attainment is `qualified / scheduled`, goodput

@@ -221,6 +221,7 @@ fn example_record() -> SelectionRecord {
             client_bound: false,
             hardware: "AMD EPYC, 2 cores".into(),
             target_counts: None,
+            senders: vec![],
         },
         operations: Operations::default(),
         cost: Cost::Estimate(Box::new(cost)),

@@ -161,6 +161,16 @@ pub(crate) struct RunArgs {
     /// worker`, on any host) claim side by side.
     #[arg(long, default_value_t = 1)]
     shards: u32,
+    /// Send each load step of an endpoint candidate from this many workers at once (`shortlist
+    /// worker`, on any host): each sends its share of the arrival schedule from one agreed start
+    /// instant, and the step is analysed from all their raw records, each worker's client
+    /// checked on its own. A GGUF candidate's steps are sent whole by the worker serving it.
+    #[arg(long, default_value_t = 1)]
+    load_workers: u32,
+    /// How long a split load step waits, in seconds, for its workers to gather before its load
+    /// job sends it whole.
+    #[arg(long, default_value_t = 300)]
+    gather_wait: u64,
     /// Compute threads of the candidates' engine (default: cores - 1, at least 1, so that one
     /// core is left to the load generator and the HTTP server during load runs;
     /// CANDLE_NUM_THREADS in the environment wins).
@@ -481,6 +491,8 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
         again: a.again,
         refresh_records: a.refresh_records,
         shards: a.shards,
+        load_workers: a.load_workers,
+        gather_wait: std::time::Duration::from_secs(a.gather_wait),
         ..RunParams::default()
     };
     let requested = service.request_run(&a.name, a.version, &params).await?;

@@ -13,10 +13,15 @@ use shortlist_store::runs::{LoadResult, RecordsRef, RunKind};
 use shortlist_study::performance::CAPACITY_CONFIDENCE;
 use shortlist_study::study::WorkloadKind;
 
-use super::{Finished, JobContext};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use shortlist_store::jobs::{JobState, NewJob};
+
+use super::{Finished, JobContext, JobKind, LoadPart, LoadSplit};
 use crate::candidate::CandidateSpec;
 use crate::capacity::{
-    LoadTarget, Plan, StepOptions, StepResult, StepVerdict, Sweep, analyze_stored, next_rate,
+    LoadTarget, Plan, StepOptions, StepPart, StepResult, StepVerdict, Sweep, analyze_step,
+    analyze_stored, flagged_by_calibration, next_rate,
 };
 use crate::error::ServiceError;
 use crate::progress::{LoadStepProgress, Phase};
@@ -60,7 +65,7 @@ pub fn study_plan(study: &shortlist_study::study::Study) -> Plan {
 
 /// The candidate's server and the sweep over it, started on first use: a job whose steps are
 /// all stored starts none.
-struct Lazy<'a> {
+pub(super) struct Lazy<'a> {
     ctx: &'a JobContext,
     spec: CandidateSpec,
     source: String,
@@ -70,8 +75,48 @@ struct Lazy<'a> {
     state: Option<(Served, Sweep)>,
 }
 
-impl Lazy<'_> {
-    fn sweep(&mut self) -> Result<(&Served, &mut Sweep), ServiceError> {
+impl<'a> Lazy<'a> {
+    /// The job's candidate and the study's workload and SLO, nothing started yet.
+    pub(super) fn new(ctx: &'a JobContext) -> Result<Lazy<'a>, ServiceError> {
+        let locked = ctx.locked()?;
+        let file = locked.study.file();
+        let c = ctx.candidate(&locked)?;
+        let trace = if file.workload.kind == WorkloadKind::Trace {
+            let stored = ctx.block(ctx.store.workload(&format!("{}-workload", file.name), None))?;
+            let got = hex::encode(sha2::Sha256::digest(stored.body.as_bytes()));
+            if let Some(pinned) = &file.workload.sha256
+                && !pinned.eq_ignore_ascii_case(&got)
+            {
+                return Err(ServiceError::Corrupt {
+                    what: format!("study `{}`: the stored workload trace", file.name),
+                    why: format!("it hashes to {got}, the study pins {pinned}"),
+                });
+            }
+            Some(stored.body)
+        } else {
+            None
+        };
+        Ok(Lazy {
+            ctx,
+            spec: CandidateSpec::parse(&ctx.config.expand_source(&c.source))?,
+            source: c.source.clone(),
+            workload: study_workload(&file.workload, trace.as_deref())?,
+            slo: locked.study.slo().clone(),
+            host: ctx.executor.machine["host"]
+                .as_str()
+                .unwrap_or("localhost")
+                .to_owned(),
+            state: None,
+        })
+    }
+
+    /// Whether the candidate is an endpoint (every worker reaches the same server), so that its
+    /// steps can be sent from several workers.
+    pub(super) fn is_endpoint(&self) -> bool {
+        matches!(self.spec, CandidateSpec::Endpoint { .. })
+    }
+
+    pub(super) fn sweep(&mut self) -> Result<(&Served, &mut Sweep), ServiceError> {
         if self.state.is_none() {
             let served = Served::start(&self.spec, &self.source, self.ctx.config.threads)?;
             let target = OpenAiTarget::new(&served.url, &served.model, false)
@@ -95,39 +140,43 @@ impl Lazy<'_> {
         Ok((served, sweep))
     }
 
-    /// Run one step with progress events.
+    /// Run one step of run `run` with progress events: whole, or split across the payload's
+    /// workers when the candidate is an endpoint. `None`: the job gave way to another and goes
+    /// back to the queue, the step not sent.
     fn step(
         &mut self,
+        run: i64,
         rate: f64,
         label: &str,
         index: u64,
         steps: u64,
-    ) -> Result<StepResult, ServiceError> {
+    ) -> Result<Option<StepResult>, ServiceError> {
         let ctx = self.ctx;
+        let split = ctx.payload.load_split.filter(|_| self.is_endpoint());
         let (served, sweep) = self.sweep()?;
         let backend = served.backend.clone();
         let mut event = ctx.progress.event(Phase::Running);
         event.message = Some(format!(
-            "{}: load step `{label}`, {} requests at {rate} req/s, open loop",
+            "{}: load step `{label}`, {} requests at {rate} req/s, open loop{}",
             ctx.payload.candidate,
-            sweep.workload().arrivals().len()
+            sweep.workload().arrivals().len(),
+            split.map_or_else(String::new, |s| format!(
+                ", sent from {} workers",
+                s.workers
+            ))
         ));
         ctx.progress.emit(event);
-        let (_keep, stop) = stop_signal();
-        let step = sweep.step(rate, label, stop, |p| {
-            let mut event = ctx.progress.event(Phase::Running);
-            event.load = Some(LoadStepProgress {
-                label: label.to_owned(),
-                offered_rps: rate,
-                index,
-                steps,
-                finished: p.finished,
-                failed: p.failed,
-                total: p.total,
-            });
-            // Called inside the step's own runtime: the store write goes to the app's.
-            ctx.progress.emit_detached(event);
-        })?;
+        let observe = step_progress(ctx, label, rate, index, steps);
+        let step = match split {
+            Some(split) => match split_step(ctx, sweep, run, rate, label, split, observe)? {
+                Some(step) => step,
+                None => return Ok(None),
+            },
+            None => {
+                let (_keep, stop) = stop_signal();
+                sweep.step(rate, label, stop, observe)?
+            }
+        };
         if step.report.checks.unreachable.is_some() {
             let why = step.report.warnings.first().cloned().unwrap_or_default();
             return Err(ServiceError::Unreachable {
@@ -135,44 +184,275 @@ impl Lazy<'_> {
                 why,
             });
         }
-        Ok(step)
+        Ok(Some(step))
     }
+}
+
+/// Progress events of a step as it runs.
+pub(super) fn step_progress<'a>(
+    ctx: &'a JobContext,
+    label: &'a str,
+    rate: f64,
+    index: u64,
+    steps: u64,
+) -> impl FnMut(shortlist_loadgen::run::RunProgress) + Send + 'a {
+    move |p| {
+        let mut event = ctx.progress.event(Phase::Running);
+        event.load = Some(LoadStepProgress {
+            label: label.to_owned(),
+            offered_rps: rate,
+            index,
+            steps,
+            finished: p.finished,
+            failed: p.failed,
+            total: p.total,
+        });
+        // Called inside the step's own runtime: the store write goes to the app's.
+        ctx.progress.emit_detached(event);
+    }
+}
+
+/// From the instant every part is ready to the start they agree on: time for each worker to see
+/// it before it passes.
+const START_LEAD: Duration = Duration::from_millis(1500);
+
+/// Tries of a split step whose parts did not all come back (a worker died mid-step).
+const SPLIT_TRIES: u32 = 3;
+
+/// How often a waiting part looks at its gang.
+const GANG_POLL: Duration = Duration::from_millis(25);
+
+/// How long a load job gathers its workers before it gives way to an older one that gathers too.
+const GIVE_WAY_AFTER: Duration = Duration::from_secs(1);
+
+/// One step sent by `split.workers` workers: this job sends part 0 and queues the others as
+/// `load_part` jobs, claimed ahead of other work; the step starts once every part is ready, and
+/// their raw records are merged into the step (stored as the parts' files one after another).
+/// When the other workers do not gather within the wait, the step is sent whole by this worker;
+/// when a part does not come back, the step is tried again. `None`: this job gave way to an
+/// older one gathering its workers (or was asked to stop) and goes back to the queue.
+fn split_step(
+    ctx: &JobContext,
+    sweep: &mut Sweep,
+    run: i64,
+    rate: f64,
+    label: &str,
+    split: LoadSplit,
+    mut observe: impl FnMut(shortlist_loadgen::run::RunProgress) + Send,
+) -> Result<Option<StepResult>, ServiceError> {
+    let of = split.workers;
+    let wait = Duration::from_secs(split.gather_wait_s);
+    let worker = ctx.config.worker.clone();
+    let candidate = &ctx.payload.candidate;
+    for attempt in 1..=SPLIT_TRIES {
+        // One gang per try, named by its job, claim and instant: a resumed job never joins an
+        // old one.
+        let gang = format!(
+            "job {} attempt {} run {run} step {label} try {attempt} at {}",
+            ctx.job.id,
+            ctx.job.attempts,
+            now_ms()
+        );
+        ctx.block(
+            ctx.store
+                .open_gang(&gang, run, label, of, (ctx.job.id, ctx.job.attempts)),
+        )?;
+        let mut parts = Vec::with_capacity(of as usize - 1);
+        for index in 1..of {
+            let mut payload = ctx.payload.clone();
+            payload.load_split = None;
+            payload.load_part = Some(LoadPart {
+                gang: gang.clone(),
+                index,
+                of,
+                rate,
+                label: label.to_owned(),
+                gather_wait_s: split.gather_wait_s,
+            });
+            parts.push(
+                ctx.block(
+                    ctx.store.enqueue(&NewJob {
+                        kind: JobKind::LoadPart.as_str().to_owned(),
+                        payload: serde_json::to_value(&payload)
+                            .map_err(|e| ServiceError::invalid("job payload", e.to_string()))?,
+                        study: payload.study.clone(),
+                        study_version: payload.version,
+                        generation: payload.generation,
+                        candidate: payload.candidate.clone(),
+                        depends_on: None,
+                        // A part cannot resume: the step is tried again instead.
+                        max_attempts: 1,
+                        group: Some(gang.clone()),
+                        waits_for_group: None,
+                        priority: 1,
+                    }),
+                )?,
+            );
+        }
+        // Why the gathering ended without a start, when it did.
+        let gave_way = std::cell::Cell::new(false);
+        let gather = || -> Result<Option<SystemTime>, ServiceError> {
+            ctx.block(ctx.store.join_gang(&gang, 0, &worker))?;
+            let since = Instant::now();
+            loop {
+                let g = ctx.block(ctx.store.gang(&gang))?;
+                // Called off by a part that took this job's claim for lost: sent whole.
+                if g.cancelled.is_some() {
+                    return Ok(None);
+                }
+                if g.gathered() {
+                    let start_ms = now_ms() + START_LEAD.as_millis() as i64;
+                    if ctx.block(ctx.store.start_gang(&gang, start_ms))? {
+                        return Ok(Some(at_ms(start_ms)));
+                    }
+                }
+                // Another load job gathering for its step with a part unclaimed, led from
+                // an older job: give way, or each would wait for a worker the other holds.
+                let give_way = since.elapsed() >= GIVE_WAY_AFTER
+                    && ctx.block(ctx.store.older_gang_gathering(ctx.job.id))?;
+                let why = if ctx.stopping() {
+                    "the worker is stopping: the job goes back to the queue".to_owned()
+                } else if give_way {
+                    "gave way to an older load job gathering its workers".to_owned()
+                } else if since.elapsed() >= wait {
+                    format!(
+                        "only {} of {of} parts' workers gathered within {} s; this worker sends the step whole",
+                        g.members.len(),
+                        wait.as_secs()
+                    )
+                } else {
+                    std::thread::sleep(GANG_POLL);
+                    continue;
+                };
+                if ctx.block(ctx.store.cancel_gang(&gang, &why))? {
+                    gave_way.set(give_way || ctx.stopping());
+                    let mut event = ctx.progress.event(Phase::Running);
+                    event.message = Some(format!("{candidate}: load step `{label}`: {why}"));
+                    ctx.progress.emit(event);
+                    return Ok(None);
+                }
+            }
+        };
+        let (_keep, stop) = stop_signal();
+        let part = StepPart {
+            index: 0,
+            of,
+            host: worker.clone(),
+            gather: Box::new(gather),
+        };
+        let Some(mine) = sweep.step_part(rate, label, part, stop, &mut observe)? else {
+            if gave_way.get() {
+                return Ok(None);
+            }
+            let (_keep, stop) = stop_signal();
+            return sweep.step(rate, label, stop, &mut observe).map(Some);
+        };
+        // Its own records beside the others' (the gang then holds the whole step), then
+        // every other part's, or why the try is lost.
+        ctx.block(
+            ctx.store
+                .store_gang_records(&gang, 0, &worker, &mine.records),
+        )?;
+        let whole = sweep.workload();
+        let span_s = whole.duration_s() * whole.mean_rate() / rate;
+        let deadline = Instant::now()
+            + Duration::from_secs_f64(if span_s.is_finite() {
+                span_s.max(0.0)
+            } else {
+                0.0
+            })
+            + REQUEST_TIMEOUT
+            + Duration::from_secs(60);
+        let others = loop {
+            let g = ctx.block(ctx.store.gang(&gang))?;
+            if let Some(all) = g.all_records() {
+                break Ok(all
+                    .iter()
+                    .skip(1)
+                    .map(|r| (*r).to_owned())
+                    .collect::<Vec<_>>());
+            }
+            let mut lost = None;
+            for id in &parts {
+                let job = ctx.block(ctx.store.job(*id))?;
+                if job.state == JobState::Failed {
+                    lost = Some(format!(
+                        "its part job {id} failed: {}",
+                        job.last_error.unwrap_or_default()
+                    ));
+                }
+            }
+            if lost.is_none() && Instant::now() >= deadline {
+                lost = Some("a part did not come back in time".to_owned());
+            }
+            if let Some(why) = lost {
+                break Err(why);
+            }
+            std::thread::sleep(GANG_POLL * 8);
+        };
+        match others {
+            Ok(others) => {
+                let mut records = mine.records;
+                for r in &others {
+                    if !records.ends_with('\n') {
+                        records.push('\n');
+                    }
+                    records.push_str(r);
+                }
+                let (report, histograms) = analyze_step(label, &records, sweep.slo(), &worker)?;
+                return Ok(Some(StepResult {
+                    offered_rps: rate,
+                    flagged_by_calibration: flagged_by_calibration(&records),
+                    stopped: mine.stopped,
+                    records,
+                    report,
+                    histograms,
+                }));
+            }
+            Err(why) => {
+                let mut event = ctx.progress.event(Phase::Running);
+                event.message = Some(format!(
+                    "{candidate}: load step `{label}` sent from {of} workers, try {attempt} of {SPLIT_TRIES}: {why}; the step is sent again"
+                ));
+                ctx.progress.emit(event);
+            }
+        }
+    }
+    Err(ServiceError::LoadGenerator {
+        what: format!("load step `{label}` of `{candidate}` sent from {of} workers"),
+        why: format!("no try of {SPLIT_TRIES} brought every part back"),
+    })
+}
+
+/// The instant `ms` Unix milliseconds stand for.
+pub(super) fn at_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
+/// Now, in Unix milliseconds.
+pub(super) fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let locked = ctx.locked()?;
     let study = &locked.study;
-    let file = study.file();
     let c = ctx.candidate(&locked)?;
-    let trace = if file.workload.kind == WorkloadKind::Trace {
-        let stored = ctx.block(ctx.store.workload(&format!("{}-workload", file.name), None))?;
-        let got = hex::encode(sha2::Sha256::digest(stored.body.as_bytes()));
-        if let Some(pinned) = &file.workload.sha256
-            && !pinned.eq_ignore_ascii_case(&got)
-        {
-            return Err(ServiceError::Corrupt {
-                what: format!("study `{}`: the stored workload trace", file.name),
-                why: format!("it hashes to {got}, the study pins {pinned}"),
-            });
-        }
-        Some(stored.body)
-    } else {
-        None
-    };
     let slo = study.slo().clone();
-    let host = ctx.executor.machine["host"]
-        .as_str()
-        .unwrap_or("localhost")
-        .to_owned();
-    let mut lazy = Lazy {
-        ctx,
-        spec: CandidateSpec::parse(&ctx.config.expand_source(&c.source))?,
-        source: c.source.clone(),
-        workload: study_workload(&file.workload, trace.as_deref())?,
-        slo: slo.clone(),
-        host: host.clone(),
-        state: None,
-    };
+    let mut lazy = Lazy::new(ctx)?;
+    let host = lazy.host.clone();
+    if let Some(split) = ctx.payload.load_split
+        && !lazy.is_endpoint()
+    {
+        let mut event = ctx.progress.event(Phase::Running);
+        event.message = Some(format!(
+            "{}: a GGUF candidate is served by this worker, so its load steps are sent whole (not from {} workers: each would load a server of its own)",
+            c.name, split.workers
+        ));
+        ctx.progress.emit(event);
+    }
     let target = study.target_rps();
     let attainment = study.attainment_target();
     let plan = study_plan(study);
@@ -186,7 +466,9 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let target_report: Report = match stored.iter().find(|r| r.label == "target") {
         Some(r) => analyze_stored("target", &records_text(&r.records)?, &slo, &host)?,
         None => {
-            let step = lazy.step(target, "target", 0, planned)?;
+            let Some(step) = lazy.step(load_run.id, target, "target", 0, planned)? else {
+                return Ok(Finished::Released);
+            };
             store_step(ctx, load_run.id, "target", &step)?;
             step.report
         }
@@ -222,7 +504,11 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
                 if ctx.stopping() {
                     return Ok(Finished::Released);
                 }
-                let step = lazy.step(rate, &label, measured.len() as u64, planned)?;
+                let Some(step) =
+                    lazy.step(sweep_run.id, rate, &label, measured.len() as u64, planned)?
+                else {
+                    return Ok(Finished::Released);
+                };
                 store_step(ctx, sweep_run.id, &label, &step)?;
                 let mut event = ctx.progress.event(Phase::Running);
                 event.message = Some(step_note(&c.name, &step.report, rate));

@@ -5,6 +5,7 @@
 
 pub(crate) mod fit;
 pub(crate) mod load;
+pub(crate) mod load_part;
 pub(crate) mod quality;
 pub(crate) mod record;
 
@@ -36,10 +37,13 @@ pub enum JobKind {
     Load,
     /// The sealed selection record from what the others stored.
     Record,
+    /// One worker's share of a load step sent from several workers at once: queued by the load
+    /// job for each split step, never by a run request.
+    LoadPart,
 }
 
 impl JobKind {
-    /// Every kind, in the order a candidate's jobs run.
+    /// Every kind a run request queues, in the order a candidate's jobs run.
     pub const ALL: [JobKind; 4] = [
         JobKind::Fit,
         JobKind::Quality,
@@ -54,12 +58,16 @@ impl JobKind {
             JobKind::Quality => "quality",
             JobKind::Load => "load",
             JobKind::Record => "record",
+            JobKind::LoadPart => "load_part",
         }
     }
 
     /// The kind a stored name stands for.
     pub fn parse(s: &str) -> Option<JobKind> {
-        JobKind::ALL.into_iter().find(|k| k.as_str() == s)
+        JobKind::ALL
+            .into_iter()
+            .chain([JobKind::LoadPart])
+            .find(|k| k.as_str() == s)
     }
 }
 
@@ -74,7 +82,7 @@ fn first_generation() -> u32 {
 }
 
 /// What every job of one study generation carries.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobPayload {
     pub study: String,
     pub version: u32,
@@ -88,6 +96,36 @@ pub struct JobPayload {
     /// to shard `i % of`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shard: Option<Shard>,
+    /// A load job whose steps are each sent from several workers at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_split: Option<LoadSplit>,
+    /// A `load_part` job: its share of one split step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub load_part: Option<LoadPart>,
+}
+
+/// How a load job sends each of its steps: from `workers` workers at once, each its share of the
+/// arrival schedule (arrival `i` from worker `i mod workers`), from one agreed start instant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LoadSplit {
+    pub workers: u32,
+    /// How long the load job waits for the other parts' workers to gather before it sends the
+    /// step alone.
+    pub gather_wait_s: u64,
+}
+
+/// One part of one split load step.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoadPart {
+    /// The gang (one try of the step) this part joins.
+    pub gang: String,
+    pub index: u32,
+    pub of: u32,
+    /// The step's offered rate (requests per second) and label.
+    pub rate: f64,
+    pub label: String,
+    /// How long this part waits, once ready, for the step's start instant.
+    pub gather_wait_s: u64,
 }
 
 /// One of `of` parts of a quality run.
@@ -224,5 +262,6 @@ pub(crate) fn execute(ctx: &JobContext) -> Result<Finished, ServiceError> {
         JobKind::Quality => quality::run(ctx),
         JobKind::Load => load::run(ctx),
         JobKind::Record => record::run(ctx),
+        JobKind::LoadPart => load_part::run(ctx),
     }
 }

@@ -30,7 +30,7 @@ pub use shortlist_store::schedules::ScheduleWhat;
 
 use crate::config::Config;
 use crate::error::ServiceError;
-use crate::jobs::{JobKind, JobPayload, Shard};
+use crate::jobs::{JobKind, JobPayload, LoadSplit, Shard};
 use crate::progress::ProgressEvent;
 use views::{LockView, RunRequested};
 
@@ -55,10 +55,22 @@ pub struct RunParams {
     /// Quality shards per candidate: the cases split into this many jobs that idle workers
     /// claim side by side (1: one job).
     pub shards: u32,
+    /// Workers that send each load step of an endpoint candidate together, each its share of
+    /// the arrival schedule from one agreed start instant (1: the load job's worker alone). A
+    /// GGUF candidate's steps are sent whole: it is served by the load job's own worker.
+    pub load_workers: u32,
+    /// How long a split step waits for its workers to gather before it is sent whole.
+    pub gather_wait: Duration,
 }
 
 /// The most shards a quality run is split into.
 pub const MAX_SHARDS: u32 = 64;
+
+/// The most workers one load step is split across.
+pub const MAX_LOAD_WORKERS: u32 = 16;
+
+/// How long a split load step waits for its workers by default.
+pub const GATHER_WAIT: Duration = Duration::from_secs(300);
 
 impl Default for RunParams {
     fn default() -> Self {
@@ -70,6 +82,8 @@ impl Default for RunParams {
             what: ScheduleWhat::All,
             candidates: Vec::new(),
             shards: 1,
+            load_workers: 1,
+            gather_wait: GATHER_WAIT,
         }
     }
 }
@@ -204,6 +218,12 @@ impl StudyService {
             return Err(ServiceError::invalid(
                 "shards",
                 format!("{}: use 1 to {MAX_SHARDS}", params.shards),
+            ));
+        }
+        if !(1..=MAX_LOAD_WORKERS).contains(&params.load_workers) {
+            return Err(ServiceError::invalid(
+                "load_workers",
+                format!("{}: use 1 to {MAX_LOAD_WORKERS}", params.load_workers),
             ));
         }
         let version = self.version_of(name, version).await?;
@@ -342,6 +362,8 @@ impl StudyService {
                 candidate: c.name.clone(),
                 max_tokens,
                 shard: None,
+                load_split: None,
+                load_part: None,
             };
             let missing: Vec<JobKind> = JobKind::ALL
                 .into_iter()
@@ -379,6 +401,12 @@ impl StudyService {
                 for index in 0..shards {
                     let mut payload = payload.clone();
                     payload.shard = (shards > 1).then_some(Shard { index, of: shards });
+                    if kind == JobKind::Load && params.load_workers > 1 {
+                        payload.load_split = Some(LoadSplit {
+                            workers: params.load_workers,
+                            gather_wait_s: params.gather_wait.as_secs().max(1),
+                        });
+                    }
                     let id = self
                         .store
                         .enqueue(&NewJob {
@@ -393,6 +421,7 @@ impl StudyService {
                             max_attempts: DEFAULT_MAX_ATTEMPTS,
                             group: group.clone(),
                             waits_for_group: waits_for_group.clone(),
+                            priority: 0,
                         })
                         .await?;
                     last = Some(id);

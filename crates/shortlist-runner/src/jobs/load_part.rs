@@ -1,0 +1,126 @@
+//! A `load_part` job: one worker's share of a load step sent from several workers at once. It
+//! reaches the same endpoint as the load job that queued it, calibrates its own client for its
+//! share, joins the step's gang, waits for the start instant the leading part fixes once every
+//! part is ready, sends every `of`-th arrival of the step from that instant, and stores its raw
+//! records on the gang for the leading part to merge. A part whose gang was called off (its
+//! workers did not gather in time) sends nothing.
+
+use std::time::{Duration, Instant, SystemTime};
+
+use shortlist_loadgen::run::stop_signal;
+use shortlist_store::jobs::JobState;
+
+use super::load::{Lazy, at_ms, step_progress};
+use super::{Finished, JobContext};
+use crate::capacity::StepPart;
+use crate::error::ServiceError;
+
+/// How often a ready part looks for its start instant.
+const START_POLL: Duration = Duration::from_millis(20);
+
+pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
+    let what = ctx.what();
+    let part = ctx.payload.load_part.clone().ok_or_else(|| {
+        ServiceError::invalid(&what, "a load part job names no part (`load_part`)")
+    })?;
+    let step = format!(
+        "part {} of {} of load step `{}`",
+        part.index + 1,
+        part.of,
+        part.label
+    );
+    let gang = ctx.block(ctx.store.gang(&part.gang))?;
+    if let Some(why) = gang.cancelled {
+        return Ok(Finished::Done(format!(
+            "{step}: called off before it started ({why}); nothing sent"
+        )));
+    }
+    if gang.start_at_ms.is_some() {
+        return Err(ServiceError::invalid(
+            &step,
+            "the step started without this part: a part is sent once, from its start",
+        ));
+    }
+    let mut lazy = Lazy::new(ctx)?;
+    if !lazy.is_endpoint() {
+        return Err(ServiceError::invalid(
+            &step,
+            "only an endpoint candidate's steps are split: a GGUF candidate is served by one worker",
+        ));
+    }
+    let worker = ctx.config.worker.clone();
+    let wait = Duration::from_secs(part.gather_wait_s.max(1)) * 2;
+    let gather = || -> Result<Option<SystemTime>, ServiceError> {
+        ctx.block(ctx.store.join_gang(&part.gang, part.index, &worker))?;
+        let deadline = Instant::now() + wait;
+        loop {
+            let g = ctx.block(ctx.store.gang(&part.gang))?;
+            if let Some(ms) = g.start_at_ms {
+                return Ok(Some(at_ms(ms)));
+            }
+            if g.cancelled.is_some() {
+                return Ok(None);
+            }
+            // A leader whose claim ended (its worker died or let go) never fixes the start.
+            let leader = ctx.block(ctx.store.job(g.leader_job))?;
+            if leader.state != JobState::Running || leader.attempts != g.leader_try {
+                let why = format!(
+                    "its leading load job {} is no longer held by the claim that opened it",
+                    g.leader_job
+                );
+                if ctx.block(ctx.store.cancel_gang(&part.gang, &why))? {
+                    return Ok(None);
+                }
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return Err(ServiceError::invalid(
+                    &step,
+                    format!(
+                        "ready for {} s and no start instant came: the load job sending the step stopped answering",
+                        wait.as_secs()
+                    ),
+                ));
+            }
+            std::thread::sleep(START_POLL);
+        }
+    };
+    let (_served, sweep) = lazy.sweep()?;
+    let mut event = ctx.progress.event(crate::progress::Phase::Running);
+    event.message = Some(format!(
+        "{}: {step} at {} req/s, ready once calibrated",
+        ctx.payload.candidate, part.rate
+    ));
+    ctx.progress.emit(event);
+    let (_keep, stop) = stop_signal();
+    let sent = sweep.step_part(
+        part.rate,
+        &part.label,
+        StepPart {
+            index: part.index,
+            of: part.of,
+            host: worker.clone(),
+            gather: Box::new(gather),
+        },
+        stop,
+        step_progress(ctx, &part.label, part.rate, 0, 1),
+    )?;
+    let Some(sent) = sent else {
+        return Ok(Finished::Done(format!(
+            "{step}: called off before it started; nothing sent"
+        )));
+    };
+    ctx.block(
+        ctx.store
+            .store_gang_records(&part.gang, part.index, &worker, &sent.records),
+    )?;
+    Ok(Finished::Done(format!(
+        "{step}: {} requests sent{}",
+        sent.report.requests.scheduled,
+        if sent.report.checks.client_bound {
+            " — this worker's client fell behind (client-bound)"
+        } else {
+            ""
+        }
+    )))
+}
