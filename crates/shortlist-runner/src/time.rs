@@ -16,6 +16,11 @@ pub fn rfc3339_ms(ms: i64) -> String {
     rfc3339(u64::try_from(ms / 1000).unwrap_or(0))
 }
 
+/// The instant `ms` Unix milliseconds stand for (the epoch for a negative one).
+pub fn at_ms(ms: i64) -> SystemTime {
+    UNIX_EPOCH + std::time::Duration::from_millis(u64::try_from(ms).unwrap_or(0))
+}
+
 /// Now, in Unix milliseconds.
 pub fn now_ms() -> i64 {
     SystemTime::now()

@@ -13,7 +13,7 @@ use shortlist_store::runs::{LoadResult, RecordsRef, RunKind};
 use shortlist_study::performance::CAPACITY_CONFIDENCE;
 use shortlist_study::study::WorkloadKind;
 
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use shortlist_store::jobs::{JobState, NewJob};
 
@@ -26,6 +26,7 @@ use crate::capacity::{
 use crate::error::ServiceError;
 use crate::progress::{LoadStepProgress, Phase};
 use crate::serving::Served;
+use crate::time::{at_ms, now_ms};
 use crate::workload::study_workload;
 
 /// Longest one request may take from its send to its last byte in a study's load steps. An
@@ -422,18 +423,6 @@ fn split_step(
         what: format!("load step `{label}` of `{candidate}` sent from {of} workers"),
         why: format!("no try of {SPLIT_TRIES} brought every part back"),
     })
-}
-
-/// The instant `ms` Unix milliseconds stand for.
-pub(super) fn at_ms(ms: i64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(u64::try_from(ms).unwrap_or(0))
-}
-
-/// Now, in Unix milliseconds.
-pub(super) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {

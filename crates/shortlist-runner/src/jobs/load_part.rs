@@ -10,10 +10,11 @@ use std::time::{Duration, Instant, SystemTime};
 use shortlist_loadgen::run::stop_signal;
 use shortlist_store::jobs::JobState;
 
-use super::load::{Lazy, at_ms, step_progress};
+use super::load::{Lazy, step_progress};
 use super::{Finished, JobContext};
 use crate::capacity::StepPart;
 use crate::error::ServiceError;
+use crate::time::at_ms;
 
 /// How often a ready part looks for its start instant.
 const START_POLL: Duration = Duration::from_millis(20);
