@@ -413,7 +413,12 @@ impl StudyService {
                     .claim_tick(row.id, ms(*skipped), TickState::Skipped, claimed_by)
                     .await?
                 {
-                    let detail = format!("caught up by the run due {}", rfc3339_ms(ms(run_at)));
+                    // To the minute, in UTC, like every due instant the pages show.
+                    let run_due = rfc3339_ms(ms(run_at));
+                    let detail = format!(
+                        "caught up by the run due {} UTC",
+                        run_due.get(..16).unwrap_or(&run_due).replace('T', " ")
+                    );
                     self.store
                         .finish_tick(
                             row.id,
