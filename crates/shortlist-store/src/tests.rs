@@ -943,10 +943,9 @@ async fn job_dependencies_backoff_and_progress(store: Store) {
 }
 contract!(job_dependencies_backoff_and_progress);
 
-/// The shards of a quality run share a group; the job after them is claimable only once every
-/// shard is done or failed, while the shards themselves run side by side.
-async fn a_job_waits_for_its_whole_group(store: Store) {
-    let job = |kind: &str, group: Option<&str>, waits: Option<&str>| NewJob {
+/// A job of study `support` v1 generation 1, candidate `small`, tried once.
+fn new_job(kind: &str, group: Option<&str>, waits: Option<&str>, priority: i64) -> NewJob {
+    NewJob {
         kind: kind.to_owned(),
         payload: serde_json::json!({}),
         study: "support".to_owned(),
@@ -957,8 +956,14 @@ async fn a_job_waits_for_its_whole_group(store: Store) {
         max_attempts: 1,
         group: group.map(str::to_owned),
         waits_for_group: waits.map(str::to_owned),
-        priority: 0,
-    };
+        priority,
+    }
+}
+
+/// The shards of a quality run share a group; the job after them is claimable only once every
+/// shard is done or failed, while the shards themselves run side by side.
+async fn a_job_waits_for_its_whole_group(store: Store) {
+    let job = |kind: &str, group: Option<&str>, waits: Option<&str>| new_job(kind, group, waits, 0);
     let a = store
         .enqueue(&job("quality", Some("q"), None))
         .await
@@ -988,19 +993,7 @@ contract!(a_job_waits_for_its_whole_group);
 /// A job of a higher priority is claimed before older queued jobs (the parts of a split load
 /// step); jobs of one priority go oldest first.
 async fn a_higher_priority_job_is_claimed_first(store: Store) {
-    let job = |priority: i64| NewJob {
-        kind: "load_part".to_owned(),
-        payload: serde_json::json!({}),
-        study: "support".to_owned(),
-        study_version: 1,
-        generation: 1,
-        candidate: "small".to_owned(),
-        depends_on: None,
-        max_attempts: 1,
-        group: None,
-        waits_for_group: None,
-        priority,
-    };
+    let job = |priority: i64| new_job("load_part", None, None, priority);
     let old = store.enqueue(&job(0)).await.unwrap();
     let older_urgent = store.enqueue(&job(1)).await.unwrap();
     let newer_urgent = store.enqueue(&job(1)).await.unwrap();
@@ -1052,20 +1045,10 @@ async fn a_gang_starts_once_all_parts_joined(store: Store) {
             .is_err()
     );
     // Gathering, with a part nobody claimed yet: a younger leader gives way, an older does not.
-    let part = NewJob {
-        kind: "load_part".to_owned(),
-        payload: serde_json::json!({}),
-        study: "support".to_owned(),
-        study_version: 1,
-        generation: 1,
-        candidate: "small".to_owned(),
-        depends_on: None,
-        max_attempts: 1,
-        group: Some("g1".to_owned()),
-        waits_for_group: None,
-        priority: 1,
-    };
-    store.enqueue(&part).await.unwrap();
+    store
+        .enqueue(&new_job("load_part", Some("g1"), None, 1))
+        .await
+        .unwrap();
     assert!(store.older_gang_gathering(younger).await.unwrap());
     assert!(!store.older_gang_gathering(leader).await.unwrap());
     store.join_gang("g1", 0, "a").await.unwrap();
