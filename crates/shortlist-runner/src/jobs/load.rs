@@ -11,7 +11,7 @@ use shortlist_loadgen::run::stop_signal;
 use shortlist_measure::analyze::Report;
 use shortlist_store::runs::{LoadResult, RecordsRef, RunKind};
 use shortlist_study::performance::CAPACITY_CONFIDENCE;
-use shortlist_study::study::WorkloadKind;
+use shortlist_study::study::{LockedStudy, WorkloadKind};
 
 use std::time::{Duration, Instant, SystemTime};
 
@@ -77,11 +77,11 @@ pub(super) struct Lazy<'a> {
 }
 
 impl<'a> Lazy<'a> {
-    /// The job's candidate and the study's workload and SLO, nothing started yet.
-    pub(super) fn new(ctx: &'a JobContext) -> Result<Lazy<'a>, ServiceError> {
-        let locked = ctx.locked()?;
+    /// The job's candidate and the study's workload and SLO (of `locked`, the job's study with
+    /// its lock checked), nothing started yet.
+    pub(super) fn new(ctx: &'a JobContext, locked: &LockedStudy) -> Result<Lazy<'a>, ServiceError> {
         let file = locked.study.file();
-        let c = ctx.candidate(&locked)?;
+        let c = ctx.candidate(locked)?;
         let trace = if file.workload.kind == WorkloadKind::Trace {
             let stored = ctx.block(ctx.store.workload(&format!("{}-workload", file.name), None))?;
             let got = hex::encode(sha2::Sha256::digest(stored.body.as_bytes()));
@@ -430,7 +430,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let study = &locked.study;
     let c = ctx.candidate(&locked)?;
     let slo = study.slo().clone();
-    let mut lazy = Lazy::new(ctx)?;
+    let mut lazy = Lazy::new(ctx, &locked)?;
     let host = lazy.host.clone();
     if let Some(split) = ctx.payload.load_split
         && !lazy.is_endpoint()

@@ -42,7 +42,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
             "the step started without this part: a part is sent once, from its start",
         ));
     }
-    let mut lazy = Lazy::new(ctx)?;
+    let mut lazy = Lazy::new(ctx, &ctx.locked()?)?;
     if !lazy.is_endpoint() {
         return Err(ServiceError::invalid(
             &step,
