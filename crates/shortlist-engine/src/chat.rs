@@ -223,6 +223,76 @@ mod tests {
     }
 
     #[test]
+    fn a_template_that_doubles_or_repeats_a_list_is_refused_in_bounded_memory_and_time() {
+        // minijinja builds `a + b` and `n * a` on lists lazily and, upstream, charges no fuel for
+        // their length: the first grew to 2^33 items (21.8 GB, killed), and the fuzzer's two
+        // hangs (fuzz/corpus/chat_template/hang-*) printed 8 and 48 million items on a few fuel,
+        // for 2 and 12 s. The vendored minijinja charges for it (vendor/minijinja/PATCHES.md).
+        let corpus = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../fuzz/corpus/chat_template"
+        );
+        let mut sources = vec![
+            "{% set ns = namespace(s=['x']) %}{% for i in range(40) %}{% set ns.s = ns.s + ns.s %}\
+             {% endfor %}{{ ns.s|length }}"
+                .to_owned(),
+            "{% set ns = namespace(s=['x']) %}{% for i in range(31) %}{% set ns.s = ns.s + ns.s %}\
+             {% endfor %}{% set c %}{{ ns.s }}{% endset %}{{ c|length }}"
+                .to_owned(),
+            "{% set ns = namespace(s=range(10000)) %}{% for i in range(60) %}\
+             {% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|join(',')|length }}"
+                .to_owned(),
+            "{{ (100000000 * [0])|length }}".to_owned(),
+            "{% set x = 8201621 * [0] %}{{ (x ~ '')|length }}".to_owned(),
+        ];
+        for hang in [
+            "hang-repeated-list-joined-to-a-string.jinja",
+            "hang-repeated-list-printed.jinja",
+        ] {
+            let bytes = std::fs::read(format!("{corpus}/{hang}")).unwrap();
+            sources.push(String::from_utf8_lossy(&bytes).into_owned());
+        }
+        for source in &sources {
+            let shown: String = source.chars().take(72).collect();
+            let t = ChatTemplate::new(source, String::new(), String::new()).unwrap();
+            let started = std::time::Instant::now();
+            let (err, peak) = peak_bytes(|| t.render(&[], true).unwrap_err());
+            let took = started.elapsed();
+            assert!(err.to_string().contains("fuel"), "{shown}: {err}");
+            eprintln!(
+                "refused in {took:.2?} at a peak of {} KiB: {shown}",
+                peak >> 10
+            );
+            // Refused before the list is walked: upstream peaked at 51 and 145 MB on the hangs.
+            assert!(peak < 1 << 20, "{shown}: {peak} B at the peak");
+            // The fuzzer's bound for a hang.
+            assert!(
+                took < std::time::Duration::from_secs(2),
+                "{shown}: {took:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_template_that_appends_to_a_list_for_each_message_renders_ten_thousand() {
+        // The lazy-list charge is linear for `list + [item]`, the way real templates collect.
+        let t = ChatTemplate::new(
+            "{% set ns = namespace(seen=[]) %}{% for m in messages %}\
+             {% set ns.seen = ns.seen + [m.role] %}{% endfor %}{{ ns.seen|length }}",
+            String::new(),
+            String::new(),
+        )
+        .unwrap();
+        let messages: Vec<Message> = (0..10_000)
+            .map(|_| Message {
+                role: "user".into(),
+                content: "hello there".into(),
+            })
+            .collect();
+        assert_eq!(t.render(&messages, true).unwrap(), "10000");
+    }
+
+    #[test]
     fn ten_thousand_messages_render_within_the_fuel() {
         let t = ChatTemplate::new(SMOL, String::new(), String::new()).unwrap();
         let messages: Vec<Message> = (0..10_000)
