@@ -49,6 +49,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("mock_request", mock_request),
     ("context_exceeded", context_exceeded),
     ("chat_completion", chat_completion),
+    ("web_upload", web_upload),
 ];
 
 /// The target called `name`.
@@ -347,4 +348,107 @@ pub fn chat_completion(data: &[u8]) {
             let _ = (call.name(), call.arguments());
         }
     }
+}
+
+/// The boundary of the multipart bodies that [`web_upload`] reads (its corpus is written with it).
+pub const WEB_UPLOAD_BOUNDARY: &str = "shortlist-fuzz-boundary";
+
+/// The workbench's two upload forms: the first byte chooses the form (even: `POST
+/// /evalsets/import`, odd: `POST /studies`), the rest is its multipart body. The body goes
+/// through axum's multipart reader and [`shortlist_http::text_fields`], as the workbench reads it,
+/// then to the service's import (stored) or study creation over one in-memory SQLite store.
+///
+/// Besides not panicking, a refused upload must be the user's error, never the server's (a
+/// 500), and must leave what is stored as it was: nothing half-way.
+pub fn web_upload(data: &[u8]) {
+    use axum::extract::{FromRequest as _, Multipart};
+    use shortlist_runner::ErrorClass;
+    use shortlist_runner::service::{ImportFormat, StudyService};
+    use shortlist_store::Store;
+
+    let Some((&form, body)) = data.split_first() else {
+        return;
+    };
+    thread_local! {
+        static RUNTIME: tokio::runtime::Runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a current-thread runtime");
+        static SERVICE: (Store, StudyService) = RUNTIME.with(|rt| rt.block_on(async {
+            let store = Store::connect("sqlite::memory:").await.expect("an in-memory store");
+            let dir = std::env::temp_dir();
+            let config = shortlist_runner::config::Config {
+                database_url: "sqlite::memory:".to_owned(),
+                models_dir: dir.join("shortlist-fuzz-no-models"),
+                home: dir.join("shortlist-fuzz-no-home"),
+                threads: 1,
+                worker: "fuzz".to_owned(),
+            };
+            (store.clone(), StudyService::new(store, config))
+        }));
+    }
+    async fn stored(store: &Store) -> (usize, usize) {
+        let sets = store.list_eval_sets().await.expect("listing eval sets");
+        let studies = store.list_studies().await.expect("listing studies");
+        (sets.len(), studies.len())
+    }
+    let (store, service) = SERVICE.with(|s| s.clone());
+    RUNTIME.with(|rt| {
+        rt.block_on(async {
+            let request = axum::http::Request::post("/")
+                .header(
+                    "content-type",
+                    format!("multipart/form-data; boundary={WEB_UPLOAD_BOUNDARY}"),
+                )
+                .body(axum::body::Body::from(body.to_vec()))
+                .expect("a request");
+            let Ok(multipart) = Multipart::from_request(request, &()).await else {
+                return;
+            };
+            let Ok(fields) = shortlist_http::text_fields(multipart).await else {
+                return;
+            };
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map(|(_, text)| text.as_str())
+            };
+            let before = stored(&store).await;
+            let outcome = if form % 2 == 0 {
+                let format = match ImportFormat::parse(field("format").unwrap_or("shortlist")) {
+                    Ok(format) => format,
+                    Err(_) => return,
+                };
+                let (name, file) = (field("name").unwrap_or(""), field("file").unwrap_or(""));
+                service
+                    .import_eval_set(format, name, file, field("answers"), true)
+                    .await
+                    .map(drop)
+            } else {
+                let path = std::env::temp_dir().join("shortlist-fuzz-uploaded.study.toml");
+                let evalset = field("evalset").map(str::to_owned);
+                service
+                    .create_study_with_set(
+                        "the uploaded study",
+                        field("file").unwrap_or(""),
+                        &path,
+                        evalset,
+                    )
+                    .await
+                    .map(drop)
+            };
+            if let Err(e) = outcome {
+                assert!(
+                    matches!(e.class(), ErrorClass::BadInput | ErrorClass::CheckFailed),
+                    "an upload answered as the server's failure: {e}"
+                );
+                assert_eq!(
+                    stored(&store).await,
+                    before,
+                    "a refused upload stored something: {e}"
+                );
+            }
+        });
+    });
 }

@@ -12,6 +12,8 @@
 //!   finish the request in hand and returns once all have closed.
 //! - [`read_body`]: a request body read whole within the limits, or a [`BodyError`] that names
 //!   its HTTP status (413, 408 or 400); each server answers it in its own error shape.
+//! - [`text_fields`]: a multipart form's fields as text (the workbench's uploads), or an error
+//!   that names the field; the `web_upload` fuzz target drives it as the workbench does.
 //!
 //! ```
 //! use axum::{Router, routing::get};
@@ -159,6 +161,29 @@ impl BodyError {
             Self::Unreadable(_) => StatusCode::BAD_REQUEST,
         }
     }
+}
+
+/// Every field of a multipart form as `(name, text)`, in order: files are read as UTF-8 text
+/// (eval sets, studies); anything else is an error that names the field.
+pub async fn text_fields(
+    mut body: axum::extract::Multipart,
+) -> Result<Vec<(String, String)>, String> {
+    let mut fields = Vec::new();
+    while let Some(field) = body
+        .next_field()
+        .await
+        .map_err(|e| format!("the upload could not be read: {e}"))?
+    {
+        let name = field.name().unwrap_or_default().to_owned();
+        let bytes = field
+            .bytes()
+            .await
+            .map_err(|e| format!("field `{name}` could not be read: {e}"))?;
+        let text = String::from_utf8(bytes.to_vec())
+            .map_err(|_| format!("field `{name}` is not UTF-8 text"))?;
+        fields.push((name, text));
+    }
+    Ok(fields)
 }
 
 /// Read `body` whole within `limits`: at most [`Limits::max_body_bytes`] bytes, all within

@@ -52,7 +52,7 @@ pub(crate) async fn import_form() -> Response {
 async fn read_import(body: Multipart) -> Result<(ImportForm, bool), String> {
     let mut form = ImportForm::default();
     let (mut file, mut store) = (String::new(), false);
-    for (name, text) in super::text_fields(body).await? {
+    for (name, text) in shortlist_http::text_fields(body).await? {
         match name.as_str() {
             "format" => form.format = text,
             "name" => form.name = text.trim().to_owned(),

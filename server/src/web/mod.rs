@@ -197,29 +197,6 @@ fn asset(kind: &'static str, body: &'static str) -> Response {
         .into_response()
 }
 
-/// Every field of a multipart form as `(name, text)`, in order: files are read as UTF-8 text
-/// (eval sets, studies); anything else is an error that names the field.
-pub(crate) async fn text_fields(
-    mut body: axum::extract::Multipart,
-) -> Result<Vec<(String, String)>, String> {
-    let mut fields = Vec::new();
-    while let Some(field) = body
-        .next_field()
-        .await
-        .map_err(|e| format!("the upload could not be read: {e}"))?
-    {
-        let name = field.name().unwrap_or_default().to_owned();
-        let bytes = field
-            .bytes()
-            .await
-            .map_err(|e| format!("field `{name}` could not be read: {e}"))?;
-        let text = String::from_utf8(bytes.to_vec())
-            .map_err(|_| format!("field `{name}` is not UTF-8 text"))?;
-        fields.push((name, text));
-    }
-    Ok(fields)
-}
-
 /// An HTML page with a status.
 pub(crate) fn html(status: StatusCode, body: String) -> Response {
     (status, Html(body)).into_response()

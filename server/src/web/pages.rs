@@ -120,7 +120,7 @@ async fn read_new_study(
         .await
         .map_err(|e| format!("the upload could not be read: {e}"))?;
     let (mut toml, mut file, mut evalset) = (String::new(), String::new(), None);
-    for (name, text) in super::text_fields(body).await? {
+    for (name, text) in shortlist_http::text_fields(body).await? {
         match name.as_str() {
             "toml" => toml = text,
             "file" => file = text,
