@@ -95,6 +95,8 @@ pub enum MergeError {
         second: String,
         detail: String,
     },
+    #[error("merging {input} would count more than 2^64 − 1 observations; refusing to merge")]
+    CountsOverflow { input: String },
     #[error("nothing to merge")]
     Empty,
 }

@@ -100,6 +100,14 @@ impl BucketHistogram {
                 format!("{} edges; a histogram needs at least 2", file.edges.len()),
             ));
         }
+        if file
+            .counts
+            .iter()
+            .try_fold(0u64, |sum, &c| sum.checked_add(c))
+            .is_none()
+        {
+            return Err(bad("counts", "the counts add up past 2^64 − 1".to_owned()));
+        }
         if file.counts.len() + 1 != file.edges.len() {
             return Err(bad(
                 "counts",
@@ -246,6 +254,10 @@ impl BucketHistogram {
     }
 }
 
+/// The largest cumulative count a Prometheus bucket may carry: counts are read as floating-point
+/// numbers, which are exact integers up to 2^53.
+pub const MAX_COUNT: f64 = 9_007_199_254_740_992.0;
+
 /// The result of an honest merge, with what went in.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Merged {
@@ -298,7 +310,13 @@ pub fn merge(histograms: &[BucketHistogram]) -> Result<Merged, MergeError> {
         }
     }
     let mut counts = vec![0u64; first.counts.len()];
+    let mut total = 0u64;
     for h in histograms {
+        // Each input's counts add up within u64 (checked when it was read); the sum of inputs
+        // must too.
+        total = total
+            .checked_add(h.total())
+            .ok_or_else(|| MergeError::CountsOverflow { input: h.label() })?;
         for (sum, c) in counts.iter_mut().zip(&h.counts) {
             *sum += c;
         }
@@ -527,6 +545,16 @@ pub fn parse_prometheus(
         let mut counts = Vec::new();
         let mut previous = 0.0;
         for (le, cumulative, line) in &buckets {
+            // Counts are whole numbers that add up within u64: a cumulative count of 10^30
+            // would saturate its bucket and overflow the total.
+            if *cumulative > MAX_COUNT {
+                return Err(MeasureError::at(
+                    source,
+                    *line,
+                    "value",
+                    format!("cumulative count {cumulative} is above 2^53, beyond counting exactly"),
+                ));
+            }
             if *cumulative < previous {
                 return Err(MeasureError::at(
                     source,
@@ -702,6 +730,27 @@ mod tests {
         assert_eq!(hs[0].edges(), &[0.0, 0.1, 0.5, f64::INFINITY]);
         assert_eq!(hs[0].unit(), "s");
         assert!(hs[0].upper_inclusive());
+    }
+
+    #[test]
+    fn counts_that_add_up_past_u64_are_refused_not_overflowed() {
+        // Found by the prometheus fuzz target (fuzz/corpus/prometheus/crash-cumulative-count-*.prom):
+        // a cumulative count of 10^30 saturated its bucket and the total overflowed.
+        let text = "lat_seconds_bucket{le=\"0.1\"} 1e30\nlat_seconds_bucket{le=\"+Inf\"} 2e30\n";
+        let err = parse_prometheus("a.prom", text, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("above 2^53"), "{err}");
+        let mut f = host("a", vec![1, 0, 0, 0]).to_file();
+        f.counts = vec![u64::MAX, 1, 0, 0];
+        let err = BucketHistogram::from_file("a.hist.json", f.clone())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("past 2^64"), "{err}");
+        f.counts = vec![u64::MAX / 2 + 1, 0, 0, 0];
+        let half = BucketHistogram::from_file("a.hist.json", f).unwrap();
+        let err = merge(&[half.clone(), half]).unwrap_err();
+        assert!(matches!(err, MergeError::CountsOverflow { .. }), "{err}");
     }
 
     #[test]
