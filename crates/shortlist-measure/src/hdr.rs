@@ -136,6 +136,11 @@ impl LatencyHdr {
                 ),
             });
         }
+        if self.len().checked_add(other.len()).is_none() {
+            return Err(MergeError::CountsOverflow {
+                input: other.host.clone(),
+            });
+        }
         self.hist
             .add(&other.hist)
             .map_err(|e| MergeError::HdrConfigDiffers {
@@ -215,6 +220,20 @@ impl LatencyHdr {
                     format!("not an HDR V2 histogram: {e:?}"),
                 )
             })?;
+        // Each count fits in u64, but their sum must too: quantiles add them up (found by the
+        // hdr fuzz target, fuzz/corpus/hdr/crash-counts-past-u64.hdr.json).
+        if hist
+            .iter_recorded()
+            .try_fold(0u64, |sum, v| sum.checked_add(v.count_at_value()))
+            .is_none()
+        {
+            return Err(MeasureError::at(
+                source,
+                1,
+                "hdr_v2_deflate_base64",
+                "the counts add up past 2^64 − 1".to_owned(),
+            ));
+        }
         if hist.sigfig() != file.significant_digits {
             return Err(MeasureError::at(
                 source,
