@@ -218,6 +218,59 @@ fn serve_answers_openai_requests() {
     assert!(body.contains("vllm:prefix_cache_hits_total"), "{body}");
 }
 
+/// `completion_tokens` and `finish_reason` of a chat answer.
+fn generated(server: &Server, extra: &str) -> (u64, String) {
+    let req = format!(
+        r#"{{"messages":[{{"role":"user","content":"What is 2+2? Answer with the number only."}}],"max_tokens":60,"temperature":0{extra}}}"#
+    );
+    let (st, _, body) = http(&server.addr, "POST", "/v1/chat/completions", &req, &[]);
+    assert_eq!(st, 200, "{req}: {body}");
+    let v: Value = serde_json::from_str(&body).expect("json");
+    let n = v["usage"]["completion_tokens"].as_u64().expect("usage");
+    let finish = v["choices"][0]["finish_reason"].as_str().expect("finish");
+    (n, finish.to_owned())
+}
+
+#[test]
+fn serve_generates_the_asked_length_with_ignore_eos_and_min_tokens() {
+    // A load run asks for its trace's output lengths with vLLM's `ignore_eos`; before, the
+    // engine ignored it and SmolLM2 stopped after 7 of 60 tokens ("2 + 2 = 4").
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+    let (natural, finish) = generated(&server, "");
+    assert!(
+        natural < 60 && finish == "stop",
+        "{natural} tokens, {finish}"
+    );
+    assert_eq!(
+        generated(&server, r#","ignore_eos":true"#),
+        (60, "length".to_owned())
+    );
+    let (n, _) = generated(&server, r#","min_tokens":30"#);
+    assert!(n >= 30, "{n} tokens with min_tokens 30");
+    // Streamed answers go through the same scheduler: 60 token chunks.
+    let req = r#"{"messages":[{"role":"user","content":"What is 2+2? Answer with the number only."}],"max_tokens":60,"temperature":0,"ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}}"#;
+    let (st, _, body) = http(&server.addr, "POST", "/v1/chat/completions", req, &[]);
+    assert_eq!(st, 200, "{body}");
+    let usage = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .find_map(|v| v["usage"]["completion_tokens"].as_u64());
+    assert_eq!(usage, Some(60), "{body}");
+
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"min_tokens":5}"#,
+    );
+    assert_eq!(doc["error"]["param"], "min_tokens", "{doc}");
+    let doc = refused(
+        &server,
+        r#"{"messages":[{"role":"user","content":"Hi"}],"max_tokens":4,"ignore_eos":"yes"}"#,
+    );
+    assert_eq!(doc["error"]["param"], "ignore_eos", "{doc}");
+}
+
 /// A text file saved under a `.gguf` name: the first thing a new user tries by mistake.
 fn text_file_named_gguf(dir: &std::path::Path) -> String {
     let path = dir.join("notes.gguf");

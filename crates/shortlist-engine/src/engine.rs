@@ -491,8 +491,14 @@ impl LoadedModel {
                 .take()
                 .ok_or_else(|| EngineError::Compute("no logits from the forward pass".into()))?;
             out.margins.push(top2_margin(&l));
-            let tok = sampler.sample(&l);
-            if self.tokenizer.end_of_generation().contains(&tok) {
+            let eog = self.tokenizer.end_of_generation();
+            let may_choose_end = params.may_choose_end(out.tokens.len());
+            let tok = if may_choose_end {
+                sampler.sample(&l)
+            } else {
+                sampler.sample_except(&l, eog)
+            };
+            if may_choose_end && eog.contains(&tok) {
                 out.finish = FinishReason::Stop;
                 break;
             }
@@ -503,7 +509,9 @@ impl LoadedModel {
             }
             let piece = detok.push(&self.tokenizer, tok)?;
             out.text.push_str(&piece);
-            if let Some(cut) = find_stop(&out.text, params.stop()) {
+            if params.may_end(out.tokens.len())
+                && let Some(cut) = find_stop(&out.text, params.stop())
+            {
                 out.text.truncate(cut);
                 out.finish = FinishReason::Stop;
                 break;

@@ -15,6 +15,8 @@ pub struct SamplingParams {
     seed: u64,
     max_tokens: usize,
     stop: Vec<String>,
+    min_tokens: usize,
+    ignore_eos: bool,
 }
 
 impl SamplingParams {
@@ -27,6 +29,8 @@ impl SamplingParams {
             seed: 0,
             max_tokens,
             stop: Vec::new(),
+            min_tokens: 0,
+            ignore_eos: false,
         }
     }
 
@@ -71,7 +75,55 @@ impl SamplingParams {
             seed,
             max_tokens,
             stop,
+            min_tokens: 0,
+            ignore_eos: false,
         })
+    }
+
+    /// The same, generating at least `min_tokens` before anything may end the answer (vLLM's
+    /// `min_tokens`): until then no end-of-generation token is chosen and no stop sequence
+    /// ends it. Refused above `max_tokens`.
+    pub fn with_min_tokens(mut self, min_tokens: usize) -> Result<Self> {
+        if min_tokens > self.max_tokens {
+            return Err(EngineError::InvalidParameter {
+                field: "min_tokens",
+                message: format!(
+                    "{min_tokens} is above max_tokens ({}); at most max_tokens tokens are generated",
+                    self.max_tokens
+                ),
+            });
+        }
+        self.min_tokens = min_tokens;
+        Ok(self)
+    }
+
+    /// The same, never ending on an end-of-generation token (vLLM's `ignore_eos`): those tokens
+    /// are not chosen, so the answer runs to `max_tokens` unless a stop sequence ends it. Load
+    /// runs ask for it, so that each request generates the output length its trace names.
+    pub fn with_ignore_eos(mut self, ignore_eos: bool) -> Self {
+        self.ignore_eos = ignore_eos;
+        self
+    }
+
+    /// Whether the answer may end after `generated` tokens: on an end-of-generation token
+    /// (unless `ignore_eos`) or a stop sequence; `max_tokens` ends it regardless.
+    pub fn may_end(&self, generated: usize) -> bool {
+        generated >= self.min_tokens
+    }
+
+    /// Whether end-of-generation tokens may be chosen after `generated` tokens.
+    pub fn may_choose_end(&self, generated: usize) -> bool {
+        !self.ignore_eos && self.may_end(generated)
+    }
+
+    /// The fewest new tokens (0 unless asked).
+    pub fn min_tokens(&self) -> usize {
+        self.min_tokens
+    }
+
+    /// Whether end-of-generation tokens are never chosen.
+    pub fn ignore_eos(&self) -> bool {
+        self.ignore_eos
     }
 
     /// Maximum new tokens.
@@ -116,18 +168,44 @@ pub fn argmax(logits: &[f32]) -> u32 {
     best as u32
 }
 
+/// Index of the largest logit outside `banned`; the first on ties. `None` when every id is
+/// banned.
+fn argmax_except(logits: &[f32], banned: &[u32]) -> Option<u32> {
+    let mut best: Option<usize> = None;
+    for (i, &l) in logits.iter().enumerate() {
+        if banned.contains(&(i as u32)) {
+            continue;
+        }
+        if best.is_none_or(|b| l > logits[b]) {
+            best = Some(i);
+        }
+    }
+    best.map(|b| b as u32)
+}
+
 impl Sampler {
     /// The next token.
     pub fn sample(&mut self, logits: &[f32]) -> u32 {
+        self.sample_except(logits, &[])
+    }
+
+    /// The next token, never one of `banned` (the end-of-generation tokens while the answer may
+    /// not end) unless every token is banned. Greedy takes the largest logit left; sampling
+    /// draws among the rest as if the banned tokens had a logit of −∞.
+    pub fn sample_except(&mut self, logits: &[f32], banned: &[u32]) -> u32 {
         let p = &self.params;
         if p.temperature == 0.0 || logits.len() < 2 {
-            return argmax(logits);
+            return argmax_except(logits, banned).unwrap_or_else(|| argmax(logits));
         }
         let mut cand: Vec<(u32, f32)> = logits
             .iter()
             .enumerate()
             .map(|(i, &l)| (i as u32, l))
+            .filter(|(i, _)| !banned.contains(i))
             .collect();
+        if cand.is_empty() {
+            return argmax(logits);
+        }
         // Descending logits, ties by id, so that the cut-offs are deterministic.
         cand.sort_unstable_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
         if p.top_k > 0 && p.top_k < cand.len() {
@@ -179,6 +257,30 @@ mod tests {
         assert!(SamplingParams::new(1.0, 0.0, 0, 0, 8, vec![]).is_err());
         assert!(SamplingParams::new(1.0, 1.0, 0, 0, 0, vec![]).is_err());
         assert!(SamplingParams::new(1.0, 1.0, 0, 0, 8, vec![String::new()]).is_err());
+    }
+
+    #[test]
+    fn min_tokens_above_max_tokens_is_refused() {
+        let p = SamplingParams::new(0.0, 1.0, 0, 0, 8, vec![]).unwrap();
+        assert!(p.clone().with_min_tokens(9).is_err());
+        let p = p.with_min_tokens(8).unwrap();
+        assert!(!p.may_end(7) && p.may_end(8));
+        let p = p.with_ignore_eos(true);
+        assert!(!p.may_choose_end(100));
+    }
+
+    #[test]
+    fn a_banned_token_is_never_chosen() {
+        let logits = [0.0, 5.0, 1.0, 4.0];
+        let mut greedy = SamplingParams::greedy(4).sampler();
+        assert_eq!(greedy.sample_except(&logits, &[1]), 3);
+        assert_eq!(greedy.sample_except(&logits, &[0, 1, 2, 3]), 1);
+        let mut hot = SamplingParams::new(2.0, 1.0, 0, 7, 4, vec![])
+            .unwrap()
+            .sampler();
+        for _ in 0..200 {
+            assert_ne!(hot.sample_except(&logits, &[1, 3]), 1);
+        }
     }
 
     #[test]

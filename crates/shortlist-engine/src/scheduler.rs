@@ -598,9 +598,15 @@ impl StepCost {
 }
 
 fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, metrics: &Metrics) {
-    let tok = s.sampler.sample(logits);
+    let eog = model.tokenizer().end_of_generation();
+    let params = &s.req.params;
+    let tok = if params.may_choose_end(s.generated.len()) {
+        s.sampler.sample(logits)
+    } else {
+        s.sampler.sample_except(logits, eog)
+    };
     let t = secs(s.req.arrival, now);
-    if model.tokenizer().end_of_generation().contains(&tok) {
+    if eog.contains(&tok) && params.may_choose_end(s.generated.len()) {
         s.finish = Some(FinishReason::Stop);
         return;
     }
@@ -615,7 +621,12 @@ fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, me
     let d0 = Instant::now();
     let mut piece = s.detok.push(model.tokenizer(), tok).unwrap_or_default();
     s.text.push_str(&piece);
-    if let Some(cut) = find_stop(&s.text, s.req.params.stop()) {
+    let stop = if s.req.params.may_end(s.generated.len()) {
+        find_stop(&s.text, s.req.params.stop())
+    } else {
+        None
+    };
+    if let Some(cut) = stop {
         // Send only the text before the stop sequence.
         let before = s.text.len() - piece.len();
         piece = if cut > before {

@@ -477,6 +477,7 @@ fn build_record(
             input_tokens: Some(input_tokens),
             output_tokens,
             output_tokens_source,
+            max_tokens: Some(u64::from(request.max_tokens())),
             status,
             error: error.map(Cow::Owned),
             valid: None,

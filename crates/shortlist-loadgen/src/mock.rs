@@ -25,6 +25,9 @@ use axum::routing::{get, post};
 use futures_util::stream;
 pub use shortlist_http::Limits;
 
+/// The longest answer the mock sends, in tokens (its "context").
+pub const MAX_ANSWER_TOKENS: u64 = 1 << 16;
+
 /// How the mock answers.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MockConfig {
@@ -373,11 +376,34 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
         }
         return canned(c, streaming);
     }
-    let asked = request
-        .get("max_tokens")
-        .or_else(|| request.get("max_completion_tokens"))
+    // The mock's "model" ends its answer after `config.tokens` tokens, as a model ends on its
+    // end-of-generation token; vLLM's `ignore_eos` runs it to `max_tokens` and `min_tokens`
+    // sets a floor, so that a load run gets the output lengths its trace names.
+    let max_tokens = request
+        .get("max_completion_tokens")
+        .or_else(|| request.get("max_tokens"))
+        .and_then(serde_json::Value::as_u64);
+    let ignore_eos = request
+        .get("ignore_eos")
+        .and_then(serde_json::Value::as_bool)
+        .unwrap_or(false);
+    let min_tokens = request
+        .get("min_tokens")
         .and_then(serde_json::Value::as_u64)
-        .map_or(config.tokens, |n| n.min(u64::from(config.tokens)) as u32);
+        .unwrap_or(0);
+    let natural = u64::from(config.tokens).max(min_tokens);
+    let asked = match max_tokens {
+        Some(n) if ignore_eos => n,
+        Some(n) => n.min(natural),
+        None => natural,
+    };
+    if asked > MAX_ANSWER_TOKENS {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("the mock answers at most {MAX_ANSWER_TOKENS} tokens; {asked} were asked for"),
+        );
+    }
+    let asked = asked as u32;
     let prompt_tokens = match kind {
         Kind::Chat => request
             .get("messages")

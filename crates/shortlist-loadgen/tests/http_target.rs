@@ -17,7 +17,16 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 async fn replay(url: &str, workload: Workload, options: RunOptions) -> Vec<RecordLine> {
-    let target = Arc::new(OpenAiTarget::new(url, "mock", false).unwrap());
+    replay_with(url, workload, options, false).await
+}
+
+async fn replay_with(
+    url: &str,
+    workload: Workload,
+    options: RunOptions,
+    ignore_eos: bool,
+) -> Vec<RecordLine> {
+    let target = Arc::new(OpenAiTarget::new(url, "mock", ignore_eos).unwrap());
     let output = RunOutput {
         path: None,
         keep: true,
@@ -36,6 +45,22 @@ async fn replay(url: &str, workload: Workload, options: RunOptions) -> Vec<Recor
     .await
     .unwrap();
     result.records
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_ignore_eos_the_mock_answers_the_lengths_the_workload_asks_for() {
+    // The mock's "model" ends after 16 tokens, as a model ends on its end-of-generation token.
+    let (address, _stop) = spawn_local(MockConfig::default()).await.unwrap();
+    let url = format!("http://{address}");
+    for (ignore_eos, want) in [(false, 16), (true, 40)] {
+        let workload = Workload::constant_rate(6, 100.0, 30, 40);
+        let records = replay_with(&url, workload, RunOptions::open(), ignore_eos).await;
+        assert_eq!(records.len(), 6);
+        for r in &records {
+            assert_eq!(r.attempt.status, Status::Ok, "{:?}", r.attempt.error);
+            assert_eq!(r.attempt.output_tokens, want, "ignore_eos {ignore_eos}");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

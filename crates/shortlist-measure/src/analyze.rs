@@ -118,6 +118,7 @@ pub struct Analyzer {
     completed: u64,
     by_status: [u64; 4],
     output_tokens_completed: u64,
+    lengths: OutputLengths,
     input_tokens_sent: u64,
     input_tokens_distinct: u64,
     prefix_hit_tokens: u64,
@@ -185,6 +186,7 @@ impl Analyzer {
             completed: 0,
             by_status: [0; 4],
             output_tokens_completed: 0,
+            lengths: OutputLengths::default(),
             input_tokens_sent: 0,
             input_tokens_distinct: 0,
             prefix_hit_tokens: 0,
@@ -381,6 +383,12 @@ impl Analyzer {
         if a.status == Status::Ok {
             self.completed += 1;
             self.output_tokens_completed += a.output_tokens;
+            if let Some(asked) = a.max_tokens {
+                self.lengths.requests += 1;
+                self.lengths.requested_tokens += asked;
+                self.lengths.generated_tokens += a.output_tokens;
+                self.lengths.short_requests += u64::from(a.output_tokens < asked);
+            }
             match a.last_token_s {
                 Some(end) => {
                     self.e2e.push(end - s);
@@ -601,6 +609,21 @@ impl Analyzer {
                 token_share * 100.0
             ));
         }
+        let lengths = (self.lengths.requests > 0).then(|| self.lengths.clone());
+        if let Some(l) = &lengths
+            && l.generated_tokens < l.requested_tokens
+        {
+            warnings.push(format!(
+                "output lengths: {} of {} completed requests generated fewer tokens than they asked \
+                 for ({} of {} tokens, {:.1} %): the load is lighter than the workload's (ask \
+                 with ignore_eos)",
+                l.short_requests,
+                l.requests,
+                l.generated_tokens,
+                l.requested_tokens,
+                l.generated_tokens as f64 / l.requested_tokens.max(1) as f64 * 100.0
+            ));
+        }
         if self.ok_without_token > 0 {
             warnings.push(format!(
                 "{} successful attempts streamed no token; they have no TTFT or e2e sample",
@@ -760,6 +783,7 @@ impl Analyzer {
                 window_length_s: length,
                 rule: "completed attempts (status ok) scheduled in the window, over the window length; output tokens of those attempts".to_owned(),
             },
+            output_lengths: lengths,
             goodput: Goodput {
                 requests_per_s: qualified as f64 / length,
                 output_tokens_per_s: qualified_tokens as f64 / length,
@@ -952,6 +976,10 @@ pub struct Report {
     pub requests: Requests,
     pub attempts: Attempts,
     pub throughput: Throughput,
+    /// Requested against generated output tokens, over the completed attempts in the window
+    /// whose records name what they asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output_lengths: Option<OutputLengths>,
     pub goodput: Goodput,
     pub latency: Latency,
     pub stages: std::collections::BTreeMap<String, Distribution>,
@@ -1012,6 +1040,17 @@ pub struct Throughput {
     pub attempts_with_prefix_hit: u64,
     pub window_length_s: f64,
     pub rule: String,
+}
+
+/// What completed requests asked for against what they got.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct OutputLengths {
+    /// Completed attempts in the window whose record names its `max_tokens`.
+    pub requests: u64,
+    pub requested_tokens: u64,
+    pub generated_tokens: u64,
+    /// Those that generated fewer tokens than they asked for.
+    pub short_requests: u64,
 }
 
 #[derive(Debug, Clone, Serialize)]

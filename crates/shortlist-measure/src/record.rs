@@ -183,6 +183,11 @@ pub struct Attempt<'a> {
     pub output_tokens: u64,
     #[serde(default = "client_source")]
     pub output_tokens_source: TokenSource,
+    /// The output tokens the request asked for (its `max_tokens`), where the client wrote it:
+    /// the report sets what was generated against it, since a server that stops early
+    /// makes the load lighter than the workload's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_tokens: Option<u64>,
     pub status: Status,
     #[serde(default, borrow)]
     pub error: Option<Cow<'a, str>>,

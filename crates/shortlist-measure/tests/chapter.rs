@@ -244,6 +244,44 @@ fn token_disagreement_is_reported() {
     assert!(r.warnings.iter().any(|w| w.contains("disagree on 1 of 10")));
 }
 
+/// A server that stops early makes the load lighter than the workload's: the report sets the
+/// tokens generated against those asked for and says so.
+#[test]
+fn output_lengths_set_generated_against_requested() {
+    let mut lines = Vec::new();
+    for i in 0..10 {
+        let mut line = streamed(&format!("r{i}"), f64::from(i) * 0.1, 0.1, 0.01, 4, true);
+        // Two of ten asked for 60 tokens and got 4; the others got what they asked for.
+        line["max_tokens"] = json!(if i < 2 { 60 } else { 4 });
+        lines.push(line);
+    }
+    let r = report([0.0, 1.0], &lines, "");
+    let l = r.output_lengths.expect("the records name max_tokens");
+    assert_eq!(
+        (
+            l.requests,
+            l.requested_tokens,
+            l.generated_tokens,
+            l.short_requests
+        ),
+        (10, 152, 40, 2)
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("2 of 10 completed requests generated fewer tokens")),
+        "{:?}",
+        r.warnings
+    );
+    // Records that do not say what they asked for give no figure and no warning.
+    let old: Vec<Value> = (0..10)
+        .map(|i| streamed(&format!("r{i}"), f64::from(i) * 0.1, 0.1, 0.01, 4, true))
+        .collect();
+    let r = report([0.0, 1.0], &old, "");
+    assert!(r.output_lengths.is_none());
+    assert!(!r.warnings.iter().any(|w| w.contains("output lengths")));
+}
+
 /// Percentiles from too few samples carry a warning instead of passing silently.
 #[test]
 fn small_samples_are_warned_about() {

@@ -179,6 +179,12 @@ pub(crate) fn render(source: &str, r: &Report) -> String {
         t.input_tokens_distinct_per_s,
         t.window_length_s
     ));
+    if let Some(l) = &r.output_lengths {
+        line(format!(
+            "lengths    {} output tokens generated of {} requested ({} of {} completed requests short)",
+            l.generated_tokens, l.requested_tokens, l.short_requests, l.requests
+        ));
+    }
     let g = &r.goodput;
     line(format!(
         "goodput    {:.3} req/s qualifying, {:.1} output tok/s qualifying; attainment {}{}",

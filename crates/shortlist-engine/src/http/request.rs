@@ -189,6 +189,20 @@ impl Options {
                 .unwrap_or(false),
             Some(other) => return Err(must("stream_options", "an object", other)),
         };
+        // vLLM's extensions that load tools send, so that a request generates the output
+        // length its trace names.
+        let ignore_eos = field(body, "ignore_eos")
+            .map(|v| boolean(v, "ignore_eos"))
+            .transpose()?
+            .unwrap_or(false);
+        let min_tokens = field(body, "min_tokens")
+            .map(|v| {
+                v.as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| must("min_tokens", "a whole number ≥ 0", v))
+            })
+            .transpose()?
+            .unwrap_or(0);
         let params = SamplingParams::new(
             temperature.unwrap_or(1.0) as f32,
             top_p.unwrap_or(1.0) as f32,
@@ -198,7 +212,9 @@ impl Options {
                 .or(max_tokens)
                 .unwrap_or(default_max_tokens),
             stop,
-        )?;
+        )?
+        .with_min_tokens(min_tokens)?
+        .with_ignore_eos(ignore_eos);
         Ok(Self {
             params,
             stream,

@@ -120,7 +120,10 @@ impl<'a> Lazy<'a> {
     pub(super) fn sweep(&mut self) -> Result<(&Served, &mut Sweep), ServiceError> {
         if self.state.is_none() {
             let served = Served::start(&self.spec, &self.source, self.ctx.config.threads)?;
-            let target = OpenAiTarget::new(&served.url, &served.model, false)
+            // `ignore_eos`: each request generates the output length the workload names, as
+            // vLLM-style servers (and ours) honour it; a model that would stop early must not
+            // make the load lighter than the product's.
+            let target = OpenAiTarget::new(&served.url, &served.model, true)
                 .map_err(|e| ServiceError::invalid(&self.source, format!("the served URL: {e}")))?;
             let sweep = Sweep::new(
                 LoadTarget::Http(target),
