@@ -271,6 +271,115 @@ fn serve_generates_the_asked_length_with_ignore_eos_and_min_tokens() {
     assert_eq!(doc["error"]["param"], "ignore_eos", "{doc}");
 }
 
+/// A Python with OpenAI's client: `SHORTLIST_OPENAI_PYTHON` (scripts/test makes a virtual
+/// environment with it), else `python3` when it imports `openai`. Absent, the test says it is
+/// skipped, and fails instead when `SHORTLIST_REQUIRE_OPENAI_PYTHON=1` (as scripts/test sets).
+fn openai_python() -> Option<String> {
+    let python = std::env::var("SHORTLIST_OPENAI_PYTHON").unwrap_or_else(|_| "python3".into());
+    let found = std::process::Command::new(&python)
+        .args(["-c", "import openai"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if found {
+        return Some(python);
+    }
+    let why = format!("{python} cannot import openai (scripts/test installs it)");
+    if std::env::var("SHORTLIST_REQUIRE_OPENAI_PYTHON").as_deref() == Ok("1") {
+        panic!("SHORTLIST_REQUIRE_OPENAI_PYTHON=1 but {why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+#[test]
+fn openais_python_client_reads_chat_streams_logprobs_and_errors() {
+    let Some(model) = smollm2() else { return };
+    let Some(python) = openai_python() else {
+        return;
+    };
+    let server = start_server(&model.to_string_lossy());
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/clients/openai_client.py"
+    );
+    let out = std::process::Command::new(&python)
+        .args([script, &format!("http://{}", server.addr)])
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("the script prints JSON");
+
+    // Chat with logprobs: one entry per generated token, the greedy choice first among its
+    // three alternatives, log-probabilities of a distribution.
+    let chat = &v["chat"];
+    let entries = chat["logprobs"].as_array().expect("logprobs.content");
+    assert_eq!(
+        entries.len() as u64,
+        chat["completion_tokens"].as_u64().unwrap()
+    );
+    let mut text = String::new();
+    for e in entries {
+        let top = e["top"].as_array().expect("top_logprobs");
+        assert_eq!(top.len(), 3, "{e}");
+        let lp = e["logprob"].as_f64().unwrap();
+        assert!(lp <= 0.0, "{e}");
+        assert_eq!(top[0][0], e["token"], "greedy takes the most likely: {e}");
+        assert!((top[0][1].as_f64().unwrap() - lp).abs() < 1e-6, "{e}");
+        assert!(
+            top.windows(2).all(|w| w[0][1].as_f64() >= w[1][1].as_f64()),
+            "{e}"
+        );
+        let bytes: Vec<u8> = e["bytes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b.as_u64().unwrap() as u8)
+            .collect();
+        assert_eq!(bytes, e["token"].as_str().unwrap().as_bytes());
+        text.push_str(e["token"].as_str().unwrap());
+    }
+    assert_eq!(chat["content"].as_str(), Some(text.as_str()), "{chat}");
+
+    // Streaming with usage: the same greedy answer, one logprob entry per token.
+    let stream = &v["stream"];
+    assert_eq!(stream["content"], chat["content"], "{v}");
+    assert_eq!(
+        stream["completion_tokens"], chat["completion_tokens"],
+        "{v}"
+    );
+    assert_eq!(stream["logprob_tokens"], chat["completion_tokens"], "{v}");
+
+    // vLLM's ignore_eos through `extra_body`: the asked length.
+    assert_eq!(v["ignore_eos"]["completion_tokens"], 20, "{v}");
+    assert_eq!(v["ignore_eos"]["finish_reason"], "length", "{v}");
+
+    // Legacy completions with logprobs: tokens, offsets into the text, two alternatives each.
+    let c = &v["completion"];
+    let tokens: Vec<&str> = c["tokens"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t.as_str().unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 4, "{c}");
+    assert_eq!(tokens.concat(), c["text"].as_str().unwrap(), "{c}");
+    let mut offset = 0;
+    for (i, t) in tokens.iter().enumerate() {
+        assert_eq!(c["text_offset"][i].as_u64(), Some(offset), "{c}");
+        offset += t.len() as u64;
+        assert_eq!(c["top_logprobs"][i].as_object().unwrap().len(), 2, "{c}");
+    }
+
+    // Errors in OpenAI's shape reach the client as its own exception.
+    assert_eq!(v["error"]["status"], 400, "{v}");
+    assert_eq!(v["error"]["body"]["param"], "messages[0].role", "{v}");
+    assert_eq!(v["error"]["body"]["type"], "invalid_request_error", "{v}");
+}
+
 /// A text file saved under a `.gguf` name: the first thing a new user tries by mistake.
 fn text_file_named_gguf(dir: &std::path::Path) -> String {
     let path = dir.join("notes.gguf");

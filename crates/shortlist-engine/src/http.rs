@@ -28,7 +28,9 @@ use futures_util::stream::{self, Stream};
 use serde_json::{Value, json};
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 
+use crate::engine::LoadedModel;
 use crate::error::EngineError;
+use crate::sampling::TokenLogprobs;
 use crate::scheduler::{Completion, EngineHandle, Event, GenRequest};
 
 pub use request::{ChatRequest, CompletionRequest, Options};
@@ -326,13 +328,13 @@ async fn respond(
                 Kind::Chat => format!("chatcmpl-{rid}"),
                 Kind::Text => format!("cmpl-{rid}"),
             };
-            let model = st.engine.model().name().to_owned();
+            let loaded = st.engine.model().clone();
             if options.stream() {
                 // The stream owns the log line from here and writes it when it ends.
-                let sse = SseState::new(rx, id, model, kind, options.include_usage(), log);
+                let sse = SseState::new(rx, id, loaded, kind, options.include_usage(), log);
                 Sse::new(sse_stream(sse)).into_response()
             } else {
-                collect(rx, id, model, kind, &mut log).await
+                collect(rx, id, &loaded, kind, &mut log).await
             }
         }
     };
@@ -373,20 +375,71 @@ fn usage(c: &Completion) -> Value {
     })
 }
 
+/// A token's text for log-probability entries: the token decoded alone (a byte-fallback piece
+/// of a multi-byte character decodes to U+FFFD).
+fn token_text(model: &LoadedModel, id: u32) -> String {
+    model.tokenizer().decode(&[id]).unwrap_or_default()
+}
+
+/// One generated token in OpenAI's chat `logprobs.content` shape.
+fn chat_logprob(model: &LoadedModel, id: u32, lp: &TokenLogprobs) -> Value {
+    let entry = |id: u32, logprob: f32| {
+        let token = token_text(model, id);
+        json!({"token": token, "logprob": logprob, "bytes": token.as_bytes()})
+    };
+    let mut v = entry(id, lp.logprob);
+    v["top_logprobs"] = lp.top.iter().map(|&(i, l)| entry(i, l)).collect();
+    v
+}
+
+/// Generated tokens in the legacy completions `logprobs` shape (`text_offset` counts bytes
+/// from the start of the answer).
+fn completion_logprobs(
+    model: &LoadedModel,
+    tokens: &[(u32, TokenLogprobs)],
+    start: usize,
+) -> Value {
+    let mut offset = start;
+    let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+    for (id, lp) in tokens {
+        let text = token_text(model, *id);
+        offsets.push(offset);
+        offset += text.len();
+        texts.push(text);
+        lps.push(lp.logprob);
+        let top: serde_json::Map<String, Value> = lp
+            .top
+            .iter()
+            .map(|&(i, l)| (token_text(model, i), json!(l)))
+            .collect();
+        tops.push(Value::Object(top));
+    }
+    json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
+}
+
 async fn collect(
     mut rx: UnboundedReceiver<Event>,
     id: String,
-    model: String,
+    loaded: &LoadedModel,
     kind: Kind,
     log: &mut RequestLog,
 ) -> Response {
+    let model = loaded.name().to_owned();
     let mut text = String::new();
+    let mut logprobs: Option<Vec<(u32, TokenLogprobs)>> = None;
     while let Some(ev) = rx.recv().await {
         match ev {
             Event::Admitted { .. } => {}
-            Event::Token { text: t, .. } => {
+            Event::Token {
+                id: tok,
+                text: t,
+                logprobs: lp,
+            } => {
                 log.completion_tokens += 1;
                 text.push_str(&t);
+                if let Some(lp) = lp {
+                    logprobs.get_or_insert_default().push((tok, lp));
+                }
             }
             Event::Failed(e) => {
                 let e = ApiError::from(e);
@@ -395,12 +448,19 @@ async fn collect(
             }
             Event::Done(c) => {
                 log.done(&c);
+                let lps = logprobs.as_deref().map(|tokens| match kind {
+                    Kind::Chat => json!({"content": tokens
+                        .iter()
+                        .map(|(i, lp)| chat_logprob(loaded, *i, lp))
+                        .collect::<Vec<_>>()}),
+                    Kind::Text => completion_logprobs(loaded, tokens, 0),
+                });
                 let choice = match kind {
                     Kind::Chat => {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": c.finish.as_str()})
+                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lps, "finish_reason": c.finish.as_str()})
                     }
                     Kind::Text => {
-                        json!({"index": 0, "text": text, "logprobs": null, "finish_reason": c.finish.as_str()})
+                        json!({"index": 0, "text": text, "logprobs": lps, "finish_reason": c.finish.as_str()})
                     }
                 };
                 let object = if kind == Kind::Chat {
@@ -428,6 +488,9 @@ struct SseState {
     pending: VecDeque<SseEvent>,
     id: String,
     model: String,
+    loaded: std::sync::Arc<LoadedModel>,
+    /// Bytes of answer text sent so far (the completions `text_offset`).
+    sent_bytes: usize,
     kind: Kind,
     include_usage: bool,
     sent_role: bool,
@@ -439,7 +502,7 @@ impl SseState {
     fn new(
         rx: UnboundedReceiver<Event>,
         id: String,
-        model: String,
+        loaded: std::sync::Arc<LoadedModel>,
         kind: Kind,
         include_usage: bool,
         mut log: RequestLog,
@@ -450,7 +513,9 @@ impl SseState {
             rx,
             pending: VecDeque::new(),
             id,
-            model,
+            model: loaded.name().to_owned(),
+            loaded,
+            sent_bytes: 0,
             kind,
             include_usage,
             sent_role: false,
@@ -465,8 +530,16 @@ impl SseState {
         finish: Option<&str>,
         extra: Option<(&str, Value)>,
     ) -> SseEvent {
+        let mut v = self.chunk_value(delta_text, finish);
+        if let Some((k, x)) = extra {
+            v[k] = x;
+        }
+        SseEvent::default().data(v.to_string())
+    }
+
+    fn chunk_value(&self, delta_text: Option<&str>, finish: Option<&str>) -> Value {
         let created = unix_now();
-        let mut v = match self.kind {
+        match self.kind {
             Kind::Chat => {
                 let delta = match (delta_text, self.sent_role) {
                     (Some(t), true) => json!({"content": t}),
@@ -480,23 +553,28 @@ impl SseState {
                 json!({"id": self.id, "object": "text_completion", "created": created, "model": self.model,
                                  "choices": [{"index": 0, "text": delta_text.unwrap_or(""), "logprobs": null, "finish_reason": finish}]})
             }
-        };
-        if let Some((k, x)) = extra {
-            v[k] = x;
         }
-        SseEvent::default().data(v.to_string())
     }
 
     fn on_event(&mut self, ev: Event) {
         match ev {
             Event::Admitted { .. } => {}
-            Event::Token { text, .. } => {
+            Event::Token { id, text, logprobs } => {
                 self.log.completion_tokens += 1;
-                if !text.is_empty() || !self.sent_role {
-                    let e = self.chunk(Some(&text), None, None);
+                let lps = logprobs.map(|lp| match self.kind {
+                    Kind::Chat => json!({"content": [chat_logprob(&self.loaded, id, &lp)]}),
+                    Kind::Text => completion_logprobs(&self.loaded, &[(id, lp)], self.sent_bytes),
+                });
+                if !text.is_empty() || !self.sent_role || lps.is_some() {
+                    let mut e = self.chunk_value(Some(&text), None);
+                    if let Some(lps) = lps {
+                        e["choices"][0]["logprobs"] = lps;
+                    }
                     self.sent_role = true;
-                    self.pending.push_back(e);
+                    self.pending
+                        .push_back(SseEvent::default().data(e.to_string()));
                 }
+                self.sent_bytes += text.len();
             }
             Event::Done(c) => {
                 self.log.done(&c);

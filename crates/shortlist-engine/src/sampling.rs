@@ -17,7 +17,11 @@ pub struct SamplingParams {
     stop: Vec<String>,
     min_tokens: usize,
     ignore_eos: bool,
+    logprobs: Option<usize>,
 }
+
+/// The most alternatives a token's log-probabilities list (OpenAI's limit for `top_logprobs`).
+pub const MAX_TOP_LOGPROBS: usize = 20;
 
 impl SamplingParams {
     /// Greedy decoding for at most `max_tokens` tokens.
@@ -31,6 +35,7 @@ impl SamplingParams {
             stop: Vec::new(),
             min_tokens: 0,
             ignore_eos: false,
+            logprobs: None,
         }
     }
 
@@ -77,7 +82,29 @@ impl SamplingParams {
             stop,
             min_tokens: 0,
             ignore_eos: false,
+            logprobs: None,
         })
+    }
+
+    /// The same, reporting each generated token's log-probability and those of the `top` most
+    /// likely tokens at its position (`None`: no log-probabilities). Refused above
+    /// [`MAX_TOP_LOGPROBS`].
+    pub fn with_logprobs(mut self, top: Option<usize>) -> Result<Self> {
+        if let Some(n) = top
+            && n > MAX_TOP_LOGPROBS
+        {
+            return Err(EngineError::InvalidParameter {
+                field: "top_logprobs",
+                message: format!("{n} is above {MAX_TOP_LOGPROBS}"),
+            });
+        }
+        self.logprobs = top;
+        Ok(self)
+    }
+
+    /// How many alternatives each token's log-probabilities list, when asked for.
+    pub fn logprobs(&self) -> Option<usize> {
+        self.logprobs
     }
 
     /// The same, generating at least `min_tokens` before anything may end the answer (vLLM's
@@ -166,6 +193,46 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// A generated token's log-probability under the model's distribution (softmax of the logits,
+/// before temperature or cuts), and the `top` most likely tokens at its position, most likely
+/// first (ties by id).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprobs {
+    /// The chosen token's log-probability.
+    pub logprob: f32,
+    /// `(id, log-probability)` of the most likely tokens.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// The log-probabilities of `token` and of the `top` most likely tokens, from `logits`.
+pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+    let lse = f64::from(max) + sum.ln();
+    let lp = |l: f32| (f64::from(l) - lse) as f32;
+    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+    let by_logit = |a: &u32, b: &u32| {
+        logits[*b as usize]
+            .total_cmp(&logits[*a as usize])
+            .then(a.cmp(b))
+    };
+    let top = top.min(order.len());
+    if top > 0 && top < order.len() {
+        order.select_nth_unstable_by(top - 1, by_logit);
+    }
+    order.truncate(top);
+    order.sort_unstable_by(by_logit);
+    TokenLogprobs {
+        logprob: logits
+            .get(token as usize)
+            .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        top: order
+            .into_iter()
+            .map(|i| (i, lp(logits[i as usize])))
+            .collect(),
+    }
 }
 
 /// Index of the largest logit outside `banned`; the first on ties. `None` when every id is
@@ -281,6 +348,24 @@ mod tests {
         for _ in 0..200 {
             assert_ne!(hot.sample_except(&logits, &[1, 3]), 1);
         }
+    }
+
+    #[test]
+    fn logprobs_are_a_normalized_log_softmax_with_the_top_first() {
+        let logits = [1.0, 3.0, 2.0, 3.0];
+        let lp = logprobs(&logits, 2, 3);
+        let total: f32 = [0, 1, 2, 3]
+            .iter()
+            .map(|&i| logprobs(&logits, i, 0).logprob.exp())
+            .sum();
+        assert!((total - 1.0).abs() < 1e-6, "{total}");
+        assert_eq!(
+            lp.top.iter().map(|t| t.0).collect::<Vec<_>>(),
+            vec![1, 3, 2]
+        );
+        assert!((lp.logprob - lp.top[2].1).abs() < 1e-7);
+        assert!((lp.top[0].1 - lp.top[1].1).abs() < 1e-7);
+        assert!(SamplingParams::greedy(4).with_logprobs(Some(21)).is_err());
     }
 
     #[test]

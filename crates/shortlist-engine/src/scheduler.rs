@@ -97,6 +97,8 @@ pub enum Event {
         id: u32,
         /// New text.
         text: String,
+        /// Its log-probabilities, when the request asked for them.
+        logprobs: Option<crate::sampling::TokenLogprobs>,
     },
     /// The request finished.
     Done(Completion),
@@ -605,6 +607,9 @@ fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, me
     } else {
         s.sampler.sample_except(logits, eog)
     };
+    let logprobs = params
+        .logprobs()
+        .map(|top| crate::sampling::logprobs(logits, tok, top));
     let t = secs(s.req.arrival, now);
     if eog.contains(&tok) && params.may_choose_end(s.generated.len()) {
         s.finish = Some(FinishReason::Stop);
@@ -647,6 +652,7 @@ fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, me
         .send(Event::Token {
             id: tok,
             text: piece,
+            logprobs,
         })
         .is_err()
     {

@@ -7,7 +7,7 @@ use serde_json::{Map, Value};
 
 use super::ApiError;
 use crate::chat::{Message, ROLES};
-use crate::sampling::SamplingParams;
+use crate::sampling::{MAX_TOP_LOGPROBS, SamplingParams};
 
 /// A `/v1/chat/completions` body, checked.
 #[derive(Debug, Clone)]
@@ -62,7 +62,7 @@ impl ChatRequest {
         };
         Ok(Self {
             messages,
-            options: Options::parse(&body, CHAT_DEFAULT_MAX_TOKENS)?,
+            options: Options::parse(&body, CHAT_DEFAULT_MAX_TOKENS, true)?,
         })
     }
 
@@ -104,7 +104,7 @@ impl CompletionRequest {
         };
         Ok(Self {
             prompt,
-            options: Options::parse(&body, COMPLETION_DEFAULT_MAX_TOKENS)?,
+            options: Options::parse(&body, COMPLETION_DEFAULT_MAX_TOKENS, false)?,
         })
     }
 
@@ -125,7 +125,11 @@ impl CompletionRequest {
 }
 
 impl Options {
-    fn parse(body: &Map<String, Value>, default_max_tokens: usize) -> Result<Self, ApiError> {
+    fn parse(
+        body: &Map<String, Value>,
+        default_max_tokens: usize,
+        chat: bool,
+    ) -> Result<Self, ApiError> {
         if let Some(n) = field(body, "n")
             && n.as_u64() != Some(1)
         {
@@ -196,13 +200,51 @@ impl Options {
             .transpose()?
             .unwrap_or(false);
         let min_tokens = field(body, "min_tokens")
-            .map(|v| {
-                v.as_u64()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .ok_or_else(|| must("min_tokens", "a whole number ≥ 0", v))
-            })
+            .map(|v| whole(v, "min_tokens"))
             .transpose()?
             .unwrap_or(0);
+        let logprobs = if chat {
+            // Chat: `logprobs: true`, and `top_logprobs` alternatives (which need it).
+            let on = field(body, "logprobs")
+                .map(|v| boolean(v, "logprobs"))
+                .transpose()?
+                .unwrap_or(false);
+            let top = field(body, "top_logprobs")
+                .map(|v| whole(v, "top_logprobs"))
+                .transpose()?;
+            match (on, top) {
+                (false, Some(_)) => {
+                    return Err(bad(
+                        "top_logprobs",
+                        "`top_logprobs` needs `logprobs: true`".into(),
+                    ));
+                }
+                (false, None) => None,
+                (true, top) => Some(top.unwrap_or(0)),
+            }
+        } else {
+            // Completions: `logprobs: N`, the alternatives per token; `echo` would ask for the
+            // prompt's log-probabilities too.
+            if field(body, "echo").is_some_and(|v| v.as_bool() != Some(false)) {
+                return Err(bad(
+                    "echo",
+                    "`echo` is not supported: this server returns the log-probabilities of \
+                     generated tokens only"
+                        .into(),
+                ));
+            }
+            let top = field(body, "logprobs")
+                .filter(|v| !v.is_null())
+                .map(|v| whole(v, "logprobs"))
+                .transpose()?;
+            if let Some(n) = top.filter(|&n| n > MAX_TOP_LOGPROBS) {
+                return Err(bad(
+                    "logprobs",
+                    format!("{n} alternatives asked for; at most {MAX_TOP_LOGPROBS}"),
+                ));
+            }
+            top
+        };
         let params = SamplingParams::new(
             temperature.unwrap_or(1.0) as f32,
             top_p.unwrap_or(1.0) as f32,
@@ -214,7 +256,8 @@ impl Options {
             stop,
         )?
         .with_min_tokens(min_tokens)?
-        .with_ignore_eos(ignore_eos);
+        .with_ignore_eos(ignore_eos)
+        .with_logprobs(logprobs)?;
         Ok(Self {
             params,
             stream,
@@ -343,6 +386,12 @@ fn positive_integer(v: &Value, at: &str) -> Result<usize, ApiError> {
         .filter(|&n| n > 0)
         .and_then(|n| usize::try_from(n).ok())
         .ok_or_else(|| must(at, "a positive integer", v))
+}
+
+fn whole(v: &Value, at: &str) -> Result<usize, ApiError> {
+    v.as_u64()
+        .and_then(|n| usize::try_from(n).ok())
+        .ok_or_else(|| must(at, "a whole number ≥ 0", v))
 }
 
 fn integer(v: &Value, at: &str) -> Result<i64, ApiError> {
