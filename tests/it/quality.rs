@@ -48,6 +48,8 @@ fn eval_run_scores_a_real_model_and_resumes() {
     for case in cases {
         assert!(case["tokens"].as_u64().is_some(), "{case}");
         assert!(case["latency_s"].as_f64().unwrap() > 0.0, "{case}");
+        // Greedy: the smallest top-2 logit gap along the answer, for the record's near-ties.
+        assert!(case["min_top2_gap"].as_f64().unwrap() >= 0.0, "{case}");
     }
     // Greedy decoding is deterministic: a small model knows the capital of France.
     let capital = cases.iter().find(|c| c["id"] == "capital").unwrap();

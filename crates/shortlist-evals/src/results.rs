@@ -60,6 +60,11 @@ pub struct CheckResult {
     pub verdict: Verdict,
 }
 
+/// A top-2 logit gap below this is a near-tie: measured on the held-out generations, SmolLM2's
+/// and Gemma's first answer tokens had gaps of 0.008–0.04 on 3 of 6 prompts, and llama.cpp,
+/// candle and this engine chose differently there.
+pub const NEAR_TIE: f64 = 0.1;
+
 /// One case's result.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CaseResult {
@@ -88,6 +93,11 @@ pub struct CaseResult {
     /// Seconds the case took (filled by quality runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_s: Option<f64>,
+    /// The smallest gap between the two most likely tokens' logits along the greedy answer
+    /// (filled by quality runs when the candidate tells it): below [`NEAR_TIE`] the outcome rests
+    /// on a near-tie that another engine, kernel or quantization may break the other way.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_top2_gap: Option<f64>,
     /// One entry per judge check: what the judge said, what was read from it, and whether the
     /// check is advisory or may drive a disqualifier.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -212,6 +222,7 @@ pub fn score_case(case: &Case, response: Option<&Response>) -> CaseResult {
             finish_reason: None,
             tokens: None,
             latency_s: None,
+            min_top2_gap: None,
             judgements: Vec::new(),
         };
     };
@@ -244,6 +255,7 @@ pub fn score_case(case: &Case, response: Option<&Response>) -> CaseResult {
         finish_reason: r.finish_reason().map(|f| f.as_str().to_owned()),
         tokens: None,
         latency_s: None,
+        min_top2_gap: None,
         judgements: case
             .checks()
             .iter()

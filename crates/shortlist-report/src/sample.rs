@@ -5,8 +5,9 @@
 use shortlist_study::cost::{CostInputs, estimate};
 use shortlist_study::memory::{FitInputs, KvLayout, fit};
 use shortlist_study::record::{
-    Cost, Identity, LatencyLine, Operations, PairedComparison, Performance, Quality, RECORD_FORMAT,
-    RateWithInterval, SelectionRecord, StudyStamp, SweepRow, verdict_of,
+    CategoryNearTies, Cost, Identity, LatencyLine, NearTies, Operations, PairedComparison,
+    Performance, Quality, RECORD_FORMAT, RateWithInterval, SelectionRecord, StudyStamp, SweepRow,
+    verdict_of,
 };
 use shortlist_study::rule::{Outcome, RuleVerdict};
 
@@ -195,6 +196,23 @@ pub fn sample_record() -> SelectionRecord {
                 p_value: 0.031,
             }),
             decoding: "greedy, max 256 new tokens".into(),
+            near_ties: Some(NearTies {
+                threshold: 0.1,
+                known: 86,
+                cases: 7,
+                by_category: vec![
+                    CategoryNearTies {
+                        category: "tool calls".into(),
+                        cases: 4,
+                        known: 20,
+                    },
+                    CategoryNearTies {
+                        category: "multilingual".into(),
+                        cases: 3,
+                        known: 16,
+                    },
+                ],
+            }),
         },
         disqualifiers,
         memory,

@@ -320,6 +320,7 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             ),
         ),
         row("decoding", or_unknown(&q.decoding, 80)),
+        row("near-ties", near_ties_text(q.near_ties.as_ref())),
     ];
     let paired = q.paired.as_ref().map(|c| {
         format!(
@@ -590,4 +591,30 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             clip(&r.machine, 60)
         ),
     }
+}
+
+/// The near-ties line of section 2: how many answered cases rest on a near-tie, and where.
+fn near_ties_text(n: Option<&shortlist_study::record::NearTies>) -> String {
+    let Some(n) = n else {
+        return "not measured (the candidate reported no top-2 gaps)".to_owned();
+    };
+    let mut text = format!(
+        "{} of {} answered cases rest on a near-tie (a top-2 logit gap below {} along the \
+         answer: another engine or quantization may answer them otherwise)",
+        n.cases, n.known, n.threshold
+    );
+    if !n.by_category.is_empty() {
+        let parts: Vec<String> = n
+            .by_category
+            .iter()
+            .take(6)
+            .map(|c| format!("{} {} of {}", clip(&c.category, 30), c.cases, c.known))
+            .collect();
+        let more = n.by_category.len().saturating_sub(6);
+        text.push_str(&format!(": {}", parts.join(", ")));
+        if more > 0 {
+            text.push_str(&format!(", +{more} more categories"));
+        }
+    }
+    text
 }

@@ -76,6 +76,23 @@ pub struct Generated {
     pub prompt_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
     pub latency_s: f64,
+    /// The smallest gap between the two most likely tokens' logits along a greedy answer;
+    /// `None` when unknown (sampling, an empty answer, or an endpoint without logprobs).
+    pub min_top2_gap: Option<f32>,
+}
+
+/// The smallest top-2 gap of a chat completion that carries `logprobs.content[].top_logprobs`
+/// with two alternatives per token (log-probability gaps equal logit gaps); `None` without them.
+pub fn min_top2_gap_of(answer: &Value) -> Option<f32> {
+    let content = answer.pointer("/choices/0/logprobs/content")?.as_array()?;
+    let mut min: Option<f32> = None;
+    for token in content {
+        let top = token.get("top_logprobs")?.as_array()?;
+        let (a, b) = (top.first()?, top.get(1)?);
+        let gap = (a.get("logprob")?.as_f64()? - b.get("logprob")?.as_f64()?).abs() as f32;
+        min = Some(min.map_or(gap, |m| m.min(gap)));
+    }
+    min
 }
 
 /// A candidate ready to answer cases.
@@ -220,6 +237,7 @@ impl Generator for EngineGenerator {
                 prompt_tokens: Some(ids.len() as u64),
                 output_tokens: Some(0),
                 latency_s: started.elapsed().as_secs_f64(),
+                min_top2_gap: None,
             });
         }
         let out = self
@@ -241,6 +259,11 @@ impl Generator for EngineGenerator {
             prompt_tokens: Some(ids.len() as u64),
             output_tokens: Some(out.tokens.len() as u64),
             latency_s: started.elapsed().as_secs_f64(),
+            // Greedy only: a sampled answer does not follow the top choice.
+            min_top2_gap: params
+                .is_greedy()
+                .then(|| out.margins.iter().copied().reduce(f32::min))
+                .flatten(),
         })
     }
 }
@@ -291,7 +314,12 @@ impl Generator for EndpointGenerator {
         }
         let mut body = json!({"model": self.model, "messages": messages, "max_tokens": decoding.max_tokens, "stream": false});
         match decoding.sampling {
-            None => body["temperature"] = json!(0.0),
+            None => {
+                body["temperature"] = json!(0.0);
+                // The top two alternatives of each token, for the near-ties of the answer.
+                body["logprobs"] = json!(true);
+                body["top_logprobs"] = json!(2);
+            }
             Some((t, seed)) => {
                 body["temperature"] = json!(t);
                 body["seed"] = json!(seed);
@@ -332,6 +360,7 @@ impl Generator for EndpointGenerator {
                     prompt_tokens: None,
                     output_tokens: Some(0),
                     latency_s: started.elapsed().as_secs_f64(),
+                    min_top2_gap: None,
                 });
             }
             let why = serde_json::from_str::<Value>(&text)
@@ -345,7 +374,9 @@ impl Generator for EndpointGenerator {
                 retryable: code == 408 || code == 429 || code >= 500,
             });
         }
-        let answer = serde_json::from_str::<Value>(&text)
+        let value = serde_json::from_str::<Value>(&text);
+        let min_top2_gap = value.as_ref().ok().and_then(min_top2_gap_of);
+        let answer = value
             .map_err(|e| format!("the answer is not JSON ({e})"))
             .and_then(|value| parse_chat_completion(&value))
             .map_err(|why| RunError::Request {
@@ -361,6 +392,7 @@ impl Generator for EndpointGenerator {
             prompt_tokens: answer.prompt_tokens,
             output_tokens: answer.output_tokens,
             latency_s: started.elapsed().as_secs_f64(),
+            min_top2_gap,
         })
     }
 }
@@ -438,4 +470,24 @@ pub fn open(spec: &CandidateSpec) -> Result<Box<dyn Generator>, RunError> {
         CandidateSpec::Gguf(path) => Box::new(EngineGenerator::open(path)?),
         CandidateSpec::Endpoint { url, model } => Box::new(EndpointGenerator::new(url, model)?),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_smallest_top2_gap_is_read_from_chat_logprobs() {
+        let token = |a: f64, b: f64| json!({"token": "x", "logprob": a, "top_logprobs": [{"token": "x", "logprob": a}, {"token": "y", "logprob": b}]});
+        let answer = json!({"choices": [{"logprobs": {"content": [token(-0.1, -3.0), token(-0.6, -0.65), token(-1.0, -2.0)]}}]});
+        let gap = min_top2_gap_of(&answer).unwrap();
+        assert!((gap - 0.05).abs() < 1e-6, "{gap}");
+        // Without logprobs, or with one alternative only, nothing is claimed.
+        assert_eq!(
+            min_top2_gap_of(&json!({"choices": [{"logprobs": null}]})),
+            None
+        );
+        let one = json!({"choices": [{"logprobs": {"content": [{"token": "x", "logprob": -0.1, "top_logprobs": [{"token": "x", "logprob": -0.1}]}]}}]});
+        assert_eq!(min_top2_gap_of(&one), None);
+    }
 }

@@ -461,6 +461,7 @@ cases:
                 prompt_tokens: None,
                 output_tokens: Some(3),
                 latency_s: 0.0,
+                min_top2_gap: None,
             })
         }
     }

@@ -274,6 +274,7 @@ pub fn run_quality_on(
         }
         result.tokens = generated.output_tokens;
         result.latency_s = Some(generated.latency_s);
+        result.min_top2_gap = generated.min_top2_gap.map(f64::from);
         progress.record(&result)?;
         on_case(Tick {
             finished: index + 1,
@@ -337,6 +338,7 @@ cases:
                 prompt_tokens: Some(3),
                 output_tokens: Some(1),
                 latency_s: 0.01,
+                min_top2_gap: None,
             })
         }
     }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use shortlist_evals::EvalSet;
-use shortlist_evals::results::{CaseError, CaseResult, RunResults};
+use shortlist_evals::results::{CaseError, CaseResult, NEAR_TIE, RunResults};
 use shortlist_evals::score::Outcome as CheckOutcome;
 use shortlist_evals::score::judge::GateStatus;
 use shortlist_evals::score::refusal::Expect;
@@ -16,8 +16,8 @@ use crate::cost::{CostInputs, NoCost, estimate};
 use crate::memory::MemoryFit;
 use crate::performance::Measured;
 use crate::record::{
-    Cost, Identity, Operations, PairedComparison, Performance, Quality, RECORD_FORMAT,
-    RateWithInterval, SelectionRecord, StudyStamp, verdict_of,
+    CategoryNearTies, Cost, Identity, NearTies, Operations, PairedComparison, Performance, Quality,
+    RECORD_FORMAT, RateWithInterval, SelectionRecord, StudyStamp, verdict_of,
 };
 use crate::rule::{Metric, MetricValues, Value};
 use crate::study::{CandidateRef, LockedStudy};
@@ -91,6 +91,7 @@ pub fn assemble_record(inputs: RecordInputs<'_>) -> SelectionRecord {
                 categories: vec![],
                 paired: None,
                 decoding: "-".to_owned(),
+                near_ties: None,
             }
         }
     };
@@ -303,8 +304,41 @@ fn quality_section(
             .collect(),
         paired: q.paired.clone(),
         decoding: q.decoding.clone(),
+        near_ties: near_ties(&results.cases),
     };
     (section, complete)
+}
+
+/// The near-ties of the answered cases (see [`NearTies`]), by category in the order given.
+fn near_ties(cases: &[CaseResult]) -> Option<NearTies> {
+    let mut by_category: Vec<CategoryNearTies> = Vec::new();
+    for case in cases {
+        let Some(gap) = case.min_top2_gap else {
+            continue;
+        };
+        let i = match by_category.iter().position(|c| c.category == case.category) {
+            Some(i) => i,
+            None => {
+                by_category.push(CategoryNearTies {
+                    category: case.category.clone(),
+                    cases: 0,
+                    known: 0,
+                });
+                by_category.len() - 1
+            }
+        };
+        by_category[i].known += 1;
+        by_category[i].cases += u64::from(gap < NEAR_TIE);
+    }
+    if by_category.is_empty() {
+        return None;
+    }
+    Some(NearTies {
+        threshold: NEAR_TIE,
+        known: by_category.iter().map(|c| c.known).sum(),
+        cases: by_category.iter().map(|c| c.cases).sum(),
+        by_category: by_category.into_iter().filter(|c| c.cases > 0).collect(),
+    })
 }
 
 /// The load metrics the disqualifiers may name.
@@ -554,6 +588,43 @@ mod tests {
         let high = values.get(Metric::HighValueFailures).unwrap();
         assert_eq!(high.value, Value::Number(1.0));
         assert_eq!(high.evidence, vec!["plain".to_owned()]);
+    }
+
+    /// Near-ties count the answered cases whose gaps are known, by category in set order, and
+    /// name only the categories that have some.
+    #[test]
+    fn near_ties_count_cases_below_the_threshold_by_category() {
+        let yaml = "format: shortlist.evalset.v1\nname: t\ncases:\n  - {id: a, category: tools, input: q, checks: [{type: contains, value: y}]}\n  - {id: b, category: tools, input: q, checks: [{type: contains, value: y}]}\n  - {id: c, category: plain, input: q, checks: [{type: contains, value: y}]}\n  - {id: d, category: plain, input: q, checks: [{type: contains, value: y}]}\n";
+        let set = EvalSet::from_yaml("t.yaml", yaml).unwrap();
+        let gaps = [Some(0.02), Some(1.5), Some(0.3), None];
+        let cases: Vec<CaseResult> = set
+            .cases()
+            .iter()
+            .zip(gaps)
+            .map(|(case, gap)| {
+                let mut r = score_case(case, Some(&Response::new("y", Vec::new(), None)));
+                r.min_top2_gap = gap;
+                r
+            })
+            .collect();
+        let n = near_ties(&cases).expect("gaps are known");
+        assert_eq!((n.known, n.cases, n.threshold), (3, 1, NEAR_TIE));
+        assert_eq!(
+            n.by_category,
+            vec![CategoryNearTies {
+                category: "tools".into(),
+                cases: 1,
+                known: 2
+            }]
+        );
+        let unknown: Vec<CaseResult> = cases
+            .into_iter()
+            .map(|mut c| {
+                c.min_top2_gap = None;
+                c
+            })
+            .collect();
+        assert_eq!(near_ties(&unknown), None);
     }
 
     /// The refusal direction decides which rate a failed refusal check counts towards.

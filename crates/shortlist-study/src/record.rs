@@ -84,6 +84,33 @@ pub struct Quality {
     pub categories: Vec<RateWithInterval>,
     pub paired: Option<PairedComparison>,
     pub decoding: String,
+    /// Cases whose outcome rests on a near-tie; absent when the candidate told no top-2 gaps.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub near_ties: Option<NearTies>,
+}
+
+/// The answered cases whose greedy answer passed through a near-tie: a top-2 logit gap below
+/// `threshold` at some token. Their outcome may flip on another engine, kernel or quantization.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NearTies {
+    /// The gap (logits) below which the top two choices are a near-tie.
+    pub threshold: f64,
+    /// Answered cases whose top-2 gaps the candidate told.
+    pub known: u64,
+    /// Of those, the cases with a near-tie.
+    pub cases: u64,
+    /// The categories with near-ties, in the set's order.
+    pub by_category: Vec<CategoryNearTies>,
+}
+
+/// One category's near-ties.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CategoryNearTies {
+    pub category: String,
+    /// Cases with a near-tie.
+    pub cases: u64,
+    /// Cases whose gaps are known.
+    pub known: u64,
 }
 
 /// A latency line: percentiles with their population and count.

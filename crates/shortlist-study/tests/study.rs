@@ -187,6 +187,7 @@ fn example_record() -> SelectionRecord {
             categories: vec![],
             paired: None,
             decoding: "greedy".into(),
+            near_ties: None,
         },
         disqualifiers: verdicts,
         memory,

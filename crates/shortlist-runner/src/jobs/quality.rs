@@ -117,6 +117,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
                     result.finish_reason = generated.finish_reason.clone();
                     result.tokens = generated.output_tokens;
                     result.latency_s = Some(generated.latency_s);
+                    result.min_top2_gap = generated.min_top2_gap.map(f64::from);
                     let stored = StoredCase {
                         case_id: case.id().to_owned(),
                         passed: result.outcome == CaseOutcome::Pass,
