@@ -6,7 +6,7 @@
 use leptos::prelude::*;
 use shortlist_report::overlay;
 use shortlist_runner::service::views::{CaseRow, Comparison};
-use shortlist_study::record::{Cost, SelectionRecord};
+use shortlist_study::record::{Cost, NEAR_TIE, SelectionRecord};
 
 use crate::encode;
 use crate::layout::document;
@@ -183,11 +183,14 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                             Some(false) => ("fail", "bad"),
                             None => ("–", "none"),
                         };
-                        let detail = format!(
+                        let mut detail = format!(
                             "{} · {}",
                             row.latencies_s[i].map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s")),
                             row.tokens[i].map_or_else(|| "–".to_owned(), |t| format!("{t} tokens"))
                         );
+                        if let Some(gap) = row.gaps.get(i).copied().flatten().filter(|&g| g < NEAR_TIE) {
+                            detail.push_str(&format!(" · near-tie (gap {gap:.3})"));
+                        }
                         let class = format!("badge {tone}");
                         view! { <td><span class=class>{word}</span><div class="muted small">{detail}</div></td> }
                     })
@@ -271,6 +274,9 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                                 "{}/{} · {:.1} % [{:.1}–{:.1} %]",
                                 r.quality.overall.passed, r.quality.overall.n, r.quality.overall.rate * 100.0,
                                 r.quality.overall.lo * 100.0, r.quality.overall.hi * 100.0))}
+                            {summary_row("Near-ties", &records, |r| r.quality.near_ties.as_ref().map_or_else(
+                                || "not measured".to_owned(),
+                                |n| format!("{} of {} cases (top-2 logit gap < {})", n.cases, n.known, n.threshold)))}
                             {summary_row("Attainment at target", &records, |r| pct(r.performance.attainment))}
                             {summary_row("Goodput at target", &records, |r| format!("{:.3} req/s (throughput {:.3})", r.performance.goodput_rps, r.performance.throughput_rps))}
                             {summary_row("TTFT p99", &records, |r| r.performance.latencies.iter().find(|l| l.metric == "TTFT").and_then(|l| l.p99_s).map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s")))}

@@ -297,6 +297,10 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
     assert_eq!(record["study"]["lock_sha256"], json_of(&verify)["sha256"]);
     assert_eq!(record["record_sha256"].as_str().unwrap().len(), 64);
     assert_eq!(record["quality"]["overall"]["n"], 6);
+    // The engine tells each greedy answer's top-2 gaps: every answered case is counted.
+    let ties = &record["quality"]["near_ties"];
+    assert_eq!(ties["known"], 6, "{ties}");
+    assert!(ties["cases"].as_u64().unwrap() <= 6, "{ties}");
     assert_eq!(record["memory"]["fits"], true);
     let rules = record["disqualifiers"].as_array().unwrap();
     assert_eq!(rules.len(), 4);

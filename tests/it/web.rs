@@ -336,6 +336,9 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(compare.status, 200);
     assert!(compare.body.contains("6 of 6 cases"), "{}", compare.body);
+    // The canned answers carry no logprobs: the near-ties are said to be unmeasured.
+    assert!(compare.body.contains("Near-ties"), "{}", compare.body);
+    assert!(compare.body.contains("not measured"), "{}", compare.body);
     // The overlaid charts are on the page, drawn for the one column.
     for chart in [
         "Pass rate per category, 95 % Wilson intervals",

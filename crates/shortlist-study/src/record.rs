@@ -89,6 +89,8 @@ pub struct Quality {
     pub near_ties: Option<NearTies>,
 }
 
+pub use shortlist_evals::results::NEAR_TIE;
+
 /// The answered cases whose greedy answer passed through a near-tie: a top-2 logit gap below
 /// `threshold` at some token. Their outcome may flip on another engine, kernel or quantization.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -343,6 +343,7 @@ impl StudyService {
                     outcomes: decided,
                     latencies_s: per.iter().map(|r| r.and_then(|r| r.latency_s)).collect(),
                     tokens: per.iter().map(|r| r.and_then(|r| r.tokens)).collect(),
+                    gaps: per.iter().map(|r| r.and_then(|r| r.min_top2_gap)).collect(),
                 }
             })
             .collect();

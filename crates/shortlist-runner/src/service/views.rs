@@ -198,6 +198,9 @@ pub struct CaseRow {
     pub outcomes: Vec<Option<bool>>,
     pub latencies_s: Vec<Option<f64>>,
     pub tokens: Vec<Option<u64>>,
+    /// Per candidate: the smallest top-2 logit gap along its greedy answer, when told; below
+    /// [`shortlist_evals::results::NEAR_TIE`] the outcome rests on a near-tie.
+    pub gaps: Vec<Option<f64>>,
     /// Whether some candidate passed and another failed.
     pub disagreement: bool,
 }
