@@ -271,9 +271,72 @@ fn error(status: StatusCode, message: &str) -> Response {
         .into_response()
 }
 
+/// The mock's answer word at `index`: short words, one token each in common tokenizers.
+fn word(index: u32) -> &'static str {
+    if index == 0 { "Hello" } else { " tok" }
+}
+
+/// The mock's log-probabilities of its token at `index`, in `kind`'s shape: fixed values (the
+/// chosen word −0.1, its k-th alternative ` alt{k}` −(3 + k)), so that clients that ask for
+/// logprobs get the fields they parse.
+fn mock_logprobs(kind: Kind, index: u32, top: usize, offset: usize) -> serde_json::Value {
+    let alternatives = (1..top).map(|k| (format!(" alt{k}"), -(3.0 + k as f64)));
+    let chosen = (word(index).to_owned(), -0.1);
+    match kind {
+        Kind::Chat => {
+            let entry = |(t, lp): (String, f64)| serde_json::json!({"token": t, "logprob": lp, "bytes": t.as_bytes()});
+            let top: Vec<_> = std::iter::once(chosen.clone())
+                .chain(alternatives)
+                .take(top)
+                .map(entry)
+                .collect();
+            let mut e = entry(chosen);
+            e["top_logprobs"] = serde_json::Value::Array(top);
+            e
+        }
+        Kind::Completions => {
+            let top: serde_json::Map<_, _> = std::iter::once(chosen.clone())
+                .chain(alternatives)
+                .take(top)
+                .map(|(t, lp)| (t, serde_json::json!(lp)))
+                .collect();
+            serde_json::json!({"tokens": [chosen.0], "token_logprobs": [chosen.1], "top_logprobs": [top], "text_offset": [offset]})
+        }
+    }
+}
+
+/// The logprobs a request asks for: chat's `logprobs: true` with `top_logprobs`, or the
+/// completions' `logprobs: N`.
+fn asked_logprobs(kind: Kind, request: &serde_json::Value) -> Option<usize> {
+    let top = |v: Option<&serde_json::Value>| {
+        v.and_then(serde_json::Value::as_u64)
+            .map_or(0, |n| n.min(20) as usize)
+    };
+    match kind {
+        Kind::Chat => (request.get("logprobs").and_then(serde_json::Value::as_bool) == Some(true))
+            .then(|| top(request.get("top_logprobs"))),
+        Kind::Completions => request
+            .get("logprobs")
+            .filter(|v| v.is_u64())
+            .map(|v| top(Some(v))),
+    }
+}
+
+fn token_chunk_with_logprobs(kind: Kind, index: u32, top: usize, offset: usize) -> String {
+    let lp = mock_logprobs(kind, index, top, offset);
+    let v = match kind {
+        Kind::Chat => {
+            serde_json::json!({"id": "mock", "object": "chat.completion.chunk", "model": "mock", "choices": [{"index": 0, "delta": {"content": word(index)}, "logprobs": {"content": [lp]}, "finish_reason": null}]})
+        }
+        Kind::Completions => {
+            serde_json::json!({"id": "mock", "object": "text_completion", "model": "mock", "choices": [{"index": 0, "text": word(index), "logprobs": lp, "finish_reason": null}]})
+        }
+    };
+    format!("data: {v}\n\n")
+}
+
 fn token_chunk(kind: Kind, index: u32) -> String {
-    // Short words: one token each in common tokenizers.
-    let word = if index == 0 { "Hello" } else { " tok" };
+    let word = word(index);
     match kind {
         Kind::Chat => format!(
             "data: {{\"id\":\"mock\",\"object\":\"chat.completion.chunk\",\"model\":\"mock\",\"choices\":[{{\"index\":0,\"delta\":{{\"content\":\"{word}\"}},\"finish_reason\":null}}]}}\n\n"
@@ -424,11 +487,10 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
         .get("stream")
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(false);
+    let logprobs = asked_logprobs(kind, &request);
     if !streaming {
-        let text: String = (0..asked)
-            .map(|i| if i == 0 { "Hello" } else { " tok" })
-            .collect();
-        let choice = match kind {
+        let text: String = (0..asked).map(word).collect();
+        let mut choice = match kind {
             Kind::Chat => {
                 serde_json::json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
             }
@@ -436,6 +498,25 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
                 serde_json::json!({"index": 0, "text": text, "finish_reason": "length"})
             }
         };
+        if let Some(top) = logprobs {
+            let mut offset = 0;
+            let per_token: Vec<serde_json::Value> = (0..asked)
+                .map(|i| {
+                    let lp = mock_logprobs(kind, i, top, offset);
+                    offset += word(i).len();
+                    lp
+                })
+                .collect();
+            choice["logprobs"] = match kind {
+                Kind::Chat => serde_json::json!({"content": per_token}),
+                Kind::Completions => {
+                    let field = |name: &str| -> Vec<serde_json::Value> {
+                        per_token.iter().map(|lp| lp[name][0].clone()).collect()
+                    };
+                    serde_json::json!({"tokens": field("tokens"), "token_logprobs": field("token_logprobs"), "top_logprobs": field("top_logprobs"), "text_offset": field("text_offset")})
+                }
+            };
+        }
         let body = serde_json::json!({
             "id": "mock", "model": "mock", "choices": [choice],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": asked, "total_tokens": prompt_tokens + u64::from(asked)},
@@ -460,8 +541,13 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
     let body = if config.ttft.is_zero() && config.itl.is_zero() {
         // No delays: one write, so the mock costs as little as possible during calibration.
         let mut text = role.to_owned();
+        let mut offset = 0;
         for i in 0..asked {
-            text.push_str(&token_chunk(kind, i));
+            match logprobs {
+                Some(top) => text.push_str(&token_chunk_with_logprobs(kind, i, top, offset)),
+                None => text.push_str(&token_chunk(kind, i)),
+            }
+            offset += word(i).len();
         }
         text.push_str(&closing(kind, usage));
         Body::from(text)
@@ -479,7 +565,15 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
                 if !delay.is_zero() {
                     tokio::time::sleep(delay).await;
                 }
-                token_chunk(kind, step - 1)
+                let i = step - 1;
+                match logprobs {
+                    // Every word before this one is " tok" but the first, "Hello".
+                    Some(top) => {
+                        let offset = if i == 0 { 0 } else { 5 + 4 * (i as usize - 1) };
+                        token_chunk_with_logprobs(kind, i, top, offset)
+                    }
+                    None => token_chunk(kind, i),
+                }
             } else {
                 closing(kind, usage)
             };

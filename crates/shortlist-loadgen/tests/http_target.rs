@@ -64,6 +64,82 @@ async fn with_ignore_eos_the_mock_answers_the_lengths_the_workload_asks_for() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_mock_answers_logprobs_in_both_openai_shapes() {
+    let (address, _stop) = spawn_local(MockConfig::default()).await.unwrap();
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: serde_json::Value| {
+        client
+            .post(format!("http://{address}{path}"))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+    };
+    let chat = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": true, "top_logprobs": 2});
+    let v: serde_json::Value = post("/v1/chat/completions", chat.clone())
+        .await
+        .unwrap()
+        .text()
+        .await
+        .map(|t| serde_json::from_str(&t).unwrap())
+        .unwrap();
+    let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
+    assert_eq!(content.len(), 3, "{v}");
+    assert_eq!(content[0]["token"], "Hello");
+    assert_eq!(
+        content[1]["top_logprobs"].as_array().unwrap().len(),
+        2,
+        "{v}"
+    );
+    // Streamed: one logprobs entry per token chunk.
+    let mut streamed = chat;
+    streamed["stream"] = true.into();
+    let text = post("/v1/chat/completions", streamed)
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let entries = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<serde_json::Value>(d).ok())
+        .filter(|c| c["choices"][0]["logprobs"]["content"].is_array())
+        .count();
+    assert_eq!(entries, 3, "{text}");
+    // Completions: tokens, their log-probabilities, alternatives and offsets into the text.
+    let v: serde_json::Value = post(
+        "/v1/completions",
+        serde_json::json!({"prompt": "hi", "max_tokens": 3, "logprobs": 1}),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .map(|t| serde_json::from_str(&t).unwrap())
+    .unwrap();
+    let lp = &v["choices"][0]["logprobs"];
+    assert_eq!(
+        lp["tokens"],
+        serde_json::json!(["Hello", " tok", " tok"]),
+        "{v}"
+    );
+    assert_eq!(lp["text_offset"], serde_json::json!([0, 5, 9]), "{v}");
+    assert_eq!(lp["top_logprobs"][2].as_object().unwrap().len(), 1, "{v}");
+    // Without logprobs, none are sent.
+    let v: serde_json::Value = post(
+        "/v1/completions",
+        serde_json::json!({"prompt": "hi", "max_tokens": 3}),
+    )
+    .await
+    .unwrap()
+    .text()
+    .await
+    .map(|t| serde_json::from_str(&t).unwrap())
+    .unwrap();
+    assert!(v["choices"][0].get("logprobs").is_none(), "{v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn streams_from_the_mock_with_server_usage_and_true_ttft() {
     let config = MockConfig {
         tokens: 16,
