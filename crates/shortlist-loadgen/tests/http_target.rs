@@ -63,42 +63,35 @@ async fn with_ignore_eos_the_mock_answers_the_lengths_the_workload_asks_for() {
     }
 }
 
+/// The body of the mock's answer to a POST of `body` to `path`.
+async fn post_text(address: &str, path: &str, body: &serde_json::Value) -> String {
+    reqwest::Client::new()
+        .post(format!("http://{address}{path}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_mock_answers_logprobs_in_both_openai_shapes() {
     let (address, _stop) = spawn_local(MockConfig::default()).await.unwrap();
-    let client = reqwest::Client::new();
-    let post = |path: &str, body: serde_json::Value| {
-        client
-            .post(format!("http://{address}{path}"))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-    };
-    let chat = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": true, "top_logprobs": 2});
-    let v: serde_json::Value = post("/v1/chat/completions", chat.clone())
-        .await
-        .unwrap()
-        .text()
-        .await
-        .map(|t| serde_json::from_str(&t).unwrap())
-        .unwrap();
+    let address = address.to_string();
+    let json = |text: String| -> serde_json::Value { serde_json::from_str(&text).unwrap() };
+    let mut chat = serde_json::json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "logprobs": true, "top_logprobs": 2});
+    let v = json(post_text(&address, "/v1/chat/completions", &chat).await);
     let content = v["choices"][0]["logprobs"]["content"].as_array().unwrap();
     assert_eq!(content.len(), 3, "{v}");
     assert_eq!(content[0]["token"], "Hello");
-    assert_eq!(
-        content[1]["top_logprobs"].as_array().unwrap().len(),
-        2,
-        "{v}"
-    );
+    let alternatives = content[1]["top_logprobs"].as_array().unwrap();
+    assert_eq!(alternatives.len(), 2, "{v}");
     // Streamed: one logprobs entry per token chunk.
-    let mut streamed = chat;
-    streamed["stream"] = true.into();
-    let text = post("/v1/chat/completions", streamed)
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    chat["stream"] = true.into();
+    let text = post_text(&address, "/v1/chat/completions", &chat).await;
     let entries = text
         .lines()
         .filter_map(|l| l.strip_prefix("data: "))
@@ -107,35 +100,16 @@ async fn the_mock_answers_logprobs_in_both_openai_shapes() {
         .count();
     assert_eq!(entries, 3, "{text}");
     // Completions: tokens, their log-probabilities, alternatives and offsets into the text.
-    let v: serde_json::Value = post(
-        "/v1/completions",
-        serde_json::json!({"prompt": "hi", "max_tokens": 3, "logprobs": 1}),
-    )
-    .await
-    .unwrap()
-    .text()
-    .await
-    .map(|t| serde_json::from_str(&t).unwrap())
-    .unwrap();
+    let completion = serde_json::json!({"prompt": "hi", "max_tokens": 3, "logprobs": 1});
+    let v = json(post_text(&address, "/v1/completions", &completion).await);
     let lp = &v["choices"][0]["logprobs"];
-    assert_eq!(
-        lp["tokens"],
-        serde_json::json!(["Hello", " tok", " tok"]),
-        "{v}"
-    );
+    let words = serde_json::json!(["Hello", " tok", " tok"]);
+    assert_eq!(lp["tokens"], words, "{v}");
     assert_eq!(lp["text_offset"], serde_json::json!([0, 5, 9]), "{v}");
     assert_eq!(lp["top_logprobs"][2].as_object().unwrap().len(), 1, "{v}");
     // Without logprobs, none are sent.
-    let v: serde_json::Value = post(
-        "/v1/completions",
-        serde_json::json!({"prompt": "hi", "max_tokens": 3}),
-    )
-    .await
-    .unwrap()
-    .text()
-    .await
-    .map(|t| serde_json::from_str(&t).unwrap())
-    .unwrap();
+    let plain = serde_json::json!({"prompt": "hi", "max_tokens": 3});
+    let v = json(post_text(&address, "/v1/completions", &plain).await);
     assert!(v["choices"][0].get("logprobs").is_none(), "{v}");
 }
 
