@@ -318,7 +318,11 @@ fn llama_cpp_server_and_the_engine_side_by_side_on_the_same_gguf() {
         assert!(rates.contains(&2.0), "{name}: {rates:?}");
         assert_eq!(r["quality"]["overall"]["n"], 6, "{name}");
         // Both servers answer `logprobs` with two alternatives: every case's gaps are known.
-        assert_eq!(r["quality"]["near_ties"]["known"], 6, "{name}: {}", r["quality"]);
+        assert_eq!(
+            r["quality"]["near_ties"]["known"], 6,
+            "{name}: {}",
+            r["quality"]
+        );
     }
 
     // Case by case, from the stored answers of both candidates (the service's typed view).
