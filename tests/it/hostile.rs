@@ -21,22 +21,25 @@ impl Engine {
     fn start_smol(extra: &[&str]) -> Option<Engine> {
         Some(Engine::start(&smollm2()?, extra))
     }
+}
 
-    /// The server's resident memory now, in MiB, from `/proc/<pid>/status`.
+/// What the abuse tests need of a server of ours running as a child process.
+trait Served {
+    fn addr(&self) -> &str;
+    fn pid(&self) -> u32;
+    /// How long a test waits for an answer.
+    fn read_timeout(&self) -> Duration;
+    /// A short chat request that must succeed: the server still serves.
+    fn still_serves(&self);
+
+    /// The server's resident memory now, in MiB.
     fn rss_mib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("the server is running");
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc/<pid>/status");
-        kib / 1024
+        rss_mib(self.pid())
     }
 
     fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(&self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(120)))
+        let s = TcpStream::connect(self.addr()).expect("connect");
+        s.set_read_timeout(Some(self.read_timeout()))
             .expect("timeout");
         s
     }
@@ -55,13 +58,57 @@ impl Engine {
             .and_then(|()| s.write_all(body));
         read_answer(&mut s)
     }
+}
 
-    /// A short chat request that must succeed: the server still serves.
+impl Served for Engine {
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn read_timeout(&self) -> Duration {
+        Duration::from_secs(120)
+    }
+
     fn still_serves(&self) {
         let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
                           "max_tokens": 2, "temperature": 0});
         let (status, reply) = self.post("/v1/chat/completions", body.to_string().as_bytes());
         assert_eq!(status, 200, "{reply}");
+    }
+}
+
+/// A thousand connections that send a request's headers and then no body: while they hold
+/// their connections, `server` answers another within `within` and its RSS grows by under
+/// 64 MiB; each is let go with an OpenAI-shaped 408 once the body timeout has passed.
+fn idle_bodies_get_408(server: &impl Served, name: &str, within: Duration) {
+    let baseline = server.rss_mib();
+    let idle: Vec<TcpStream> = (0..1000)
+        .map(|_| {
+            let mut s = server.connect();
+            s.write_all(
+                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
+                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
+            )
+            .expect("send headers");
+            s
+        })
+        .collect();
+    let started = Instant::now();
+    server.still_serves();
+    assert!(started.elapsed() < within, "took {:?}", started.elapsed());
+    let held = server.rss_mib();
+    eprintln!("{name} RSS: {baseline} MiB, {held} MiB with 1000 idle connections");
+    assert!(
+        held < baseline + 64,
+        "RSS grew from {baseline} MiB to {held} MiB"
+    );
+    for (i, mut s) in idle.into_iter().enumerate() {
+        let (status, reply) = read_answer(&mut s);
+        openai_error(status, &reply, 408, &format!("idle connection {i}"));
     }
 }
 
@@ -264,37 +311,7 @@ fn a_thousand_connections_that_never_send_their_body_get_408_and_others_are_serv
         return;
     };
     engine.still_serves();
-    let baseline = engine.rss_mib();
-    let idle: Vec<TcpStream> = (0..1000)
-        .map(|_| {
-            let mut s = engine.connect();
-            s.write_all(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
-                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
-            )
-            .expect("send headers");
-            s
-        })
-        .collect();
-    // While they hold their connections, others are answered.
-    let started = Instant::now();
-    engine.still_serves();
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "took {:?}",
-        started.elapsed()
-    );
-    let held = engine.rss_mib();
-    eprintln!("engine serve RSS: {baseline} MiB, {held} MiB with 1000 idle connections");
-    assert!(
-        held < baseline + 64,
-        "RSS grew from {baseline} MiB to {held} MiB"
-    );
-    // Each is let go with a 408 once the body timeout has passed.
-    for (i, mut s) in idle.into_iter().enumerate() {
-        let (status, reply) = read_answer(&mut s);
-        openai_error(status, &reply, 408, &format!("idle connection {i}"));
-    }
+    idle_bodies_get_408(&engine, "engine serve", Duration::from_secs(30));
     engine.still_serves();
 }
 
@@ -333,6 +350,29 @@ impl Drop for MockServer {
     }
 }
 
+impl Served for MockServer {
+    fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn read_timeout(&self) -> Duration {
+        Duration::from_secs(60)
+    }
+
+    fn still_serves(&self) {
+        let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
+                          "max_tokens": 2});
+        let (status, reply) = self.post("/v1/chat/completions", body.to_string().as_bytes());
+        assert_eq!(status, 200, "{reply}");
+        let doc: Value = serde_json::from_str(&reply).expect("a JSON answer");
+        assert_eq!(doc["usage"]["completion_tokens"], 2, "{reply}");
+    }
+}
+
 impl MockServer {
     fn start(extra: &[&str]) -> MockServer {
         use std::io::{BufRead as _, BufReader};
@@ -362,40 +402,6 @@ impl MockServer {
             }
         });
         MockServer { child, addr, log }
-    }
-
-    fn rss_mib(&self) -> u64 {
-        rss_mib(self.child.id())
-    }
-
-    fn connect(&self) -> TcpStream {
-        let s = TcpStream::connect(&self.addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(60)))
-            .expect("timeout");
-        s
-    }
-
-    fn post(&self, path: &str, body: &[u8]) -> (u16, String) {
-        let mut s = self.connect();
-        let head = format!(
-            "POST {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
-             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-            body.len()
-        );
-        let _ = s
-            .write_all(head.as_bytes())
-            .and_then(|()| s.write_all(body));
-        read_answer(&mut s)
-    }
-
-    /// A short chat request that must succeed: the mock still serves.
-    fn still_serves(&self) {
-        let body = json!({"messages": [{"role": "user", "content": "Name a colour."}],
-                          "max_tokens": 2});
-        let (status, reply) = self.post("/v1/chat/completions", body.to_string().as_bytes());
-        assert_eq!(status, 200, "{reply}");
-        let doc: Value = serde_json::from_str(&reply).expect("a JSON answer");
-        assert_eq!(doc["usage"]["completion_tokens"], 2, "{reply}");
     }
 
     /// Nothing in the mock's log says it panicked.
@@ -619,35 +625,7 @@ fn mock_serve_holds_bodies_to_its_size_and_time_limits() {
     let (status, reply) = mock.post("/v1/completions", large.as_bytes());
     openai_error(status, &reply, 413, "a body over --max-body-bytes");
     // Headers, then nothing: 408 once the body timeout has passed, while others are served.
-    let baseline = mock.rss_mib();
-    let idle: Vec<TcpStream> = (0..1000)
-        .map(|_| {
-            let mut s = mock.connect();
-            s.write_all(
-                b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n\
-                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n",
-            )
-            .expect("send headers");
-            s
-        })
-        .collect();
-    let started = Instant::now();
-    mock.still_serves();
-    assert!(
-        started.elapsed() < Duration::from_secs(5),
-        "took {:?}",
-        started.elapsed()
-    );
-    let held = mock.rss_mib();
-    eprintln!("mock serve RSS: {baseline} MiB, {held} MiB with 1000 idle connections");
-    assert!(
-        held < baseline + 64,
-        "RSS grew from {baseline} MiB to {held} MiB"
-    );
-    for (i, mut s) in idle.into_iter().enumerate() {
-        let (status, reply) = read_answer(&mut s);
-        openai_error(status, &reply, 408, &format!("idle connection {i}"));
-    }
+    idle_bodies_get_408(&mock, "mock serve", Duration::from_secs(5));
     mock.still_serves();
     mock.no_panic();
 }
