@@ -292,6 +292,37 @@ mod tests {
             )
     }
 
+    /// `app` served under `limits` on a free loopback port, until [`Running::stop`].
+    struct Running {
+        addr: std::net::SocketAddr,
+        stop: tokio::sync::oneshot::Sender<()>,
+        server: tokio::task::JoinHandle<()>,
+    }
+
+    impl Running {
+        async fn start(app: Router, limits: Limits) -> Running {
+            let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+            let server = tokio::spawn(async move {
+                serve(listener, app, &limits, async {
+                    let _ = stopped.await;
+                })
+                .await;
+            });
+            Running { addr, stop, server }
+        }
+
+        /// Ask the server to stop; it must return within 5 s, without a panic.
+        async fn stop(self) {
+            self.stop.send(()).expect("the server runs");
+            tokio::time::timeout(Duration::from_secs(5), self.server)
+                .await
+                .expect("the server stops")
+                .expect("no panic");
+        }
+    }
+
     async fn answer(addr: std::net::SocketAddr, request: &[u8]) -> String {
         let mut s = TcpStream::connect(addr).await.expect("connect");
         s.write_all(request).await.expect("send");
@@ -320,15 +351,8 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_connection_that_never_finishes_its_headers_is_closed_while_others_are_served() {
         let limits = limits(300);
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            serve(listener, app(limits), &limits, async {
-                let _ = stopped.await;
-            })
-            .await;
-        });
+        let running = Running::start(app(limits), limits).await;
+        let addr = running.addr;
         let started = Instant::now();
         let mut slow = TcpStream::connect(addr).await.expect("connect");
         slow.write_all(b"GET /hea")
@@ -350,25 +374,14 @@ mod tests {
             waited >= Duration::from_millis(250) && waited < Duration::from_secs(5),
             "closed after {waited:?} with {n} bytes"
         );
-        stop.send(()).expect("the server runs");
-        tokio::time::timeout(Duration::from_secs(5), server)
-            .await
-            .expect("the server stops")
-            .expect("no panic");
+        running.stop().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bodies_over_the_limit_or_too_slow_are_refused_with_their_status() {
         let limits = limits(5_000);
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let server = tokio::spawn(async move {
-            serve(listener, app(limits), &limits, async {
-                let _ = stopped.await;
-            })
-            .await;
-        });
+        let running = Running::start(app(limits), limits).await;
+        let addr = running.addr;
         let ok = answer(
             addr,
             b"POST /echo HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 5\r\n\r\nhello",
@@ -397,11 +410,7 @@ mod tests {
             "{:?}",
             started.elapsed()
         );
-        stop.send(()).expect("the server runs");
-        tokio::time::timeout(Duration::from_secs(5), server)
-            .await
-            .expect("the server stops")
-            .expect("no panic");
+        running.stop().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
