@@ -602,7 +602,8 @@ impl StepCost {
 fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, metrics: &Metrics) {
     let eog = model.tokenizer().end_of_generation();
     let params = &s.req.params;
-    let tok = if params.may_choose_end(s.generated.len()) {
+    let may_choose_end = params.may_choose_end(s.generated.len());
+    let tok = if may_choose_end {
         s.sampler.sample(logits)
     } else {
         s.sampler.sample_except(logits, eog)
@@ -611,7 +612,7 @@ fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, me
         .logprobs()
         .map(|top| crate::sampling::logprobs(logits, tok, top));
     let t = secs(s.req.arrival, now);
-    if eog.contains(&tok) && params.may_choose_end(s.generated.len()) {
+    if may_choose_end && eog.contains(&tok) {
         s.finish = Some(FinishReason::Stop);
         return;
     }
