@@ -171,13 +171,15 @@ impl std::fmt::Debug for Model {
 /// candle's `QMatMul` for the others (K-quants, which it runs with AVX2) and for other devices.
 enum Linear {
     Ours(QWeight),
-    Candle(QMatMul),
+    /// candle's matmul and the block type of its weights.
+    Candle(QMatMul, GgmlDType),
 }
 
 impl Linear {
     fn new(t: Arc<QTensor>) -> candle_core::Result<Self> {
-        if !kernel_choice(t.dtype()) {
-            return QMatMul::from_arc(t).map(Self::Candle);
+        let dtype = t.dtype();
+        if !kernel_choice(dtype) {
+            return QMatMul::from_arc(t).map(|m| Self::Candle(m, dtype));
         }
         // Packed tiles when nothing else holds the tensor (a tied embedding keeps its bytes).
         let w = if Arc::strong_count(&t) == 1 && packing() {
@@ -187,16 +189,60 @@ impl Linear {
         };
         match w {
             Some(w) => Ok(Self::Ours(w)),
-            None => QMatMul::from_arc(t).map(Self::Candle),
+            None => QMatMul::from_arc(t).map(|m| Self::Candle(m, dtype)),
         }
     }
 
     fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         match self {
             Self::Ours(w) => w.forward(x),
-            Self::Candle(m) => m.forward(x),
+            Self::Candle(m, dtype) if x.device().is_cpu() && x.rank() == 2 => {
+                batch_invariant_candle(m, *dtype, x)
+            }
+            Self::Candle(m, _) => m.forward(x),
         }
     }
+}
+
+/// Rows of a Q4_K product taken at once on a CPU with AMX: candle's AMX tiles start at 32.
+const BELOW_AMX_ROWS: usize = 16;
+
+/// candle's CPU matmul of K-quants on x86 picks its kernel by row count — compact Q6_K dot
+/// products for one row and repacked tiles for more, and on a CPU with AMX, AMX tiles for
+/// Q4_K from 32 rows — and the kernels sum in different orders, so a row's result would depend
+/// on its batch. One kernel for every row count keeps it batch-invariant: a lone Q6_K row goes
+/// in as two (a copy beside it, dropped), and on an AMX CPU Q4_K goes in blocks of 16 rows.
+fn batch_invariant_candle(
+    m: &QMatMul,
+    dtype: GgmlDType,
+    x: &Tensor,
+) -> candle_core::Result<Tensor> {
+    let rows = x.dim(0)?;
+    match dtype {
+        GgmlDType::Q6K if rows == 1 => m.forward(&Tensor::cat(&[x, x], 0)?)?.narrow(0, 0, 1),
+        GgmlDType::Q4K if rows > BELOW_AMX_ROWS && cpu_has_amx() => {
+            let parts = (0..rows)
+                .step_by(BELOW_AMX_ROWS)
+                .map(|r| m.forward(&x.narrow(0, r, BELOW_AMX_ROWS.min(rows - r))?))
+                .collect::<candle_core::Result<Vec<_>>>()?;
+            Tensor::cat(&parts, 0)
+        }
+        _ => m.forward(x),
+    }
+}
+
+/// Whether this CPU has AMX with 8-bit integer tiles (CPUID leaf 7: EDX bits 24 and 25).
+fn cpu_has_amx() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static AMX: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *AMX.get_or_init(|| {
+            let edx = std::arch::x86_64::__cpuid_count(7, 0).edx;
+            edx & (1 << 24) != 0 && edx & (1 << 25) != 0
+        })
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
 }
 
 /// Which of our kernels run, as (projections, attention and MLP activation):

@@ -677,7 +677,6 @@ pub(crate) mod avx2 {
         out: SharedOut,
         n: usize,
     ) {
-        let wt = WeightType::from_code(T);
         assert!(ws.end * row_bytes <= w.len() && rs.end <= a.rows);
         let base = w.as_ptr();
         let mut j = ws.start;
@@ -719,10 +718,10 @@ pub(crate) mod avx2 {
                 }
                 j += 4;
             }
+            // The last columns of a matrix whose row count is not a multiple of 4.
             for j in j..ws.end {
-                let row = &w[j * row_bytes..(j + 1) * row_bytes];
                 for r in rs.clone() {
-                    *out.0.add(r * n + j) = super::dot_ref(wt, row, a, r);
+                    *out.0.add(r * n + j) = row1x1::<T, V>(base.add(j * row_bytes), kb, a, r);
                 }
             }
         }
@@ -912,7 +911,11 @@ pub(crate) mod avx2 {
         unsafe { _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(i32::from(half(p) as u16)))) }
     }
 
-    /// One weight row × one activation row, walking the row's bytes in order.
+    /// One weight row × one activation row, walking the row's bytes in order. Bit for bit the
+    /// tiles' result for the same pair: per block the exact integer dot product, then one
+    /// multiply-add of it by `dw * da` into a single accumulator, then the minimum's term, in
+    /// block order ([`accumulate`] on one lane). So a row's output does not depend on whether it
+    /// was computed alone, in a tile, or in a batch of any size (batch invariance).
     #[inline(always)]
     unsafe fn row1x1<const T: u8, const V: bool>(
         wp: *const u8,
@@ -923,36 +926,25 @@ pub(crate) mod avx2 {
         let wt = WeightType::from_code(T);
         let bb = wt.block_bytes();
         let x = ActRow::new(a, r);
-        let mut minsum = 0f32;
         // SAFETY (whole body): block `b` of the weight row and of the activation row exists;
-        // AVX2/F16C are enabled wherever the tiles are inlined.
+        // AVX2/FMA/F16C are enabled wherever the tiles are inlined.
         unsafe {
-            // Two accumulators, even and odd blocks, so consecutive blocks do not wait on
-            // each other's multiply-add.
-            let mut accs = [_mm256_setzero_ps(); 2];
+            let mut acc = _mm_setzero_ps();
             for b in 0..kb {
                 let bp = wp.add(b * bb);
                 let a0 = _mm256_loadu_si256(x.qs[b * BLOCK..].as_ptr().cast());
-                let mut isum = dot32::<V>(wt, codes(wt, bp), a0);
-                let dw = half_f32(bp);
-                if wt.code_offset() != 0 {
-                    // Spread the offset term over the eight lanes (it is summed with them).
-                    let off = wt.code_offset() * x.sum[b];
-                    isum = _mm256_add_epi32(isum, _mm256_setr_epi32(off, 0, 0, 0, 0, 0, 0, 0));
-                }
-                accs[b & 1] = _mm256_fmadd_ps(
-                    _mm256_cvtepi32_ps(isum),
-                    _mm256_set1_ps(dw * x.d[b]),
-                    accs[b & 1],
-                );
+                let p = dot32::<V>(wt, codes(wt, bp), a0);
+                // The eight lanes' integer sum (exact, so any order gives the tiles' value).
+                let h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256::<1>(p));
+                let h = _mm_hadd_epi32(h, h);
+                let isum = _mm_cvtsi128_si32(_mm_hadd_epi32(h, h)) + wt.code_offset() * x.sum[b];
+                let dd = _mm_mul_ss(_mm_set_ss(half_f32(bp)), _mm_set_ss(x.d[b]));
+                acc = _mm_fmadd_ss(_mm_cvtsi32_ss(_mm_setzero_ps(), isum), dd, acc);
                 if let Some(o) = wt.min_offset() {
-                    minsum += half_f32(bp.add(o)) * x.s[b];
+                    acc = _mm_fmadd_ss(_mm_set_ss(half_f32(bp.add(o))), _mm_set_ss(x.s[b]), acc);
                 }
             }
-            let acc = _mm256_add_ps(accs[0], accs[1]);
-            let s = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps::<1>(acc));
-            let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-            _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s))) + minsum
+            _mm_cvtss_f32(acc)
         }
     }
 
@@ -1126,6 +1118,81 @@ pub(crate) mod tests {
                 matmul_with(isa, wt, &w, n, k, &a, &mut got);
                 let bad = mismatch(wt, &w, &a, &got);
                 prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
+            }
+        }
+    }
+
+    /// Each row of `x (m, k)` times `w`, computed alone (one activation row, as at decode).
+    pub(crate) fn rows_alone(
+        x: &[f32],
+        m: usize,
+        k: usize,
+        n: usize,
+        product: impl Fn(&QuantRows, &mut [f32]),
+    ) -> Vec<f32> {
+        let mut out = vec![f32::NAN; m * n];
+        for (r, dst) in out.chunks_exact_mut(n).enumerate() {
+            product(&QuantRows::quantize(&x[r * k..(r + 1) * k], 1, k), dst);
+        }
+        out
+    }
+
+    /// The first element where two products differ in any bit, as `(row, column, a, b)`.
+    pub(crate) fn first_bit_difference(
+        a: &[f32],
+        b: &[f32],
+        n: usize,
+    ) -> Option<(usize, usize, f32, f32)> {
+        a.iter()
+            .zip(b)
+            .position(|(x, y)| x.to_bits() != y.to_bits())
+            .map(|i| (i / n, i % n, a[i], b[i]))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+
+        /// Batch invariance: every row of a batch is bit for bit the row computed alone, so a
+        /// sequence's logits do not depend on what else is in its forward step.
+        #[test]
+        fn batched_rows_equal_rows_alone(
+            ti in 0usize..5, n in 1usize..40, m in 2usize..70, kb in 1usize..6, seed in any::<u64>()
+        ) {
+            let wt = TYPES[ti];
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let k = kb * BLOCK;
+            let w = random_weights(wt, n, kb, &mut rng);
+            let x = random_rows(m, k, &mut rng);
+            let a = QuantRows::quantize(&x, m, k);
+            for isa in available_isas() {
+                let mut batched = vec![f32::NAN; m * n];
+                matmul_with(isa, wt, &w, n, k, &a, &mut batched);
+                let alone = rows_alone(&x, m, k, n, |a, dst| matmul_with(isa, wt, &w, n, k, a, dst));
+                let bad = first_bit_difference(&batched, &alone, n);
+                prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
+            }
+        }
+    }
+
+    /// The same for a matrix large enough that one row alone is streamed row by row (decode)
+    /// while a batch takes the tiles, with a column count that leaves a tail after the tiles.
+    #[test]
+    fn streamed_rows_equal_batched_rows() {
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        let (kb, m) = (20, 6);
+        let k = kb * BLOCK;
+        for wt in TYPES {
+            let n = STREAMED_BYTES.div_ceil(kb * wt.block_bytes()) + 3;
+            let w = random_weights(wt, n, kb, &mut rng);
+            let x = random_rows(m, k, &mut rng);
+            let a = QuantRows::quantize(&x, m, k);
+            for isa in available_isas() {
+                let mut batched = vec![f32::NAN; m * n];
+                matmul_with(isa, wt, &w, n, k, &a, &mut batched);
+                let alone =
+                    rows_alone(&x, m, k, n, |a, dst| matmul_with(isa, wt, &w, n, k, a, dst));
+                let bad = first_bit_difference(&batched, &alone, n);
+                assert!(bad.is_none(), "{isa:?} {wt:?}: {bad:?}");
             }
         }
     }

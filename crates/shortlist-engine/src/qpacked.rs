@@ -434,7 +434,9 @@ mod kernels {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::qmatmul::tests::{available_isas, mismatch, random_rows, random_weights};
+    use crate::qmatmul::tests::{
+        available_isas, first_bit_difference, mismatch, random_rows, random_weights, rows_alone,
+    };
     use proptest::prelude::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
@@ -467,6 +469,31 @@ mod tests {
                 let mut got = vec![f32::NAN; m * n];
                 matmul_packed(isa, wt, &packed, n, k, &a, &mut got);
                 let bad = mismatch(wt, &w, &a, &got);
+                prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
+            }
+        }
+
+        /// Batch invariance of the packed tiles: every row of a batch (up to two activation
+        /// chunks) is bit for bit that row computed alone.
+        #[test]
+        fn packed_batched_rows_equal_rows_alone(
+            ti in 0usize..4, tiles in 1usize..12, m in 2usize..140, kb in 1usize..6, seed in any::<u64>()
+        ) {
+            let wt = TYPES[ti];
+            let n = tiles * TILE_ROWS;
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let k = kb * BLOCK;
+            let w = random_weights(wt, n, kb, &mut rng);
+            let x = random_rows(m, k, &mut rng);
+            let a = QuantRows::quantize(&x, m, k);
+            let packed = pack(wt, &w, n, k);
+            for isa in available_isas() {
+                let mut batched = vec![f32::NAN; m * n];
+                matmul_packed(isa, wt, &packed, n, k, &a, &mut batched);
+                let alone = rows_alone(&x, m, k, n, |a, dst| {
+                    matmul_packed(isa, wt, &packed, n, k, a, dst)
+                });
+                let bad = first_bit_difference(&batched, &alone, n);
                 prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
             }
         }
