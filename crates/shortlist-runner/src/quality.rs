@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use shortlist_evals::results::{CaseResult, RunResults};
 use shortlist_evals::{EvalSet, FinishReason, Response};
 
-use crate::candidate::{AskPolicy, Asked, Decoding, Generator, ask};
+use crate::candidate::{AskPolicy, Asked, Decoding, Generated, Generator};
 use crate::error::RunError;
 use crate::judge::{Judges, score_with_judges};
 use crate::prompt::ChatRequest;
@@ -180,8 +180,8 @@ pub struct Tick<'a> {
     pub resumed: bool,
 }
 
-/// Run every case not yet in `progress`, then score the whole set (without judges: judge checks
-/// stay unscored).
+/// Run every case not yet in `progress`, one at a time, then score the whole set (without
+/// judges: judge checks stay unscored).
 pub fn run_quality(
     set: &EvalSet,
     generator: &mut dyn Generator,
@@ -195,16 +195,19 @@ pub fn run_quality(
         generator,
         &mut Judges::default(),
         decoding,
+        1,
         progress,
         on_case,
         |_, _, _, _| {},
     )
 }
 
-/// Like [`run_quality`], over the cases `select` keeps (by position in the set), with `judges`
-/// asked for the judge checks; the results hold only the selected cases, and their table says how
-/// many. Every case's judge gates, resumed ones included, are decided by `judges`' calibrations.
-/// `on_error(position, total, case, error)` hears each case that failed outside the model.
+/// Like [`run_quality`], over the cases `select` keeps (by position in the set), with up to
+/// `concurrency` cases in flight and `judges` asked for the judge checks; the results hold only
+/// the selected cases, in the set's order, and their table says how many. Each case is scored
+/// and stored as it finishes. Every case's judge gates, resumed ones included, are decided by
+/// `judges`' calibrations. `on_error(finished, total, case, error)` hears each case that failed
+/// outside the model.
 #[allow(clippy::too_many_arguments)] // The run's inputs and its two observers.
 pub fn run_quality_on(
     set: &EvalSet,
@@ -212,6 +215,7 @@ pub fn run_quality_on(
     generator: &mut dyn Generator,
     judges: &mut Judges,
     decoding: &Decoding,
+    concurrency: usize,
     progress: &mut Progress,
     mut on_case: impl FnMut(Tick<'_>),
     mut on_error: impl FnMut(usize, usize, &str, &str),
@@ -224,75 +228,106 @@ pub fn run_quality_on(
         .map(|(_, c)| c)
         .collect();
     let total = chosen.len();
-    let mut results = Vec::with_capacity(total);
-    let mut errors = Vec::new();
-    let mut transport_in_a_row = 0;
-    for (index, case) in chosen.into_iter().enumerate() {
+    let mut results: Vec<Option<CaseResult>> = vec![None; total];
+    let mut finished = 0;
+    let mut pending = Vec::new();
+    for (index, case) in chosen.iter().enumerate() {
         if let Some(done) = progress.done.get(case.id()) {
-            results.push(done.clone());
+            finished += 1;
             on_case(Tick {
-                finished: index + 1,
+                finished,
                 total,
                 result: done,
                 resumed: true,
             });
-            continue;
+            results[index] = Some(done.clone());
+        } else {
+            pending.push(index);
         }
-        let request = ChatRequest::from_case(case);
-        let generated = match ask(generator, &request, decoding, AskPolicy::default())? {
-            Asked::Answered(generated) => {
-                transport_in_a_row = 0;
-                generated
-            }
-            Asked::Failed {
-                error,
-                attempts,
-                transport,
-            } => {
-                on_error(index + 1, total, case.id(), &error);
-                errors.push(shortlist_evals::results::CaseError {
-                    id: case.id().to_owned(),
-                    category: case.category().as_string(),
-                    error: error.clone(),
-                    attempts,
-                });
-                transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
-                if transport_in_a_row >= 3 {
-                    return Err(RunError::Endpoint {
-                        url: generator.name(),
-                        why: format!("3 cases in a row could not reach it; the last: {error}"),
-                    });
-                }
-                continue;
-            }
-        };
-        let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
-        let response = Response::new(generated.text, generated.tool_calls, finish);
-        let mut result = score_with_judges(case, &response, judges)?;
-        if let Some(reason) = &generated.finish_reason {
-            result.finish_reason = Some(reason.clone());
-        }
-        result.tokens = generated.output_tokens;
-        result.latency_s = Some(generated.latency_s);
-        result.min_top2_gap = generated.min_top2_gap.map(f64::from);
-        progress.record(&result)?;
-        on_case(Tick {
-            finished: index + 1,
-            total,
-            result: &result,
-            resumed: false,
-        });
-        results.push(result);
     }
-    let mut results = RunResults::new(set, Some(generator.name()), results).with_errors(errors);
+    let requests: Vec<ChatRequest> = pending
+        .iter()
+        .map(|&i| ChatRequest::from_case(chosen[i]))
+        .collect();
+    let name = generator.name();
+    let mut errors = Vec::new();
+    let mut transport_in_a_row = 0;
+    generator.ask_all(
+        &requests,
+        decoding,
+        concurrency,
+        AskPolicy::default(),
+        &mut |k, asked| {
+            let (index, case) = (pending[k], chosen[pending[k]]);
+            finished += 1;
+            let generated = match asked {
+                Asked::Answered(generated) => {
+                    transport_in_a_row = 0;
+                    generated
+                }
+                Asked::Failed {
+                    error,
+                    attempts,
+                    transport,
+                } => {
+                    on_error(finished, total, case.id(), &error);
+                    errors.push(shortlist_evals::results::CaseError {
+                        id: case.id().to_owned(),
+                        category: case.category().as_string(),
+                        error: error.clone(),
+                        attempts,
+                    });
+                    transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
+                    if transport_in_a_row >= 3 {
+                        return Err(RunError::Endpoint {
+                            url: name.clone(),
+                            why: format!("3 cases in a row could not reach it; the last: {error}"),
+                        });
+                    }
+                    return Ok(true);
+                }
+            };
+            let result = scored(case, generated, judges)?;
+            progress.record(&result)?;
+            on_case(Tick {
+                finished,
+                total,
+                result: &result,
+                resumed: false,
+            });
+            results[index] = Some(result);
+            Ok(true)
+        },
+    )?;
+    // Cases that failed outside the model have no result.
+    let results: Vec<CaseResult> = results.into_iter().flatten().collect();
+    let mut results = RunResults::new(set, Some(name), results).with_errors(errors);
     judges.regate(&mut results, set);
     Ok(results)
+}
+
+/// One case's answer scored, with the generation's own facts (finish reason, tokens, latency,
+/// the smallest top-2 gap) beside the scores.
+pub fn scored(
+    case: &shortlist_evals::Case,
+    generated: Generated,
+    judges: &mut Judges,
+) -> Result<CaseResult, RunError> {
+    let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
+    let response = Response::new(generated.text, generated.tool_calls, finish);
+    let mut result = score_with_judges(case, &response, judges)?;
+    if let Some(reason) = &generated.finish_reason {
+        result.finish_reason = Some(reason.clone());
+    }
+    result.tokens = generated.output_tokens;
+    result.latency_s = Some(generated.latency_s);
+    result.min_top2_gap = generated.min_top2_gap.map(f64::from);
+    Ok(result)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::candidate::Generated;
 
     const SET: &str = r#"
 format: shortlist.evalset.v1

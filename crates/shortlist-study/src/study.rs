@@ -33,6 +33,10 @@ pub struct StudyFile {
     pub slo: toml::Table,
     pub traffic: Traffic,
     pub memory: MemoryBudget,
+    /// How the quality runs are driven; absent in most studies (and then absent from the
+    /// canonical form, so the lock hashes of studies written before it stay the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality: Option<QualitySettings>,
     #[serde(default)]
     pub cost: CostAssumptions,
     #[serde(default, rename = "candidate")]
@@ -169,6 +173,17 @@ pub struct MemoryBudget {
     /// Most devices the team will operate for one replica (default 8).
     #[serde(default)]
     pub max_devices: Option<u32>,
+}
+
+/// How a study's quality runs are driven (not what they measure: a case's answer does not
+/// depend on them).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualitySettings {
+    /// Cases in flight at once (1 to 64); by default 8, fewer when the memory fit holds fewer
+    /// sequences of the study's context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
 }
 
 /// Cost assumptions.
@@ -367,6 +382,14 @@ impl Study {
             return Err(bad(
                 "memory",
                 "context_tokens, concurrency and device_memory_gib must be positive".to_owned(),
+            ));
+        }
+        if let Some(n) = file.quality.as_ref().and_then(|q| q.concurrency)
+            && !(1..=64).contains(&n)
+        {
+            return Err(bad(
+                "quality.concurrency",
+                format!("{n} cases in flight: name 1 to 64"),
             ));
         }
         if file.candidates.is_empty() {

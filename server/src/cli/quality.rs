@@ -43,6 +43,11 @@ pub(crate) struct RunArgs {
     /// Seed for sampling.
     #[arg(long)]
     seed: Option<u64>,
+    /// Cases in flight at once (1 to 64): a local model batches them in its scheduler and
+    /// shares their common prompt prefix; an endpoint gets as many concurrent requests. A case's
+    /// answer does not depend on it.
+    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=64))]
+    concurrency: u64,
     /// Run only every K-th case (the 1st, (K+1)-th, …): a quick spread over the set's categories.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     every: Option<u64>,
@@ -201,6 +206,7 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
         generator.as_mut(),
         &mut judges,
         &decoding,
+        a.concurrency as usize,
         &mut progress,
         |tick| {
             if let Some(ok) = tick.result.outcome.decided() {

@@ -49,12 +49,18 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
 
 /// The fit of a GGUF candidate at the study's memory budget.
 pub(crate) fn fit_of(locked: &LockedStudy, facts: &GgufFacts) -> MemoryFit {
+    fit_at(locked, facts, locked.study.file().memory.concurrency)
+}
+
+/// The fit of a GGUF candidate at the study's memory budget with `concurrency` sequences of the
+/// study's context.
+pub(crate) fn fit_at(locked: &LockedStudy, facts: &GgufFacts, concurrency: u64) -> MemoryFit {
     let m = &locked.study.file().memory;
     fit(&FitInputs {
         weights_bytes: facts.weights_bytes,
         kv: facts.kv,
         context_tokens: m.context_tokens,
-        concurrency: m.concurrency,
+        concurrency,
         device: m.device.clone(),
         device_memory_bytes: (m.device_memory_gib * 1024.0 * 1024.0 * 1024.0) as u64,
         usable_fraction: m.usable_fraction.unwrap_or(0.9),

@@ -14,15 +14,19 @@
 
 use serde_json::Value as Json;
 use shortlist_evals::results::CaseOutcome;
-use shortlist_evals::{FinishReason, Response};
 use shortlist_store::runs::{CaseResult as StoredCase, RunKind};
 
+use shortlist_study::study::LockedStudy;
+
+use super::fit::fit_at;
 use super::{Finished, JobContext, stored_set};
-use crate::candidate::{AskPolicy, Asked, CandidateSpec, Decoding, ask, open};
+use crate::candidate::{AskPolicy, Asked, CandidateSpec, Decoding, MAX_CONCURRENCY, open};
 use crate::error::ServiceError;
-use crate::judge::{Judges, score_with_judges};
+use crate::identity::read_gguf;
+use crate::judge::Judges;
 use crate::progress::{CaseCounts, Phase};
 use crate::prompt::ChatRequest;
+use crate::quality::scored;
 
 /// Consecutive transport failures (no HTTP answer) that mean the endpoint is down.
 const UNREACHABLE_AFTER: u32 = 3;
@@ -86,89 +90,115 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         .filter(|case| mine.contains(case.id()) && !done.contains(case.id()))
         .collect();
     let mut errors = Vec::new();
+    let mut released = false;
     if !pending.is_empty() {
         let spec = CandidateSpec::parse(&ctx.config.expand_source(&c.source))?;
+        let concurrency = quality_concurrency(&locked, &spec, &c.name, &c.source);
         let mut generator = open(&spec)?;
         let decoding = Decoding {
             max_tokens: ctx.payload.max_tokens,
             sampling: None,
         };
+        let requests: Vec<ChatRequest> =
+            pending.iter().map(|c| ChatRequest::from_case(c)).collect();
+        // Judge checks: a study names no judge models, so they stay unscored with that reason
+        // (never passed); `eval run --judge` runs them.
         let mut judges = Judges::default();
         let mut transport_in_a_row = 0;
-        for case in pending {
-            if ctx.stopping() {
-                return Ok(Finished::Released);
-            }
-            let request = ChatRequest::from_case(case);
-            match ask(
-                generator.as_mut(),
-                &request,
-                &decoding,
-                AskPolicy::default(),
-            )? {
-                Asked::Answered(generated) => {
-                    transport_in_a_row = 0;
-                    let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
-                    let response =
-                        Response::new(generated.text.clone(), generated.tool_calls.clone(), finish);
-                    // Judge checks: a study names no judge models, so they stay unscored with
-                    // that reason (never passed); `eval run --judge` runs them.
-                    let mut result = score_with_judges(case, &response, &mut judges)?;
-                    result.finish_reason = generated.finish_reason.clone();
-                    result.tokens = generated.output_tokens;
-                    result.latency_s = Some(generated.latency_s);
-                    result.min_top2_gap = generated.min_top2_gap.map(f64::from);
-                    let stored = StoredCase {
-                        case_id: case.id().to_owned(),
-                        passed: result.outcome == CaseOutcome::Pass,
-                        output: generated.text,
-                        scores: serde_json::to_value(&result).unwrap_or(Json::Null),
-                        input_tokens: generated.prompt_tokens.unwrap_or(0),
-                        output_tokens: generated.output_tokens.unwrap_or(0),
-                        latency_s: generated.latency_s,
-                    };
-                    ctx.block(ctx.store.put_case_result(run.id, &stored))?;
-                    ctx.block(ctx.store.clear_case_error(run.id, case.id()))?;
-                    counts.done += 1;
-                    match result.outcome.decided() {
-                        Some(true) => counts.passed += 1,
-                        Some(false) => counts.failed += 1,
-                        None => {}
-                    }
-                    report(counts, None);
-                }
-                Asked::Failed {
-                    error,
-                    attempts,
-                    transport,
-                } => {
-                    ctx.block(
-                        ctx.store
-                            .put_case_error(run.id, case.id(), attempts, &error),
-                    )?;
-                    counts.errors += 1;
-                    report(
-                        counts,
-                        Some(format!(
-                            "case {} failed outside the model after {attempts} attempts: {error}",
-                            case.id()
-                        )),
-                    );
-                    transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
-                    errors.push(error);
-                    if transport_in_a_row >= UNREACHABLE_AFTER {
-                        let why = format!(
-                            "{UNREACHABLE_AFTER} cases in a row could not reach it; the last: {}",
-                            errors.last().cloned().unwrap_or_default()
+        let mut unreachable = None;
+        let mut store_failed = None;
+        let outcome = generator.ask_all(
+            &requests,
+            &decoding,
+            concurrency,
+            AskPolicy::default(),
+            &mut |k, asked| {
+                let case = pending[k];
+                match asked {
+                    Asked::Answered(generated) => {
+                        transport_in_a_row = 0;
+                        let output = generated.text.clone();
+                        let (input_tokens, output_tokens, latency_s) = (
+                            generated.prompt_tokens.unwrap_or(0),
+                            generated.output_tokens.unwrap_or(0),
+                            generated.latency_s,
                         );
-                        ctx.block(ctx.store.finish_run(run.id, Err(&why)))?;
-                        return Err(ServiceError::Unreachable {
-                            what: format!("candidate `{}`", c.name),
-                            why,
-                        });
+                        let result = scored(case, generated, &mut judges)?;
+                        let stored = StoredCase {
+                            case_id: case.id().to_owned(),
+                            passed: result.outcome == CaseOutcome::Pass,
+                            output,
+                            scores: serde_json::to_value(&result).unwrap_or(Json::Null),
+                            input_tokens,
+                            output_tokens,
+                            latency_s,
+                        };
+                        if let Err(e) = ctx
+                            .block(ctx.store.put_case_result(run.id, &stored))
+                            .and_then(|_| ctx.block(ctx.store.clear_case_error(run.id, case.id())))
+                        {
+                            store_failed = Some(e);
+                            return Ok(false);
+                        }
+                        counts.done += 1;
+                        match result.outcome.decided() {
+                            Some(true) => counts.passed += 1,
+                            Some(false) => counts.failed += 1,
+                            None => {}
+                        }
+                        report(counts, None);
+                    }
+                    Asked::Failed {
+                        error,
+                        attempts,
+                        transport,
+                    } => {
+                        if let Err(e) = ctx.block(
+                            ctx.store
+                                .put_case_error(run.id, case.id(), attempts, &error),
+                        ) {
+                            store_failed = Some(e);
+                            return Ok(false);
+                        }
+                        counts.errors += 1;
+                        report(
+                            counts,
+                            Some(format!(
+                                "case {} failed outside the model after {attempts} attempts: {error}",
+                                case.id()
+                            )),
+                        );
+                        transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
+                        errors.push(error);
+                        if transport_in_a_row >= UNREACHABLE_AFTER {
+                            unreachable = Some(format!(
+                                "{UNREACHABLE_AFTER} cases in a row could not reach it; the last: {}",
+                                errors.last().cloned().unwrap_or_default()
+                            ));
+                            return Ok(false);
+                        }
                     }
                 }
-            }
+                if ctx.stopping() {
+                    released = true;
+                    return Ok(false);
+                }
+                Ok(true)
+            },
+        );
+        if let Some(e) = store_failed {
+            return Err(e.into());
+        }
+        outcome?;
+        if let Some(why) = unreachable {
+            ctx.block(ctx.store.finish_run(run.id, Err(&why)))?;
+            return Err(ServiceError::Unreachable {
+                what: format!("candidate `{}`", c.name),
+                why,
+            });
+        }
+        if released {
+            return Ok(Finished::Released);
         }
     }
     if let Some(first) = errors.first() {
@@ -201,3 +231,34 @@ pub(crate) fn outcome_of(scores: &Json) -> Option<bool> {
         .ok()
         .and_then(|r| r.outcome.decided())
 }
+
+/// Cases a study's quality run keeps in flight: the study's `quality.concurrency`, or else
+/// [`DEFAULT_CONCURRENCY`] for a local model, fewer when its memory fit at the study's context
+/// holds fewer sequences, and the study's serving concurrency (at most the default) for an
+/// endpoint, whose memory cannot be read.
+pub(crate) fn quality_concurrency(
+    locked: &LockedStudy,
+    spec: &CandidateSpec,
+    name: &str,
+    source: &str,
+) -> usize {
+    let file = locked.study.file();
+    if let Some(n) = file.quality.as_ref().and_then(|q| q.concurrency) {
+        return (n as usize).clamp(1, MAX_CONCURRENCY);
+    }
+    match spec {
+        CandidateSpec::Gguf(path) => match read_gguf(path, name, source) {
+            Ok(facts) => (1..=DEFAULT_CONCURRENCY)
+                .rev()
+                .find(|&n| fit_at(locked, &facts, n as u64).fits)
+                .unwrap_or(1),
+            Err(_) => 1,
+        },
+        CandidateSpec::Endpoint { .. } => {
+            (file.memory.concurrency as usize).clamp(1, DEFAULT_CONCURRENCY)
+        }
+    }
+}
+
+/// Cases in flight when the study does not say and the memory allows.
+pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
