@@ -48,7 +48,9 @@ for round in $(seq 1 "$rounds"); do
             echo "{\"round\": $round, \"model\": \"$name\", \"threads\": $t, \"engine\": \"shortlist\", \"load\": $load, \"m\": $l}"
           done | tee -a "$out"
       load="$(cut -d' ' -f1 /proc/loadavg)"
+      # The file's name only: a path of this machine means nothing elsewhere.
       "$llama_bench" -m "$model" -p "$sizes" -n "$decode" -t "$t" -r 1 -o jsonl 2>/dev/null \
+        | sed 's#"model_filename": "[^"]*/#"model_filename": "#' \
         | while IFS= read -r l; do
             echo "{\"round\": $round, \"model\": \"$name\", \"threads\": $t, \"engine\": \"llama-bench\", \"load\": $load, \"lb\": $l}"
           done | tee -a "$out"
