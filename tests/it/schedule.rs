@@ -682,7 +682,8 @@ fn wait_for<T>(secs: u64, what: &str, mut probe: impl FnMut() -> Option<T>) -> T
     }
 }
 
-/// A study whose quality run is slow (the mock waits 1.5 s before each answer), scheduled every
+/// A study whose quality run is slow (the mock waits 1.5 s before each answer, two cases in
+/// flight), scheduled every
 /// minute since two and a half minutes ago.
 fn slow_minutely(d: &Path, url: &str) -> crate::support::Mock {
     // Up for ten minutes: the tests wait across minute boundaries.
@@ -696,7 +697,12 @@ fn slow_minutely(d: &Path, url: &str) -> crate::support::Mock {
             "1500",
         ],
     );
-    let text = crate::web::study_text(d, &format!("{}#mock", mock.url));
+    // Two cases in flight: they are answered in pairs every 1.5 s, so a kill after the first
+    // pair leaves four to resume (and resuming meets cases that were in flight when killed).
+    let text = crate::study::with_quality_concurrency(
+        &crate::web::study_text(d, &format!("{}#mock", mock.url)),
+        2,
+    );
     std::fs::write(d.join("mini.study.toml"), text).unwrap();
     ok_json(url, d, &["study", "create", "mini.study.toml", "--json"]);
     ok_json(url, d, &["study", "lock", "mini", "--json"]);

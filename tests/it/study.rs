@@ -40,6 +40,18 @@ fn sl(url: &str, dir: &Path, args: &[&str]) -> Output {
         .expect("the shortlist binary runs")
 }
 
+/// The study text with `quality.concurrency = n` (cases in flight at once in its quality runs).
+pub fn with_quality_concurrency(text: &str, n: u32) -> String {
+    let memory = text
+        .lines()
+        .find(|l| l.starts_with("memory = "))
+        .expect("the study names its memory");
+    text.replace(
+        memory,
+        &format!("{memory}\nquality = {{ concurrency = {n} }}"),
+    )
+}
+
 /// `study create FILE` and `study lock mini`, both succeeding.
 fn create_and_lock(url: &str, dir: &Path, study: &Path) {
     let file = study.display().to_string();
@@ -186,6 +198,10 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (study, url) = setup(d, &format!("gguf:{}", model.display()));
+    // One case at a time, so that the kill lands between stored cases: with several in
+    // flight on one batch, all six can finish within one poll.
+    let text = std::fs::read_to_string(&study).unwrap();
+    std::fs::write(&study, with_quality_concurrency(&text, 1)).unwrap();
     create_and_lock(&url, d, &study);
     let out = sl(&url, d, &["study", "show", "mini", "--json"]);
     let shown = json_of(&out);
