@@ -930,7 +930,43 @@ pub(crate) mod avx2 {
         // AVX2/FMA/F16C are enabled wherever the tiles are inlined.
         unsafe {
             let mut acc = _mm_setzero_ps();
-            for b in 0..kb {
+            let mut b = 0;
+            // Four blocks at a time: their integer sums reduced together, their products
+            // `dw * da` in one multiply, then the single accumulator's multiply-adds one block
+            // after the other (the order, and so the bits, of the loop below and the tiles).
+            while b + 4 <= kb {
+                let mut bp = [std::ptr::null::<u8>(); 4];
+                let mut p = [_mm256_setzero_si256(); 4];
+                for i in 0..4 {
+                    bp[i] = wp.add((b + i) * bb);
+                    let a0 = _mm256_loadu_si256(x.qs[(b + i) * BLOCK..].as_ptr().cast());
+                    p[i] = dot32::<V>(wt, codes(wt, bp[i]), a0);
+                }
+                let mut isum = reduce4(p);
+                if wt.code_offset() != 0 {
+                    let sums = _mm_loadu_si128(x.sum[b..b + 4].as_ptr().cast());
+                    isum = _mm_add_epi32(
+                        isum,
+                        _mm_mullo_epi32(sums, _mm_set1_epi32(wt.code_offset())),
+                    );
+                }
+                let f = _mm_cvtepi32_ps(isum);
+                let dd = _mm_mul_ps(halves4(&bp, 0), _mm_loadu_ps(x.d[b..b + 4].as_ptr()));
+                let (mut fs, mut ds, mut ms) = ([0f32; 4], [0f32; 4], [0f32; 4]);
+                _mm_storeu_ps(fs.as_mut_ptr(), f);
+                _mm_storeu_ps(ds.as_mut_ptr(), dd);
+                if let Some(o) = wt.min_offset() {
+                    _mm_storeu_ps(ms.as_mut_ptr(), halves4(&bp, o));
+                }
+                for i in 0..4 {
+                    acc = _mm_fmadd_ss(_mm_set_ss(fs[i]), _mm_set_ss(ds[i]), acc);
+                    if wt.min_offset().is_some() {
+                        acc = _mm_fmadd_ss(_mm_set_ss(ms[i]), _mm_set_ss(x.s[b + i]), acc);
+                    }
+                }
+                b += 4;
+            }
+            for b in b..kb {
                 let bp = wp.add(b * bb);
                 let a0 = _mm256_loadu_si256(x.qs[b * BLOCK..].as_ptr().cast());
                 let p = dot32::<V>(wt, codes(wt, bp), a0);
@@ -1179,7 +1215,7 @@ pub(crate) mod tests {
     #[test]
     fn streamed_rows_equal_batched_rows() {
         let mut rng = ChaCha8Rng::seed_from_u64(12);
-        let (kb, m) = (20, 6);
+        let (kb, m) = (22, 6); // Five whole groups of four blocks and a tail of two.
         let k = kb * BLOCK;
         for wt in TYPES {
             let n = STREAMED_BYTES.div_ceil(kb * wt.block_bytes()) + 3;
