@@ -75,6 +75,30 @@ def main(base: str) -> None:
         "text_offset": lp.text_offset,
     }
 
+    # Scoring a text, as lm-evaluation-harness's loglikelihood tasks do: the prompt echoed with
+    # its tokens' log-probabilities, nothing generated.
+    r = client.completions.create(
+        model="m", prompt="The sky is blue", max_tokens=0, echo=True, logprobs=1, temperature=0
+    )
+    lp = r.choices[0].logprobs
+    out["echo"] = {
+        "text": r.choices[0].text,
+        "tokens": lp.tokens,
+        "token_logprobs": lp.token_logprobs,
+        "top_logprobs": lp.top_logprobs,
+        "completion_tokens": r.usage.completion_tokens,
+    }
+
+    # Several sampled choices of one request.
+    r = client.chat.completions.create(
+        model="m", messages=QUESTION, max_tokens=4, temperature=0.8, seed=3, n=2
+    )
+    out["n"] = {
+        "index": [c.index for c in r.choices],
+        "contents": [c.message.content for c in r.choices],
+        "completion_tokens": r.usage.completion_tokens,
+    }
+
     try:
         client.chat.completions.create(
             model="m", messages=[{"role": "wizard", "content": "x"}], max_tokens=2

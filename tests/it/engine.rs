@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{data, shortlist, smollm2, stderr, stdout};
 
@@ -374,10 +374,181 @@ fn openais_python_client_reads_chat_streams_logprobs_and_errors() {
         assert_eq!(c["top_logprobs"][i].as_object().unwrap().len(), 2, "{c}");
     }
 
+    // Echo with logprobs and no answer: the prompt's tokens, the first without a value.
+    let e = &v["echo"];
+    assert_eq!(e["text"], "The sky is blue", "{e}");
+    assert_eq!(e["completion_tokens"], 0, "{e}");
+    let scored = e["token_logprobs"].as_array().unwrap();
+    assert!(scored.len() >= 4 && scored[0].is_null(), "{e}");
+    assert!(
+        scored[1..].iter().all(|l| l.as_f64().unwrap() <= 0.0),
+        "{e}"
+    );
+    assert!(
+        e["top_logprobs"][0].is_null() && e["top_logprobs"][1].is_object(),
+        "{e}"
+    );
+
+    // `n`: two choices, in order, each with its answer.
+    let n = &v["n"];
+    assert_eq!(n["index"], json!([0, 1]), "{n}");
+    assert!(n["completion_tokens"].as_u64().unwrap() >= 2, "{n}");
+
     // Errors in OpenAI's shape reach the client as its own exception.
     assert_eq!(v["error"]["status"], 400, "{v}");
     assert_eq!(v["error"]["body"]["param"], "messages[0].role", "{v}");
     assert_eq!(v["error"]["body"]["type"], "invalid_request_error", "{v}");
+}
+
+/// Prompt log-probabilities (`echo` with `logprobs`, as lm-evaluation-harness's loglikelihood
+/// tasks ask for them) equal those of the same tokens when generated; token-id prompts are
+/// taken as they are; `n` samples several reproducible choices, streamed or not.
+#[test]
+fn echo_scores_prompts_and_n_samples_several_choices() {
+    let Some(model) = smollm2() else { return };
+    let server = start_server(&model.to_string_lossy());
+    let a = &server.addr;
+    let post = |path: &str, body: Value| -> Value {
+        let (st, _, text) = http(a, "POST", path, &body.to_string(), &[]);
+        assert_eq!(st, 200, "{body}: {text}");
+        serde_json::from_str(&text).expect("json")
+    };
+    let strs = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .expect("a list")
+            .iter()
+            .map(|t| t.as_str().expect("a string").to_owned())
+            .collect()
+    };
+    let number = |v: &Value| v.as_u64().expect("a number") as usize;
+
+    // Six greedy tokens after a prompt, the prompt echoed with its tokens' log-probabilities.
+    let first = post(
+        "/v1/completions",
+        json!({"prompt": "The sky is", "max_tokens": 6, "temperature": 0, "logprobs": 1, "echo": true}),
+    );
+    let c = &first["choices"][0];
+    let lp = &c["logprobs"];
+    let tokens = strs(&lp["tokens"]);
+    let prompt_tokens = number(&first["usage"]["prompt_tokens"]);
+    assert_eq!(
+        tokens.len(),
+        prompt_tokens + number(&first["usage"]["completion_tokens"]),
+        "{first}"
+    );
+    assert!(c["text"].as_str().unwrap().starts_with("The sky is"), "{c}");
+    assert!(
+        lp["token_logprobs"][0].is_null() && lp["top_logprobs"][0].is_null(),
+        "{c}"
+    );
+
+    // The whole text scored (nothing generated): the same tokens, and each generated token's
+    // log-probability as it was when generated.
+    let second = post(
+        "/v1/completions",
+        json!({"prompt": c["text"], "max_tokens": 0, "logprobs": 1, "echo": true}),
+    );
+    let s = &second["choices"][0];
+    assert_eq!(s["text"], c["text"], "{second}");
+    assert_eq!(s["finish_reason"], "length", "{second}");
+    assert_eq!(second["usage"]["completion_tokens"], 0, "{second}");
+    assert_eq!(strs(&s["logprobs"]["tokens"]), tokens, "{second}");
+    for i in 1..tokens.len() {
+        let generated = lp["token_logprobs"][i].as_f64().unwrap();
+        let scored = s["logprobs"]["token_logprobs"][i].as_f64().unwrap();
+        assert!(scored <= 0.0, "{second}");
+        // Bit for bit: a prompt chunk's row and a decode step reduce in the same order.
+        assert_eq!(
+            generated.to_bits(),
+            scored.to_bits(),
+            "token {i} {:?}: {generated} generated, {scored} scored",
+            tokens[i]
+        );
+        if i >= prompt_tokens {
+            // Chosen greedily, so the most likely at its place.
+            let top = s["logprobs"]["top_logprobs"][i].as_object().unwrap();
+            assert_eq!(top.keys().next(), Some(&tokens[i]), "{second}");
+        }
+    }
+
+    // Token ids are the prompt as given; ids outside the vocabulary are refused.
+    let ids = post(
+        "/v1/completions",
+        json!({"prompt": [[504, 3817, 314], [504]], "max_tokens": 0, "logprobs": 0, "echo": true}),
+    );
+    let scored = &ids["choices"][0]["logprobs"]["token_logprobs"];
+    assert_eq!(scored.as_array().unwrap().len(), 3, "{ids}");
+    assert!(
+        scored[0].is_null() && scored[1].as_f64().unwrap() <= 0.0,
+        "{ids}"
+    );
+    assert_eq!(ids["choices"][1]["index"], 1, "{ids}");
+    assert_eq!(ids["usage"]["prompt_tokens"], 4, "{ids}");
+    let (st, _, body) = http(
+        a,
+        "POST",
+        "/v1/completions",
+        r#"{"prompt": [1, 99999999], "max_tokens": 1}"#,
+        &[],
+    );
+    assert_eq!(st, 400, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["error"]["param"], "prompt", "{doc}");
+
+    // `n` sampled choices: each its own seed, all reproducible.
+    let body = json!({"prompt": "Once upon a time", "max_tokens": 8, "temperature": 1.0, "seed": 5, "n": 3});
+    let texts = |r: &Value| -> Vec<String> {
+        let choices = r["choices"].as_array().unwrap();
+        let index: Vec<usize> = choices.iter().map(|c| number(&c["index"])).collect();
+        assert_eq!(index, [0, 1, 2], "{r}");
+        choices
+            .iter()
+            .map(|c| c["text"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let (r1, r2) = (
+        post("/v1/completions", body.clone()),
+        post("/v1/completions", body),
+    );
+    assert_eq!(texts(&r1), texts(&r2));
+    let distinct: std::collections::BTreeSet<String> = texts(&r1).into_iter().collect();
+    assert!(distinct.len() >= 2, "{r1}");
+    let one = post(
+        "/v1/completions",
+        json!({"prompt": "Once upon a time", "max_tokens": 1}),
+    );
+    assert_eq!(
+        r1["usage"]["prompt_tokens"], one["usage"]["prompt_tokens"],
+        "counted once: {r1}"
+    );
+    assert!(number(&r1["usage"]["completion_tokens"]) > 8, "{r1}");
+
+    // Streamed: each choice's chunks under its index, one finish each, one usage at the end.
+    let req = json!({"messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 6,
+                     "temperature": 0, "n": 2, "stream": true, "stream_options": {"include_usage": true}});
+    let (st, _, body) = http(a, "POST", "/v1/chat/completions", &req.to_string(), &[]);
+    assert_eq!(st, 200, "{body}");
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let mut text = [String::new(), String::new()];
+    let mut finished = [0, 0];
+    for chunk in &data[..data.len() - 2] {
+        let v: Value = serde_json::from_str(chunk).expect("chunk");
+        let choice = &v["choices"][0];
+        let k = number(&choice["index"]);
+        text[k].push_str(choice["delta"]["content"].as_str().unwrap_or(""));
+        finished[k] += usize::from(choice["finish_reason"].is_string());
+    }
+    assert_eq!(finished, [1, 1], "{body}");
+    assert!(
+        !text[0].is_empty() && text[0] == text[1],
+        "greedy twice: {text:?}"
+    );
+    let usage: Value = serde_json::from_str(data[data.len() - 2]).unwrap();
+    assert!(number(&usage["usage"]["completion_tokens"]) >= 2, "{usage}");
 }
 
 /// A text file saved under a `.gguf` name: the first thing a new user tries by mistake.
@@ -509,7 +680,7 @@ fn serve_refuses_requests_it_cannot_answer_in_openai_shape() {
 
     let doc = refused(
         &server,
-        r#"{"messages":[{"role":"user","content":"Name a colour."}],"n":3,"max_tokens":4}"#,
+        r#"{"messages":[{"role":"user","content":"Name a colour."}],"n":65,"max_tokens":4}"#,
     );
     assert_eq!(doc["error"]["param"], "n", "{doc}");
 

@@ -81,6 +81,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokens: c,
                 cache: &mut cache,
                 want_logits: i + 1 == chunks.len(),
+                all_logits: false,
             }];
             let l = m.model().forward(&mut step)?;
             if let Some(Some(l)) = l.first() {
@@ -99,6 +100,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         tokens: prompt,
         cache: &mut cache,
         want_logits: true,
+        all_logits: false,
     }];
     let mut next = m
         .model()
@@ -113,6 +115,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             tokens: &one,
             cache: &mut cache,
             want_logits: true,
+            all_logits: false,
         }];
         next = m
             .model()

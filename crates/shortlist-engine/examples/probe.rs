@@ -74,6 +74,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 tokens: &ids,
                 cache: &mut cache,
                 want_logits: true,
+                all_logits: false,
             }];
             let logits = m.model().forward(&mut step)?.pop().flatten();
             println!("{}", serde_json::json!(logits));

@@ -474,6 +474,7 @@ impl LoadedModel {
                 tokens: chunk,
                 cache: &mut *cache,
                 want_logits: want,
+                all_logits: false,
             }];
             logits = self.model.forward(&mut step)?.pop().flatten();
             reuse.tokens.extend_from_slice(chunk);
@@ -524,6 +525,7 @@ impl LoadedModel {
                 tokens: &one,
                 cache: &mut *cache,
                 want_logits: true,
+                all_logits: false,
             }];
             logits = self.model.forward(&mut step)?.pop().flatten();
             reuse.tokens.push(tok);

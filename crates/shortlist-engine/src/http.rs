@@ -24,16 +24,16 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use futures_util::stream::{self, Stream};
+use futures_util::stream::{self, Stream, StreamExt};
 use serde_json::{Value, json};
-use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
+use tokio::sync::mpsc::unbounded_channel;
 
 use crate::engine::LoadedModel;
 use crate::error::EngineError;
 use crate::sampling::TokenLogprobs;
 use crate::scheduler::{Completion, EngineHandle, Event, GenRequest};
 
-pub use request::{ChatRequest, CompletionRequest, Options};
+pub use request::{ChatRequest, CompletionRequest, MAX_CHOICES, Options, Prompt};
 pub use shortlist_http::Limits;
 
 /// Shared state of the HTTP layer.
@@ -280,7 +280,11 @@ async fn chat_completions(
         })
         .await
         .map_err(|e| ApiError::from(EngineError::Unavailable(e.to_string())))?;
-        Ok::<_, ApiError>((pre.0?, (pre.1, pre.2), options))
+        let ready = Ready {
+            ids: pre.0?,
+            text: String::new(),
+        };
+        Ok::<_, ApiError>((vec![ready], (pre.1, pre.2), options))
     }
     .await;
     respond(st, log, Kind::Chat, result).await
@@ -293,12 +297,17 @@ async fn completions(
 ) -> Response {
     let log = RequestLog::new(&headers, Method::POST, Kind::Text.route());
     let result = async {
-        let (prompt, options) = CompletionRequest::parse(&body?.0)?.into_parts();
+        let (prompts, options) = CompletionRequest::parse(&body?.0)?.into_parts();
         let model = st.engine.model().clone();
+        let echo = options.echo();
         let pre = tokio::task::spawn_blocking(move || {
             let t0 = Instant::now();
-            let ids = model.encode_prompt(&prompt);
-            (ids, t0, Instant::now())
+            let ready: Result<Vec<Ready>, ApiError> = prompts
+                .into_iter()
+                .enumerate()
+                .map(|(i, p)| Ready::of(&model, p, echo, i))
+                .collect();
+            (ready, t0, Instant::now())
         })
         .await
         .map_err(|e| ApiError::from(EngineError::Unavailable(e.to_string())))?;
@@ -308,8 +317,48 @@ async fn completions(
     respond(st, log, Kind::Text, result).await
 }
 
-/// Prompt ids, the template + tokenization interval, and the request's options.
-type Prepared = (Vec<u32>, (Instant, Instant), Options);
+/// One prompt, ready for the engine: its ids and, for `echo`, its text.
+struct Ready {
+    ids: Vec<u32>,
+    text: String,
+}
+
+impl Ready {
+    /// Prompt `i` of a completions request, tokenized (text) or checked (token ids).
+    fn of(model: &LoadedModel, prompt: Prompt, echo: bool, i: usize) -> Result<Self, ApiError> {
+        match prompt {
+            Prompt::Text(text) => Ok(Self {
+                ids: model.encode_prompt(&text)?,
+                text: if echo { text } else { String::new() },
+            }),
+            Prompt::Ids(ids) => {
+                let vocab = model.model().vocab_size();
+                if let Some(bad) = ids.iter().find(|&&t| t as usize >= vocab) {
+                    return Err(ApiError::bad_request(
+                        format!(
+                            "request body: prompt {i} has token id {bad}, outside the model's \
+                             vocabulary of {vocab} ids"
+                        ),
+                        Some("prompt".into()),
+                    ));
+                }
+                let text = if echo {
+                    model.tokenizer().decode(&ids)?
+                } else {
+                    String::new()
+                };
+                Ok(Self { ids, text })
+            }
+        }
+    }
+}
+
+/// The prompts, the template + tokenization interval, and the request's options.
+type Prepared = (Vec<Ready>, (Instant, Instant), Options);
+
+/// Every choice's events, tagged with the choice's index (prompt `p`'s choice `i` is
+/// `p × n + i`). Dropping it drops each choice's receiver, which cancels them in the scheduler.
+type Choices = stream::SelectAll<stream::BoxStream<'static, (usize, Event)>>;
 
 async fn respond(
     st: AppState,
@@ -323,18 +372,23 @@ async fn respond(
             log.failed(&e);
             e.into_response()
         }
-        Ok((rx, options)) => {
+        Ok((events, options, prompts)) => {
             let id = match kind {
                 Kind::Chat => format!("chatcmpl-{rid}"),
                 Kind::Text => format!("cmpl-{rid}"),
             };
             let loaded = st.engine.model().clone();
-            if options.stream() {
+            let reply = Reply {
+                loaded,
+                kind,
+                options,
+                prompts,
+            };
+            if reply.options.stream() {
                 // The stream owns the log line from here and writes it when it ends.
-                let sse = SseState::new(rx, id, loaded, kind, options.include_usage(), log);
-                Sse::new(sse_stream(sse)).into_response()
+                Sse::new(sse_stream(SseState::new(events, id, reply, log))).into_response()
             } else {
-                collect(rx, id, &loaded, kind, &mut log).await
+                collect(events, id, &reply, &mut log).await
             }
         }
     };
@@ -344,35 +398,106 @@ async fn respond(
     resp
 }
 
+/// Submits one request per choice: each prompt `n` times, choice `i` with the seed moved on
+/// by `i`.
 fn start(
     st: &AppState,
     log: &mut RequestLog,
     prepared: Result<Prepared, ApiError>,
-) -> Result<(UnboundedReceiver<Event>, Options), ApiError> {
-    let (ids, preprocess, options) = prepared?;
-    log.prompt_tokens = ids.len();
-    st.engine
-        .model()
-        .check_context(ids.len(), options.params().max_tokens())?;
-    let (tx, rx) = unbounded_channel();
-    st.engine.submit(GenRequest {
-        id: log.id.clone(),
-        prompt: ids,
-        params: options.params().clone(),
-        arrival: log.arrival,
-        preprocess,
-        events: tx,
-    })?;
-    Ok((rx, options))
+) -> Result<(Choices, Options, Vec<Ready>), ApiError> {
+    let (prompts, preprocess, options) = prepared?;
+    log.prompt_tokens = prompts.iter().map(|p| p.ids.len()).sum();
+    for p in &prompts {
+        st.engine
+            .model()
+            .check_context(p.ids.len(), options.params().max_tokens())?;
+    }
+    let n = options.n();
+    let mut choices = Vec::with_capacity(prompts.len() * n);
+    for (pi, p) in prompts.iter().enumerate() {
+        for i in 0..n {
+            let index = pi * n + i;
+            let (tx, rx) = unbounded_channel();
+            st.engine.submit(GenRequest {
+                id: if prompts.len() * n == 1 {
+                    log.id.clone()
+                } else {
+                    format!("{}-{index}", log.id)
+                },
+                prompt: p.ids.clone(),
+                params: options.params().clone().with_seed_offset(i as u64),
+                arrival: log.arrival,
+                preprocess,
+                events: tx,
+            })?;
+            choices.push(
+                stream::unfold(rx, move |mut rx| async move {
+                    rx.recv().await.map(|ev| ((index, ev), rx))
+                })
+                .boxed(),
+            );
+        }
+    }
+    Ok((stream::select_all(choices), options, prompts))
 }
 
-fn usage(c: &Completion) -> Value {
-    json!({
-        "prompt_tokens": c.prompt_tokens,
-        "completion_tokens": c.completion_tokens,
-        "total_tokens": c.prompt_tokens + c.completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": c.cached_tokens},
-    })
+/// What a reply needs besides the events: the model (token texts), the endpoint, the options
+/// and the prompts (for `echo`).
+struct Reply {
+    loaded: std::sync::Arc<LoadedModel>,
+    kind: Kind,
+    options: Options,
+    prompts: Vec<Ready>,
+}
+
+impl Reply {
+    fn choices(&self) -> usize {
+        self.prompts.len() * self.options.n()
+    }
+
+    /// The prompt of choice `k`.
+    fn prompt(&self, k: usize) -> &Ready {
+        &self.prompts[k / self.options.n()]
+    }
+
+    /// The response's `usage`: each prompt counted once (by its first choice), every choice's
+    /// answer tokens.
+    fn usage(&self, done: &[Option<Completion>]) -> Value {
+        let n = self.options.n();
+        let (mut prompt, mut answer, mut cached) = (0, 0, 0);
+        for (k, c) in done.iter().enumerate() {
+            let Some(c) = c else { continue };
+            if k % n == 0 {
+                prompt += c.prompt_tokens;
+                cached += c.cached_tokens;
+            }
+            answer += self.answer_tokens(c);
+        }
+        json!({
+            "prompt_tokens": prompt,
+            "completion_tokens": answer,
+            "total_tokens": prompt + answer,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        })
+    }
+
+    /// Answer tokens of a finished choice: none when only the prompt was asked for.
+    fn answer_tokens(&self, c: &Completion) -> usize {
+        if self.options.prompt_only() {
+            0
+        } else {
+            c.completion_tokens
+        }
+    }
+
+    /// The finish reason of a finished choice (`max_tokens: 0` ends on its length).
+    fn finish(&self, c: &Completion) -> &'static str {
+        if self.options.prompt_only() {
+            "length"
+        } else {
+            c.finish.as_str()
+        }
+    }
 }
 
 /// A token's text for log-probability entries: the token decoded alone (a byte-fallback piece
@@ -392,53 +517,84 @@ fn chat_logprob(model: &LoadedModel, id: u32, lp: &TokenLogprobs) -> Value {
     v
 }
 
-/// Generated tokens in the legacy completions `logprobs` shape (`text_offset` counts bytes
-/// from the start of the answer).
+/// Tokens in the legacy completions `logprobs` shape, `text_offset` counting bytes from
+/// `start`. With `echo`, the prompt's tokens come first: `prompt` holds their ids and the
+/// log-probabilities of all but the first, which has none (`null`, as OpenAI's).
 fn completion_logprobs(
     model: &LoadedModel,
+    prompt: Option<(&[u32], &[TokenLogprobs])>,
     tokens: &[(u32, TokenLogprobs)],
     start: usize,
 ) -> Value {
     let mut offset = start;
     let (mut texts, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+    let top_of = |lp: &TokenLogprobs| -> Value {
+        Value::Object(
+            lp.top
+                .iter()
+                .map(|&(i, l)| (token_text(model, i), json!(l)))
+                .collect(),
+        )
+    };
+    if let Some((ids, prompt_lps)) = prompt {
+        for (j, &id) in ids.iter().enumerate() {
+            let text = token_text(model, id);
+            offsets.push(offset);
+            offset += text.len();
+            texts.push(text);
+            let lp = j.checked_sub(1).and_then(|j| prompt_lps.get(j));
+            lps.push(lp.map_or(Value::Null, |lp| json!(lp.logprob)));
+            tops.push(lp.map_or(Value::Null, top_of));
+        }
+    }
     for (id, lp) in tokens {
         let text = token_text(model, *id);
         offsets.push(offset);
         offset += text.len();
         texts.push(text);
-        lps.push(lp.logprob);
-        let top: serde_json::Map<String, Value> = lp
-            .top
-            .iter()
-            .map(|&(i, l)| (token_text(model, i), json!(l)))
-            .collect();
-        tops.push(Value::Object(top));
+        lps.push(json!(lp.logprob));
+        tops.push(top_of(lp));
     }
     json!({"tokens": texts, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets})
 }
 
-async fn collect(
-    mut rx: UnboundedReceiver<Event>,
-    id: String,
-    loaded: &LoadedModel,
-    kind: Kind,
-    log: &mut RequestLog,
-) -> Response {
+/// One choice as its events arrive.
+#[derive(Default)]
+struct ChoiceState {
+    text: String,
+    logprobs: Vec<(u32, TokenLogprobs)>,
+    prompt_logprobs: Vec<TokenLogprobs>,
+    tokens: usize,
+}
+
+async fn collect(mut events: Choices, id: String, reply: &Reply, log: &mut RequestLog) -> Response {
+    let loaded = &*reply.loaded;
     let model = loaded.name().to_owned();
-    let mut text = String::new();
-    let mut logprobs: Option<Vec<(u32, TokenLogprobs)>> = None;
-    while let Some(ev) = rx.recv().await {
+    let total = reply.choices();
+    let mut choices: Vec<ChoiceState> = (0..total).map(|_| ChoiceState::default()).collect();
+    let mut done: Vec<Option<Completion>> = vec![None; total];
+    let mut left = total;
+    while left > 0 {
+        let Some((k, ev)) = events.next().await else {
+            let e = ApiError::from(EngineError::Unavailable(
+                "the engine dropped the request".into(),
+            ));
+            log.failed(&e);
+            return e.into_response();
+        };
+        let c = &mut choices[k];
         match ev {
             Event::Admitted { .. } => {}
+            Event::PromptLogprobs(rows) => c.prompt_logprobs.extend(rows),
             Event::Token {
                 id: tok,
                 text: t,
                 logprobs: lp,
             } => {
-                log.completion_tokens += 1;
-                text.push_str(&t);
+                c.tokens += 1;
+                c.text.push_str(&t);
                 if let Some(lp) = lp {
-                    logprobs.get_or_insert_default().push((tok, lp));
+                    c.logprobs.push((tok, lp));
                 }
             }
             Event::Failed(e) => {
@@ -446,157 +602,199 @@ async fn collect(
                 log.failed(&e);
                 return e.into_response();
             }
-            Event::Done(c) => {
-                log.done(&c);
-                let lps = logprobs.as_deref().map(|tokens| match kind {
-                    Kind::Chat => json!({"content": tokens
-                        .iter()
-                        .map(|(i, lp)| chat_logprob(loaded, *i, lp))
-                        .collect::<Vec<_>>()}),
-                    Kind::Text => completion_logprobs(loaded, tokens, 0),
-                });
-                let choice = match kind {
-                    Kind::Chat => {
-                        json!({"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": lps, "finish_reason": c.finish.as_str()})
-                    }
-                    Kind::Text => {
-                        json!({"index": 0, "text": text, "logprobs": lps, "finish_reason": c.finish.as_str()})
-                    }
-                };
-                let object = if kind == Kind::Chat {
-                    "chat.completion"
-                } else {
-                    "text_completion"
-                };
-                return Json(json!({
-                    "id": id, "object": object, "created": unix_now(), "model": model,
-                    "choices": [choice], "usage": usage(&c), "shortlist_timings": c.timings,
-                }))
-                .into_response();
+            Event::Done(d) => {
+                done[k] = Some(d);
+                left -= 1;
             }
         }
     }
-    let e = ApiError::from(EngineError::Unavailable(
-        "the engine dropped the request".into(),
-    ));
-    log.failed(&e);
-    e.into_response()
+    let echo = reply.options.echo();
+    let prompt_only = reply.options.prompt_only();
+    let wants_logprobs = reply.options.params().logprobs().is_some();
+    let mut out = Vec::with_capacity(total);
+    for (k, (c, d)) in choices.iter().zip(&done).enumerate() {
+        let Some(d) = d else { continue };
+        let answer: &[(u32, TokenLogprobs)] = if prompt_only { &[] } else { &c.logprobs };
+        let mut choice = match reply.kind {
+            Kind::Chat => {
+                let lps = wants_logprobs.then(|| {
+                    json!({"content": answer
+                        .iter()
+                        .map(|(i, lp)| chat_logprob(loaded, *i, lp))
+                        .collect::<Vec<_>>()})
+                });
+                json!({"index": k, "message": {"role": "assistant", "content": c.text}, "logprobs": lps, "finish_reason": reply.finish(d)})
+            }
+            Kind::Text => {
+                let prompt = reply.prompt(k);
+                let mut text = if echo {
+                    prompt.text.clone()
+                } else {
+                    String::new()
+                };
+                if !prompt_only {
+                    text.push_str(&c.text);
+                }
+                let lps = wants_logprobs.then(|| {
+                    let echoed = echo.then_some((&prompt.ids[..], &c.prompt_logprobs[..]));
+                    completion_logprobs(loaded, echoed, answer, 0)
+                });
+                json!({"index": k, "text": text, "logprobs": lps, "finish_reason": reply.finish(d)})
+            }
+        };
+        if total > 1 {
+            choice["shortlist_timings"] = json!(d.timings);
+        }
+        out.push(choice);
+    }
+    let first = done[0].as_ref().expect("every choice is done");
+    log.done(first);
+    log.completion_tokens = done.iter().flatten().map(|d| reply.answer_tokens(d)).sum();
+    let object = if reply.kind == Kind::Chat {
+        "chat.completion"
+    } else {
+        "text_completion"
+    };
+    Json(json!({
+        "id": id, "object": object, "created": unix_now(), "model": model,
+        "choices": out, "usage": reply.usage(&done), "shortlist_timings": first.timings,
+    }))
+    .into_response()
 }
 
 struct SseState {
-    rx: UnboundedReceiver<Event>,
+    events: Choices,
     pending: VecDeque<SseEvent>,
     id: String,
     model: String,
-    loaded: std::sync::Arc<LoadedModel>,
-    /// Bytes of answer text sent so far (the completions `text_offset`).
-    sent_bytes: usize,
-    kind: Kind,
-    include_usage: bool,
-    sent_role: bool,
+    reply: Reply,
+    /// Per choice: bytes of text sent so far (the completions `text_offset`), whether the
+    /// first chunk (the chat role, the echoed prompt) went out, the prompt's log-probabilities
+    /// gathered for `echo`, and the finished request.
+    sent_bytes: Vec<usize>,
+    started: Vec<bool>,
+    prompt_logprobs: Vec<Vec<TokenLogprobs>>,
+    finished: Vec<Option<Completion>>,
     done: bool,
     log: RequestLog,
 }
 
 impl SseState {
-    fn new(
-        rx: UnboundedReceiver<Event>,
-        id: String,
-        loaded: std::sync::Arc<LoadedModel>,
-        kind: Kind,
-        include_usage: bool,
-        mut log: RequestLog,
-    ) -> Self {
+    fn new(events: Choices, id: String, reply: Reply, mut log: RequestLog) -> Self {
         // Until the stream ends by itself, the client went away.
         log.finish = Some("disconnected");
+        let total = reply.choices();
         Self {
-            rx,
+            events,
             pending: VecDeque::new(),
             id,
-            model: loaded.name().to_owned(),
-            loaded,
-            sent_bytes: 0,
-            kind,
-            include_usage,
-            sent_role: false,
+            model: reply.loaded.name().to_owned(),
+            reply,
+            sent_bytes: vec![0; total],
+            started: vec![false; total],
+            prompt_logprobs: vec![Vec::new(); total],
+            finished: vec![None; total],
             done: false,
             log,
         }
     }
 
-    fn chunk(
-        &self,
-        delta_text: Option<&str>,
-        finish: Option<&str>,
-        extra: Option<(&str, Value)>,
-    ) -> SseEvent {
-        let mut v = self.chunk_value(delta_text, finish);
-        if let Some((k, x)) = extra {
-            v[k] = x;
-        }
-        SseEvent::default().data(v.to_string())
-    }
-
-    fn chunk_value(&self, delta_text: Option<&str>, finish: Option<&str>) -> Value {
+    fn chunk_value(&self, k: usize, delta_text: Option<&str>, finish: Option<&str>) -> Value {
         let created = unix_now();
-        match self.kind {
+        match self.reply.kind {
             Kind::Chat => {
-                let delta = match (delta_text, self.sent_role) {
+                let delta = match (delta_text, self.started[k]) {
                     (Some(t), true) => json!({"content": t}),
                     (Some(t), false) => json!({"role": "assistant", "content": t}),
                     (None, _) => json!({}),
                 };
                 json!({"id": self.id, "object": "chat.completion.chunk", "created": created, "model": self.model,
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                       "choices": [{"index": k, "delta": delta, "finish_reason": finish}]})
             }
             Kind::Text => {
                 json!({"id": self.id, "object": "text_completion", "created": created, "model": self.model,
-                                 "choices": [{"index": 0, "text": delta_text.unwrap_or(""), "logprobs": null, "finish_reason": finish}]})
+                                 "choices": [{"index": k, "text": delta_text.unwrap_or(""), "logprobs": null, "finish_reason": finish}]})
             }
         }
     }
 
-    fn on_event(&mut self, ev: Event) {
+    fn push(&mut self, v: &Value) {
+        self.pending
+            .push_back(SseEvent::default().data(v.to_string()));
+    }
+
+    /// The echoed prompt of completion choice `k`, once, before its first answer text.
+    fn echo(&mut self, k: usize) {
+        if self.started[k] || !self.reply.options.echo() {
+            return;
+        }
+        let prompt = self.reply.prompt(k);
+        let mut e = self.chunk_value(k, Some(&prompt.text), None);
+        if self.reply.options.params().logprobs().is_some() {
+            let echoed = (&prompt.ids[..], &self.prompt_logprobs[k][..]);
+            e["choices"][0]["logprobs"] =
+                completion_logprobs(&self.reply.loaded, Some(echoed), &[], 0);
+        }
+        self.sent_bytes[k] = prompt.text.len();
+        self.started[k] = true;
+        self.push(&e);
+    }
+
+    fn on_event(&mut self, k: usize, ev: Event) {
         match ev {
             Event::Admitted { .. } => {}
+            Event::PromptLogprobs(rows) => self.prompt_logprobs[k].extend(rows),
             Event::Token { id, text, logprobs } => {
+                self.echo(k);
+                if self.reply.options.prompt_only() {
+                    return;
+                }
                 self.log.completion_tokens += 1;
-                let lps = logprobs.map(|lp| match self.kind {
-                    Kind::Chat => json!({"content": [chat_logprob(&self.loaded, id, &lp)]}),
-                    Kind::Text => completion_logprobs(&self.loaded, &[(id, lp)], self.sent_bytes),
+                let loaded = &self.reply.loaded;
+                let lps = logprobs.map(|lp| match self.reply.kind {
+                    Kind::Chat => json!({"content": [chat_logprob(loaded, id, &lp)]}),
+                    Kind::Text => {
+                        completion_logprobs(loaded, None, &[(id, lp)], self.sent_bytes[k])
+                    }
                 });
-                if !text.is_empty() || !self.sent_role || lps.is_some() {
-                    let mut e = self.chunk_value(Some(&text), None);
+                if !text.is_empty() || !self.started[k] || lps.is_some() {
+                    let mut e = self.chunk_value(k, Some(&text), None);
                     if let Some(lps) = lps {
                         e["choices"][0]["logprobs"] = lps;
                     }
-                    self.sent_role = true;
-                    self.pending
-                        .push_back(SseEvent::default().data(e.to_string()));
+                    self.started[k] = true;
+                    self.push(&e);
                 }
-                self.sent_bytes += text.len();
+                self.sent_bytes[k] += text.len();
             }
             Event::Done(c) => {
-                self.log.done(&c);
-                let last = self.chunk(
-                    None,
-                    Some(c.finish.as_str()),
-                    Some(("shortlist_timings", json!(c.timings))),
-                );
-                self.pending.push_back(last);
-                if self.include_usage {
-                    let object = if self.kind == Kind::Chat {
-                        "chat.completion.chunk"
-                    } else {
-                        "text_completion"
-                    };
-                    let u = json!({"id": self.id, "object": object, "created": unix_now(), "model": self.model,
-                                   "choices": [], "usage": usage(&c)});
-                    self.pending
-                        .push_back(SseEvent::default().data(u.to_string()));
+                self.echo(k);
+                let mut last = self.chunk_value(k, None, Some(self.reply.finish(&c)));
+                last["shortlist_timings"] = json!(c.timings);
+                self.push(&last);
+                self.finished[k] = Some(c);
+                if self.finished.iter().all(Option::is_some) {
+                    let first = self.finished[0].clone().expect("every choice is done");
+                    self.log.done(&first);
+                    self.log.completion_tokens = self
+                        .finished
+                        .iter()
+                        .flatten()
+                        .map(|d| self.reply.answer_tokens(d))
+                        .sum();
+                    if self.reply.options.include_usage() {
+                        let object = if self.reply.kind == Kind::Chat {
+                            "chat.completion.chunk"
+                        } else {
+                            "text_completion"
+                        };
+                        let u = json!({"id": self.id, "object": object, "created": unix_now(), "model": self.model,
+                                       "choices": [], "usage": self.reply.usage(&self.finished)});
+                        self.push(&u);
+                    }
+                    self.pending.push_back(SseEvent::default().data("[DONE]"));
+                    self.done = true;
                 }
-                self.pending.push_back(SseEvent::default().data("[DONE]"));
-                self.done = true;
             }
             Event::Failed(e) => {
                 let e = ApiError::from(e);
@@ -604,8 +802,7 @@ impl SseState {
                 self.log.error = Some(e.message.clone());
                 self.log.finish = Some("error");
                 let v = json!({"error": {"message": e.message, "type": e.kind, "code": e.code}});
-                self.pending
-                    .push_back(SseEvent::default().data(v.to_string()));
+                self.push(&v);
                 self.pending.push_back(SseEvent::default().data("[DONE]"));
                 self.done = true;
             }
@@ -622,12 +819,15 @@ fn sse_stream(state: SseState) -> impl Stream<Item = Result<SseEvent, Infallible
             if st.done {
                 return None;
             }
-            match st.rx.recv().await {
-                Some(ev) => st.on_event(ev),
+            match st.events.next().await {
+                Some((k, ev)) => st.on_event(k, ev),
                 None => {
-                    st.on_event(Event::Failed(EngineError::Unavailable(
-                        "the engine dropped the request".into(),
-                    )));
+                    st.on_event(
+                        0,
+                        Event::Failed(EngineError::Unavailable(
+                            "the engine dropped the request".into(),
+                        )),
+                    );
                 }
             }
         }

@@ -128,6 +128,9 @@ pub struct SeqStep<'a> {
     pub cache: &'a mut KvCache,
     /// Whether to return the logits of the last new token.
     pub want_logits: bool,
+    /// Whether to return the logits of every new token instead (`tokens.len() × vocab` floats,
+    /// one token's row after the other): the log-probabilities of prompt tokens.
+    pub all_logits: bool,
 }
 
 struct Layer {
@@ -440,7 +443,8 @@ impl Model {
     }
 
     /// Run one step over several sequences. Returns, for each sequence with `want_logits`, the
-    /// logits of its last new token (`vocab` floats), in input order; `None` for the others.
+    /// logits of its last new token (`vocab` floats), for each with `all_logits` those of all
+    /// its new tokens, in input order; `None` for the others.
     pub fn forward(&self, seqs: &mut [SeqStep<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
         let cfg = &self.cfg;
         let total: usize = seqs.iter().map(|s| s.tokens.len()).sum();
@@ -583,12 +587,16 @@ impl Model {
         for s in seqs.iter_mut() {
             s.cache.len += s.tokens.len();
         }
-        // Logits only for the last new token of the sequences that want them.
+        // Logits only for the last new token of the sequences that want them, or for every
+        // new token of those that want all.
         let mut rows = Vec::new();
         let mut end = 0u32;
         for s in seqs.iter() {
+            let start = end;
             end += s.tokens.len() as u32;
-            if s.want_logits {
+            if s.all_logits {
+                rows.extend(start..end);
+            } else if s.want_logits {
                 rows.push(end - 1);
             }
         }
@@ -606,7 +614,9 @@ impl Model {
             .to_vec2::<f32>()?;
         let mut it = logits.into_iter();
         for (slot, s) in result.iter_mut().zip(seqs.iter()) {
-            if s.want_logits {
+            if s.all_logits {
+                *slot = Some(it.by_ref().take(s.tokens.len()).flatten().collect());
+            } else if s.want_logits {
                 *slot = it.next();
             }
         }

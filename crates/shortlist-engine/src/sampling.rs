@@ -18,6 +18,7 @@ pub struct SamplingParams {
     min_tokens: usize,
     ignore_eos: bool,
     logprobs: Option<usize>,
+    prompt_logprobs: Option<usize>,
 }
 
 /// The most alternatives a token's log-probabilities list (OpenAI's limit for `top_logprobs`).
@@ -36,6 +37,7 @@ impl SamplingParams {
             min_tokens: 0,
             ignore_eos: false,
             logprobs: None,
+            prompt_logprobs: None,
         }
     }
 
@@ -83,6 +85,7 @@ impl SamplingParams {
             min_tokens: 0,
             ignore_eos: false,
             logprobs: None,
+            prompt_logprobs: None,
         })
     }
 
@@ -105,6 +108,36 @@ impl SamplingParams {
     /// How many alternatives each token's log-probabilities list, when asked for.
     pub fn logprobs(&self) -> Option<usize> {
         self.logprobs
+    }
+
+    /// The same, also reporting the log-probability of every prompt token after the first
+    /// (given the tokens before it) and the `top` most likely tokens at its position
+    /// (`None`: none; vLLM's `prompt_logprobs`, OpenAI's `echo` with `logprobs`). Every prompt
+    /// position is then computed: the prefix cache does not serve such a request. Refused
+    /// above [`MAX_TOP_LOGPROBS`].
+    pub fn with_prompt_logprobs(mut self, top: Option<usize>) -> Result<Self> {
+        if let Some(n) = top
+            && n > MAX_TOP_LOGPROBS
+        {
+            return Err(EngineError::InvalidParameter {
+                field: "logprobs",
+                message: format!("{n} is above {MAX_TOP_LOGPROBS}"),
+            });
+        }
+        self.prompt_logprobs = top;
+        Ok(self)
+    }
+
+    /// How many alternatives each prompt token's log-probabilities list, when asked for.
+    pub fn prompt_logprobs(&self) -> Option<usize> {
+        self.prompt_logprobs
+    }
+
+    /// The same with the seed moved on by `offset`: choice `offset` of a request asking for
+    /// several (`n`) samples each draws its own reproducible stream.
+    pub fn with_seed_offset(mut self, offset: u64) -> Self {
+        self.seed = self.seed.wrapping_add(offset);
+        self
     }
 
     /// The same, generating at least `min_tokens` before anything may end the answer (vLLM's
@@ -212,6 +245,15 @@ pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
     let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
     let lse = f64::from(max) + sum.ln();
     let lp = |l: f32| (f64::from(l) - lse) as f32;
+    let logprob = logits
+        .get(token as usize)
+        .map_or(f32::NEG_INFINITY, |&l| lp(l));
+    if top == 0 {
+        return TokenLogprobs {
+            logprob,
+            top: Vec::new(),
+        };
+    }
     let mut order: Vec<u32> = (0..logits.len() as u32).collect();
     let by_logit = |a: &u32, b: &u32| {
         logits[*b as usize]
@@ -225,9 +267,7 @@ pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
     order.truncate(top);
     order.sort_unstable_by(by_logit);
     TokenLogprobs {
-        logprob: logits
-            .get(token as usize)
-            .map_or(f32::NEG_INFINITY, |&l| lp(l)),
+        logprob,
         top: order
             .into_iter()
             .map(|i| (i, lp(logits[i as usize])))

@@ -100,6 +100,10 @@ pub enum Event {
         /// Its log-probabilities, when the request asked for them.
         logprobs: Option<crate::sampling::TokenLogprobs>,
     },
+    /// Log-probabilities of prompt tokens (requests asking for prompt log-probabilities),
+    /// sent as their prefill chunks are computed: in order, from the prompt's second token
+    /// (the first has nothing before it) to its last.
+    PromptLogprobs(Vec<crate::sampling::TokenLogprobs>),
     /// The request finished.
     Done(Completion),
     /// The request failed.
@@ -321,6 +325,13 @@ impl Scheduler {
                 let len = (s.req.prompt.len() - s.prefilled)
                     .min(self.cfg.prefill_chunk)
                     .min(budget);
+                // Every row's logits are kept for prompt log-probabilities: smaller chunks
+                // bound that memory (a row of Gemma 3's logits is 1 MiB).
+                let len = if s.req.params.prompt_logprobs().is_some() {
+                    len.min(PROMPT_LOGPROBS_CHUNK)
+                } else {
+                    len
+                };
                 plan.push((i, s.prefilled, len));
                 budget -= len;
             }
@@ -348,10 +359,12 @@ impl Scheduler {
                     &s.req.prompt[start..start + len]
                 };
                 let want_logits = decoding || start + len == s.req.prompt.len();
+                let all_logits = !decoding && s.req.params.prompt_logprobs().is_some();
                 steps.push(SeqStep {
                     tokens,
                     cache: &mut s.cache,
                     want_logits,
+                    all_logits,
                 });
             }
             self.model.model().forward(&mut steps)
@@ -379,9 +392,11 @@ impl Scheduler {
         let (mut prefill_tokens, mut decode_tokens) = (0, 0);
         self.cost
             .observe(decodes, planned_prefill, t1.saturating_duration_since(t0));
+        let vocab = self.model.model().vocab_size();
         for (&(i, start, len), l) in plan.iter().zip(logits) {
             let s = &mut self.running[i];
-            if s.next_input.take().is_some() {
+            let decoded = s.next_input.take().is_some();
+            if decoded {
                 decode_tokens += 1;
             } else {
                 prefill_tokens += len;
@@ -400,8 +415,27 @@ impl Scheduler {
                         .observe_prefill(secs(s.req.arrival, t1) - first);
                 }
             }
-            if let Some(l) = l {
-                emit_token(&self.model, s, &l, t1, &self.metrics);
+            let Some(l) = l else { continue };
+            match s.req.params.prompt_logprobs() {
+                Some(top) if !decoded => {
+                    // Row `j` holds the logits after prompt token `start + j`: the next prompt
+                    // token's log-probability, or (after the last) the first answer token.
+                    let prompt = &s.req.prompt;
+                    let rows: Vec<_> = (0..len)
+                        .filter(|j| start + j + 1 < prompt.len())
+                        .map(|j| {
+                            let row = &l[j * vocab..(j + 1) * vocab];
+                            crate::sampling::logprobs(row, prompt[start + j + 1], top)
+                        })
+                        .collect();
+                    if s.req.events.send(Event::PromptLogprobs(rows)).is_err() {
+                        s.finish = Some(FinishReason::Cancelled);
+                    } else if s.prefilled == prompt.len() {
+                        let last = l[(len - 1) * vocab..len * vocab].to_vec();
+                        emit_token(&self.model, s, &last, t1, &self.metrics);
+                    }
+                }
+                _ => emit_token(&self.model, s, &l, t1, &self.metrics),
             }
         }
         self.prefill_tokens_computed += prefill_tokens as u64;
@@ -458,7 +492,13 @@ impl Scheduler {
             if self.reserved_tokens + need > self.cfg.kv_budget_tokens {
                 break;
             }
-            if self.cfg.defer_shared_prefixes && self.shares_prefix_in_flight(&req.prompt) {
+            // A request for prompt log-probabilities computes every position, so neither
+            // waits for nor takes cached blocks.
+            let computes_all = req.params.prompt_logprobs().is_some();
+            if self.cfg.defer_shared_prefixes
+                && !computes_all
+                && self.shares_prefix_in_flight(&req.prompt)
+            {
                 // Leave it waiting, in its place; later requests may go ahead.
                 skipped += 1;
                 continue;
@@ -478,7 +518,12 @@ impl Scheduler {
                     continue;
                 }
             };
-            let cached = match self.prefix.restore(&req.prompt, &mut cache) {
+            let restored = if computes_all {
+                Ok(0)
+            } else {
+                self.prefix.restore(&req.prompt, &mut cache)
+            };
+            let cached = match restored {
                 Ok(n) => n,
                 Err(e) => {
                     tracing::warn!(error = %e, "prefix cache restore failed; computing the whole prompt");
@@ -541,6 +586,9 @@ impl Scheduler {
         }
     }
 }
+
+/// The largest prefill chunk of a request for prompt log-probabilities.
+const PROMPT_LOGPROBS_CHUNK: usize = 64;
 
 /// The smallest prefill chunk a time-limited step still gives a waiting prompt (one prefix-cache
 /// block at the default size), so a prompt always makes progress however slow the steps are.

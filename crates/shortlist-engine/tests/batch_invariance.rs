@@ -82,6 +82,7 @@ fn alone(model: &LoadedModel, prompts: &[Vec<u32>]) -> Vec<Trace> {
                     tokens: &next,
                     cache: &mut c,
                     want_logits: true,
+                    all_logits: false,
                 }];
                 let logits = model.model().forward(&mut step).expect("forward")[0]
                     .clone()
@@ -127,6 +128,7 @@ fn together(model: &LoadedModel, prompts: &[Vec<u32>], chunk: Option<usize>) -> 
                     tokens: &tokens[k],
                     cache: c,
                     want_logits: fed[i] == prompts[i].len(),
+                    all_logits: false,
                 });
             }
         }

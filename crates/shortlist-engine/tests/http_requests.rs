@@ -3,7 +3,7 @@
 //! message speaks JSON (what the field must be, what was found), never the server's Rust types.
 
 use serde_json::{Value, json};
-use shortlist_engine::http::{ApiError, ChatRequest, CompletionRequest};
+use shortlist_engine::http::{ApiError, ChatRequest, CompletionRequest, Prompt};
 
 /// Words of the server's own code that must never reach a client.
 const INTERNALS: [&str; 8] = [
@@ -98,8 +98,16 @@ fn each_refused_chat_body_names_its_field() {
             json!("messages[0].content[1]"),
             "\"image_url\"",
         ),
-        (chat_body(user(hi()), json!({"n": 3})), json!("n"), "n = 1"),
-        (chat_body(user(hi()), json!({"n": 0})), json!("n"), "n = 1"),
+        (
+            chat_body(user(hi()), json!({"n": 65})),
+            json!("n"),
+            "at most 64",
+        ),
+        (
+            chat_body(user(hi()), json!({"n": 0})),
+            json!("n"),
+            "a positive integer",
+        ),
         (
             chat_body(user(hi()), json!({"max_tokens": -1})),
             json!("max_tokens"),
@@ -178,9 +186,19 @@ fn each_refused_chat_body_names_its_field() {
 fn each_refused_completion_body_names_its_field() {
     let cases: Vec<(Value, &str)> = vec![
         (json!({"prompt": 42}), "prompt"),
-        (json!({"prompt": ["a", "b"]}), "prompt"),
+        (json!({"prompt": []}), "prompt"),
+        (json!({"prompt": [1, "b"]}), "prompt[1]"),
+        (json!({"prompt": ["a", 7]}), "prompt[1]"),
+        (json!({"prompt": [[1, 2], []]}), "prompt[1]"),
+        (json!({"prompt": [3, -1]}), "prompt[1]"),
         (json!({"max_tokens": 4}), "prompt"),
-        (json!({"prompt": "hi", "n": 2}), "n"),
+        (json!({"prompt": ["a", "b"], "n": 40}), "n"),
+        (json!({"prompt": "hi", "max_tokens": 0}), "max_tokens"),
+        (json!({"prompt": "hi", "echo": "yes"}), "echo"),
+        (
+            json!({"prompt": "hi", "echo": true, "logprobs": 21}),
+            "logprobs",
+        ),
         (json!({"prompt": "hi", "max_tokens": -1}), "max_tokens"),
         (json!({"prompt": "hi", "seed": "x"}), "seed"),
     ];
@@ -221,6 +239,44 @@ fn what_openai_clients_send_is_accepted() {
     let req = ChatRequest::parse(body.as_bytes()).expect("accepted");
     assert_eq!(req.options().params().max_tokens(), 3);
     let req = CompletionRequest::parse(br#"{"prompt": ["Once"]}"#).expect("accepted");
-    assert_eq!(req.prompt(), "Once");
+    assert_eq!(req.prompts(), [Prompt::Text("Once".into())]);
     assert_eq!(req.options().params().max_tokens(), 16);
+    assert_eq!(req.options().n(), 1);
+}
+
+/// What lm-evaluation-harness's `local-completions` sends for a loglikelihood request: token
+/// ids, `echo`, `logprobs: 1`, and one token to generate (or none).
+#[test]
+fn scoring_requests_echo_the_prompt_with_its_logprobs() {
+    let req = CompletionRequest::parse(
+        br#"{"prompt": [[1, 2, 3], [4, 5]], "echo": true, "logprobs": 1, "max_tokens": 1,
+             "temperature": 0, "seed": 1234}"#,
+    )
+    .expect("accepted");
+    assert_eq!(
+        req.prompts(),
+        [Prompt::Ids(vec![1, 2, 3]), Prompt::Ids(vec![4, 5])]
+    );
+    let o = req.options();
+    assert!(o.echo() && !o.prompt_only());
+    assert_eq!(o.params().prompt_logprobs(), Some(1));
+    assert_eq!(o.params().logprobs(), Some(1));
+
+    let req = CompletionRequest::parse(br#"{"prompt": [7, 8], "echo": true, "max_tokens": 0}"#)
+        .expect("accepted");
+    let o = req.options();
+    assert!(o.echo() && o.prompt_only());
+    // Echo without `logprobs` computes no prompt log-probabilities (and may use the cache).
+    assert_eq!(o.params().prompt_logprobs(), None);
+
+    // `n` choices of one prompt; `echo` means nothing to chat.
+    let req = CompletionRequest::parse(br#"{"prompt": "a", "n": 4, "temperature": 1}"#)
+        .expect("accepted");
+    assert_eq!(req.options().n(), 4);
+    let req = ChatRequest::parse(
+        br#"{"messages": [{"role": "user", "content": "hi"}], "echo": true, "logprobs": true}"#,
+    )
+    .expect("accepted");
+    assert!(!req.options().echo());
+    assert_eq!(req.options().params().prompt_logprobs(), None);
 }

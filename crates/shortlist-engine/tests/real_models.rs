@@ -127,6 +127,7 @@ fn teacher_forced(
             tokens: c,
             cache: &mut cache,
             want_logits: i + 1 == chunks.len(),
+            all_logits: false,
         }];
         logits = m
             .model()
@@ -158,6 +159,7 @@ fn teacher_forced(
                 tokens: &one,
                 cache: &mut cache,
                 want_logits: true,
+                all_logits: false,
             }];
             logits = m
                 .model()
@@ -246,6 +248,7 @@ mod serving {
                     assert!(!c.timings.prefill_chunks.is_empty() || c.cached_tokens > 0);
                 }
                 Event::Failed(e) => out.error = Some(e),
+                Event::PromptLogprobs(_) => panic!("no prompt log-probabilities were asked for"),
             }
         }
         out
@@ -393,6 +396,7 @@ mod serving {
                 Event::Done(c) => chunks = c.timings.prefill_chunks,
                 Event::Failed(e) => panic!("second request failed: {e}"),
                 Event::Admitted { .. } => {}
+                Event::PromptLogprobs(_) => panic!("no prompt log-probabilities were asked for"),
             }
         }
         assert_eq!(tokens, alone[0].tokens, "tokens differ from running alone");

@@ -19,17 +19,33 @@ pub struct ChatRequest {
 /// A `/v1/completions` body, checked.
 #[derive(Debug, Clone)]
 pub struct CompletionRequest {
-    prompt: String,
+    prompts: Vec<Prompt>,
     options: Options,
 }
 
-/// What both endpoints share: sampling and streaming.
+/// One prompt of a completions request: text, or token ids taken as they are (no
+/// beginning-of-sequence token added), as clients that tokenize for themselves send them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Prompt {
+    /// Text, tokenized by the server.
+    Text(String),
+    /// Token ids.
+    Ids(Vec<u32>),
+}
+
+/// What both endpoints share: sampling, choices and streaming.
 #[derive(Debug, Clone)]
 pub struct Options {
     params: SamplingParams,
+    n: usize,
+    echo: bool,
+    prompt_only: bool,
     stream: bool,
     include_usage: bool,
 }
+
+/// The most choices one request may ask for (prompts × `n`).
+pub const MAX_CHOICES: usize = 64;
 
 /// New tokens when a chat request names no `max_tokens`.
 const CHAT_DEFAULT_MAX_TOKENS: usize = 256;
@@ -86,31 +102,28 @@ impl CompletionRequest {
     /// Parse a request body.
     pub fn parse(body: &[u8]) -> Result<Self, ApiError> {
         let body = object(body)?;
-        let prompt = match field(&body, "prompt") {
+        let prompts = match field(&body, "prompt") {
             None => return Err(missing("prompt", "")),
-            Some(Value::String(s)) => s.clone(),
-            Some(Value::Array(a)) if a.len() == 1 && a[0].is_string() => {
-                a[0].as_str().unwrap_or_default().to_owned()
-            }
-            Some(other) => {
-                return Err(bad(
-                    "prompt",
-                    format!(
-                        "`prompt` must be a string (one prompt per request), found {}",
-                        found(other)
-                    ),
-                ));
-            }
+            Some(v) => prompts(v)?,
         };
-        Ok(Self {
-            prompt,
-            options: Options::parse(&body, COMPLETION_DEFAULT_MAX_TOKENS, false)?,
-        })
+        let options = Options::parse(&body, COMPLETION_DEFAULT_MAX_TOKENS, false)?;
+        if prompts.len() * options.n > MAX_CHOICES {
+            return Err(bad(
+                "n",
+                format!(
+                    "{} prompts × n = {} asks for {} choices; at most {MAX_CHOICES} per request",
+                    prompts.len(),
+                    options.n,
+                    prompts.len() * options.n
+                ),
+            ));
+        }
+        Ok(Self { prompts, options })
     }
 
-    /// The prompt text.
-    pub fn prompt(&self) -> &str {
-        &self.prompt
+    /// The prompts, in order (choice `i` of prompt `p` is the response's choice `p × n + i`).
+    pub fn prompts(&self) -> &[Prompt] {
+        &self.prompts
     }
 
     /// Sampling and streaming.
@@ -119,8 +132,8 @@ impl CompletionRequest {
     }
 
     /// The parts, for the handler.
-    pub(super) fn into_parts(self) -> (String, Options) {
-        (self.prompt, self.options)
+    pub(super) fn into_parts(self) -> (Vec<Prompt>, Options) {
+        (self.prompts, self.options)
     }
 }
 
@@ -130,20 +143,29 @@ impl Options {
         default_max_tokens: usize,
         chat: bool,
     ) -> Result<Self, ApiError> {
-        if let Some(n) = field(body, "n")
-            && n.as_u64() != Some(1)
-        {
+        let n = field(body, "n")
+            .map(|v| positive_integer(v, "n"))
+            .transpose()?
+            .unwrap_or(1);
+        if n > MAX_CHOICES {
             return Err(bad(
                 "n",
-                format!(
-                    "only n = 1 is supported: this server answers one choice per request (found {})",
-                    found(n)
-                ),
+                format!("{n} choices asked for; at most {MAX_CHOICES} per request"),
             ));
         }
-        let max_tokens = field(body, "max_tokens")
-            .map(|v| positive_integer(v, "max_tokens"))
-            .transpose()?;
+        // Completions: `echo` puts the prompt before the answer (and, with `logprobs`, its
+        // tokens' log-probabilities, as lm-evaluation-harness's loglikelihood tasks ask).
+        let echo = !chat
+            && field(body, "echo")
+                .map(|v| boolean(v, "echo"))
+                .transpose()?
+                .unwrap_or(false);
+        // `max_tokens: 0` with `echo` scores the prompt and generates nothing.
+        let max_tokens = match field(body, "max_tokens") {
+            Some(v) if echo && v.as_u64() == Some(0) => Some(0),
+            Some(v) => Some(positive_integer(v, "max_tokens")?),
+            None => None,
+        };
         // OpenAI's newer name for the same limit wins when both are given.
         let max_completion_tokens = field(body, "max_completion_tokens")
             .map(|v| positive_integer(v, "max_completion_tokens"))
@@ -223,16 +245,8 @@ impl Options {
                 (true, top) => Some(top.unwrap_or(0)),
             }
         } else {
-            // Completions: `logprobs: N`, the alternatives per token; `echo` would ask for the
-            // prompt's log-probabilities too.
-            if field(body, "echo").is_some_and(|v| v.as_bool() != Some(false)) {
-                return Err(bad(
-                    "echo",
-                    "`echo` is not supported: this server returns the log-probabilities of \
-                     generated tokens only"
-                        .into(),
-                ));
-            }
+            // Completions: `logprobs: N`, the alternatives per token (prompt tokens too with
+            // `echo`).
             let top = field(body, "logprobs")
                 .filter(|v| !v.is_null())
                 .map(|v| whole(v, "logprobs"))
@@ -245,24 +259,47 @@ impl Options {
             }
             top
         };
+        let max_tokens = max_completion_tokens
+            .or(max_tokens)
+            .unwrap_or(default_max_tokens);
+        // Nothing to generate: the engine still chooses the first answer token from the
+        // prompt's last logits (no extra pass), and the handler leaves it out.
+        let prompt_only = max_tokens == 0;
         let params = SamplingParams::new(
             temperature.unwrap_or(1.0) as f32,
             top_p.unwrap_or(1.0) as f32,
             top_k,
             seed.unwrap_or(0),
-            max_completion_tokens
-                .or(max_tokens)
-                .unwrap_or(default_max_tokens),
+            max_tokens.max(1),
             stop,
         )?
         .with_min_tokens(min_tokens)?
         .with_ignore_eos(ignore_eos)
-        .with_logprobs(logprobs)?;
+        .with_logprobs(logprobs)?
+        .with_prompt_logprobs(if echo { logprobs } else { None })?;
         Ok(Self {
             params,
+            n,
+            echo,
+            prompt_only,
             stream,
             include_usage,
         })
+    }
+
+    /// Choices per prompt (`n`); choice `i` samples with the seed moved on by `i`.
+    pub fn n(&self) -> usize {
+        self.n
+    }
+
+    /// Whether the prompt comes back before the answer (completions' `echo`).
+    pub fn echo(&self) -> bool {
+        self.echo
+    }
+
+    /// Whether nothing is to be generated (`max_tokens: 0` with `echo`).
+    pub fn prompt_only(&self) -> bool {
+        self.prompt_only
     }
 
     /// How to sample, and when to stop.
@@ -302,6 +339,50 @@ fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
             format!("request body is not valid JSON: {e}"),
             None,
         )),
+    }
+}
+
+/// The `prompt` field: a string, a list of strings, a list of token ids, or a list of lists of
+/// token ids.
+fn prompts(v: &Value) -> Result<Vec<Prompt>, ApiError> {
+    let what = "a string, a list of strings, a list of token ids or a list of lists of token ids";
+    let ids = |v: &Value, at: &str| -> Result<Vec<u32>, ApiError> {
+        let Value::Array(items) = v else {
+            return Err(must(at, "a list of token ids", v));
+        };
+        if items.is_empty() {
+            return Err(bad(at, format!("`{at}` is an empty list of token ids")));
+        }
+        items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                t.as_u64()
+                    .and_then(|t| u32::try_from(t).ok())
+                    .ok_or_else(|| must(&format!("{at}[{i}]"), "a token id", t))
+            })
+            .collect()
+    };
+    match v {
+        Value::String(s) => Ok(vec![Prompt::Text(s.clone())]),
+        Value::Array(items) if items.is_empty() => {
+            Err(bad("prompt", "`prompt` is an empty list".into()))
+        }
+        Value::Array(items) if items[0].is_number() => Ok(vec![Prompt::Ids(ids(v, "prompt")?)]),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, p)| match p {
+                Value::String(s) => Ok(Prompt::Text(s.clone())),
+                Value::Array(_) => Ok(Prompt::Ids(ids(p, &format!("prompt[{i}]"))?)),
+                other => Err(must(
+                    &format!("prompt[{i}]"),
+                    "a string or a list of token ids",
+                    other,
+                )),
+            })
+            .collect(),
+        other => Err(must("prompt", what, other)),
     }
 }
 

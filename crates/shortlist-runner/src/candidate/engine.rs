@@ -123,7 +123,8 @@ impl InFlight {
     fn poll(&mut self) -> Result<Option<Generated>, RunError> {
         while let Ok(event) = self.events.try_recv() {
             match event {
-                Event::Admitted { .. } => {}
+                // Quality runs ask for no prompt log-probabilities.
+                Event::Admitted { .. } | Event::PromptLogprobs(_) => {}
                 Event::Token { text, logprobs, .. } => {
                     self.text.push_str(&text);
                     self.tokens += 1;
