@@ -305,6 +305,52 @@ fn mock_logprobs(kind: Kind, index: u32, top: usize, offset: usize) -> serde_jso
     }
 }
 
+/// Puts the prompt's words (`echo`) before the answer's tokens of a completions `logprobs`
+/// object: each word a token (a space before all but the first), the first without a
+/// log-probability, the others with the answer's fixed values; the answer's offsets move on by
+/// the prompt's length.
+fn echo_logprobs(lp: &mut serde_json::Value, prompt: &str, top: usize) {
+    use serde_json::Value;
+    let (mut tokens, mut lps, mut tops, mut offsets) = (vec![], vec![], vec![], vec![]);
+    let mut offset = 0;
+    for (i, w) in prompt.split_whitespace().enumerate() {
+        let t = if i == 0 {
+            w.to_owned()
+        } else {
+            format!(" {w}")
+        };
+        offsets.push(Value::from(offset));
+        offset += t.len();
+        if i == 0 {
+            lps.push(Value::Null);
+            tops.push(Value::Null);
+        } else {
+            let alternatives = (1..top).map(|k| (format!(" alt{k}"), -(3.0 + k as f64)));
+            let top_map: serde_json::Map<_, _> = std::iter::once((t.clone(), -0.1))
+                .chain(alternatives)
+                .take(top)
+                .map(|(t, lp)| (t, serde_json::json!(lp)))
+                .collect();
+            lps.push(serde_json::json!(-0.1));
+            tops.push(Value::Object(top_map));
+        }
+        tokens.push(Value::String(t));
+    }
+    let shift = prompt.len();
+    let mut prepend = |name: &str, mut head: Vec<Value>, shift: usize| {
+        let tail = lp[name].as_array().cloned().unwrap_or_default();
+        head.extend(tail.into_iter().map(|v| match v.as_u64() {
+            Some(o) if shift > 0 => Value::from(o as usize + shift),
+            _ => v,
+        }));
+        lp[name] = Value::Array(head);
+    };
+    prepend("tokens", tokens, 0);
+    prepend("token_logprobs", lps, 0);
+    prepend("top_logprobs", tops, 0);
+    prepend("text_offset", offsets, shift);
+}
+
 /// The logprobs a request asks for: chat's `logprobs: true` with `top_logprobs`, or the
 /// completions' `logprobs: N`.
 fn asked_logprobs(kind: Kind, request: &serde_json::Value) -> Option<usize> {
@@ -488,8 +534,41 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
         .and_then(serde_json::Value::as_bool)
         .unwrap_or(false);
     let logprobs = asked_logprobs(kind, &request);
+    // `n` copies of the answer (the mock's model has one answer), and completions' `echo`: the
+    // prompt before it, its words as tokens with the same fixed log-probabilities (the first
+    // has none).
+    let n = request
+        .get("n")
+        .and_then(serde_json::Value::as_u64)
+        .unwrap_or(1);
+    let echo = kind == Kind::Completions
+        && request
+            .get("echo")
+            .and_then(serde_json::Value::as_bool)
+            .unwrap_or(false);
+    if !(1..=64).contains(&n) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            &format!("n is {n}; 1 to 64 choices"),
+        );
+    }
+    if streaming && (n > 1 || echo) {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the mock streams one choice without echo; ask for n > 1 or echo without streaming",
+        );
+    }
     if !streaming {
-        let text: String = (0..asked).map(word).collect();
+        let prompt = request
+            .get("prompt")
+            .and_then(|p| p.as_str())
+            .unwrap_or_default();
+        let answer: String = (0..asked).map(word).collect();
+        let text = if echo {
+            format!("{prompt}{answer}")
+        } else {
+            answer
+        };
         let mut choice = match kind {
             Kind::Chat => {
                 serde_json::json!({"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"})
@@ -513,13 +592,25 @@ async fn answer(State(state): State<MockState>, body: Bytes, kind: Kind) -> Resp
                     let field = |name: &str| -> Vec<serde_json::Value> {
                         per_token.iter().map(|lp| lp[name][0].clone()).collect()
                     };
-                    serde_json::json!({"tokens": field("tokens"), "token_logprobs": field("token_logprobs"), "top_logprobs": field("top_logprobs"), "text_offset": field("text_offset")})
+                    let mut lp = serde_json::json!({"tokens": field("tokens"), "token_logprobs": field("token_logprobs"), "top_logprobs": field("top_logprobs"), "text_offset": field("text_offset")});
+                    if echo {
+                        echo_logprobs(&mut lp, prompt, top);
+                    }
+                    lp
                 }
             };
         }
+        let choices: Vec<serde_json::Value> = (0..n)
+            .map(|k| {
+                let mut c = choice.clone();
+                c["index"] = k.into();
+                c
+            })
+            .collect();
+        let answered = n * u64::from(asked);
         let body = serde_json::json!({
-            "id": "mock", "model": "mock", "choices": [choice],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": asked, "total_tokens": prompt_tokens + u64::from(asked)},
+            "id": "mock", "model": "mock", "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": answered, "total_tokens": prompt_tokens + answered},
         });
         return (
             [(header::CONTENT_TYPE, "application/json")],

@@ -111,6 +111,40 @@ async fn the_mock_answers_logprobs_in_both_openai_shapes() {
     let plain = serde_json::json!({"prompt": "hi", "max_tokens": 3});
     let v = json(post_text(&address, "/v1/completions", &plain).await);
     assert!(v["choices"][0].get("logprobs").is_none(), "{v}");
+    // Echo, as a loglikelihood request sends it: the prompt's words first, the first without a
+    // log-probability, then the answer's token with its offset moved on.
+    let scoring =
+        serde_json::json!({"prompt": "the sky", "max_tokens": 1, "logprobs": 1, "echo": true});
+    let v = json(post_text(&address, "/v1/completions", &scoring).await);
+    let c = &v["choices"][0];
+    assert_eq!(c["text"], "the skyHello", "{v}");
+    let lp = &c["logprobs"];
+    assert_eq!(
+        lp["tokens"],
+        serde_json::json!(["the", " sky", "Hello"]),
+        "{v}"
+    );
+    assert_eq!(
+        lp["token_logprobs"],
+        serde_json::json!([null, -0.1, -0.1]),
+        "{v}"
+    );
+    assert!(lp["top_logprobs"][0].is_null(), "{v}");
+    assert_eq!(lp["text_offset"], serde_json::json!([0, 3, 7]), "{v}");
+    // `n` choices, each indexed, their tokens counted; streamed, it is refused clearly.
+    let several = serde_json::json!({"prompt": "hi", "max_tokens": 2, "n": 3});
+    let v = json(post_text(&address, "/v1/completions", &several).await);
+    let index: Vec<u64> = v["choices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(index, [0, 1, 2], "{v}");
+    assert_eq!(v["usage"]["completion_tokens"], 6, "{v}");
+    let streamed = serde_json::json!({"prompt": "hi", "max_tokens": 2, "n": 3, "stream": true});
+    let text = post_text(&address, "/v1/completions", &streamed).await;
+    assert!(text.contains("one choice without echo"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
