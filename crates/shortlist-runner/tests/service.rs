@@ -191,6 +191,19 @@ async fn a_killed_endpoint_is_a_transient_failure_retried_to_the_end() {
     // Each canned answer takes 300 ms, so the endpoint can be killed mid-run.
     let (addr, stop) = spawn_at("127.0.0.1:0", mock(300), answers()).await.unwrap();
     let path = study_file(dir.path(), &format!("http://{addr}#mock"));
+    // One case at a time, so that the kill lands mid-run: with several in flight, the mock's
+    // graceful shutdown lets them finish and all six can be stored before it is down.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let memory = text
+        .lines()
+        .find(|l| l.starts_with("memory = "))
+        .unwrap()
+        .to_owned();
+    let text = text.replace(
+        &memory,
+        &format!("{memory}\nquality = {{ concurrency = 1 }}"),
+    );
+    std::fs::write(&path, text).unwrap();
     let service = service(dir.path()).await;
     service.create_study(&path).await.unwrap();
     service
