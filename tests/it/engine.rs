@@ -102,6 +102,16 @@ fn start_server(model: &str) -> Server {
     Server::start(std::path::Path::new(model), &[])
 }
 
+/// The `data:` payloads of a server-sent-events body, which ends with `[DONE]`.
+fn sse_data(body: &str) -> Vec<&str> {
+    let data: Vec<&str> = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .collect();
+    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    data
+}
+
 /// One HTTP/1.1 request; returns status, headers and body (the server closes after replying).
 fn http(
     addr: &str,
@@ -170,11 +180,7 @@ fn serve_answers_openai_requests() {
     let req = r#"{"messages":[{"role":"user","content":"Name a colour."}],"max_tokens":8,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
     let (st, _, body) = http(a, "POST", "/v1/chat/completions", req, &[]);
     assert_eq!(st, 200, "{body}");
-    let data: Vec<&str> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let data = sse_data(&body);
     let usage: Value = serde_json::from_str(data[data.len() - 2]).expect("usage chunk");
     assert!(usage["usage"]["total_tokens"].as_u64().is_some(), "{body}");
     let last: Value = serde_json::from_str(data[data.len() - 3]).expect("final chunk");
@@ -528,11 +534,7 @@ fn echo_scores_prompts_and_n_samples_several_choices() {
                      "temperature": 0, "n": 2, "stream": true, "stream_options": {"include_usage": true}});
     let (st, _, body) = http(a, "POST", "/v1/chat/completions", &req.to_string(), &[]);
     assert_eq!(st, 200, "{body}");
-    let data: Vec<&str> = body
-        .lines()
-        .filter_map(|l| l.strip_prefix("data: "))
-        .collect();
-    assert_eq!(data.last(), Some(&"[DONE]"), "{body}");
+    let data = sse_data(&body);
     let mut text = [String::new(), String::new()];
     let mut finished = [0, 0];
     for chunk in &data[..data.len() - 2] {

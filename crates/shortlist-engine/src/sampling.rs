@@ -93,15 +93,7 @@ impl SamplingParams {
     /// likely tokens at its position (`None`: no log-probabilities). Refused above
     /// [`MAX_TOP_LOGPROBS`].
     pub fn with_logprobs(mut self, top: Option<usize>) -> Result<Self> {
-        if let Some(n) = top
-            && n > MAX_TOP_LOGPROBS
-        {
-            return Err(EngineError::InvalidParameter {
-                field: "top_logprobs",
-                message: format!("{n} is above {MAX_TOP_LOGPROBS}"),
-            });
-        }
-        self.logprobs = top;
+        self.logprobs = alternatives(top, "top_logprobs")?;
         Ok(self)
     }
 
@@ -116,15 +108,7 @@ impl SamplingParams {
     /// position is then computed: the prefix cache does not serve such a request. Refused
     /// above [`MAX_TOP_LOGPROBS`].
     pub fn with_prompt_logprobs(mut self, top: Option<usize>) -> Result<Self> {
-        if let Some(n) = top
-            && n > MAX_TOP_LOGPROBS
-        {
-            return Err(EngineError::InvalidParameter {
-                field: "logprobs",
-                message: format!("{n} is above {MAX_TOP_LOGPROBS}"),
-            });
-        }
-        self.prompt_logprobs = top;
+        self.prompt_logprobs = alternatives(top, "logprobs")?;
         Ok(self)
     }
 
@@ -237,6 +221,17 @@ pub struct TokenLogprobs {
     pub logprob: f32,
     /// `(id, log-probability)` of the most likely tokens.
     pub top: Vec<(u32, f32)>,
+}
+
+/// `top` alternatives asked for in `field`, refused above [`MAX_TOP_LOGPROBS`].
+fn alternatives(top: Option<usize>, field: &'static str) -> Result<Option<usize>> {
+    match top {
+        Some(n) if n > MAX_TOP_LOGPROBS => Err(EngineError::InvalidParameter {
+            field,
+            message: format!("{n} is above {MAX_TOP_LOGPROBS}"),
+        }),
+        _ => Ok(top),
+    }
 }
 
 /// The log-probabilities of `token` and of the `top` most likely tokens, from `logits`.
