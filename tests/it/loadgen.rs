@@ -640,9 +640,11 @@ fn a_step_split_across_two_load_workers_merges_to_the_one_worker_step() {
     // Equal within the sampling bounds: the 95 % intervals of TTFT p50 and p90 (order
     // statistics of the raw records) and of the goodput rate (Poisson) overlap. The mock's
     // service time is fixed, so its TTFT intervals are a fraction of a millisecond wide, while
-    // two client processes sharing this host's two cores (against one) shift TTFT by a
-    // millisecond or two either way: 5 ms of slack on either side allows for that.
-    let slack = 0.005;
+    // two client processes sharing this host's two cores (against one), beside the other tests
+    // of the suite running in parallel, shift TTFT by a few milliseconds either way (6.3 ms at
+    // p90 in one full-suite run: 48.4 against 42.0 ms): 10 ms of slack on either side allows
+    // for that. A merge that lost or mixed up records fails the counts and window above.
+    let slack = 0.010;
     let (a, b) = (ttfts(&[&one]), ttfts(&[&parts[0], &parts[1]]));
     for q in [Quantile::P50, Quantile::P90] {
         let (x, y) = (
