@@ -1158,31 +1158,27 @@ pub(crate) mod tests {
         }
     }
 
-    /// Each row of `x (m, k)` times `w`, computed alone (one activation row, as at decode).
-    pub(crate) fn rows_alone(
+    /// Where the product of the whole batch `x (m, k)` (`n` columns) first differs in any bit
+    /// from each row's product computed alone (one activation row, as at decode), as
+    /// `(row, column, batched, alone)`.
+    pub(crate) fn batch_variance(
         x: &[f32],
         m: usize,
         k: usize,
         n: usize,
         product: impl Fn(&QuantRows, &mut [f32]),
-    ) -> Vec<f32> {
-        let mut out = vec![f32::NAN; m * n];
-        for (r, dst) in out.chunks_exact_mut(n).enumerate() {
+    ) -> Option<(usize, usize, f32, f32)> {
+        let mut batched = vec![f32::NAN; m * n];
+        product(&QuantRows::quantize(x, m, k), &mut batched);
+        let mut alone = vec![f32::NAN; m * n];
+        for (r, dst) in alone.chunks_exact_mut(n).enumerate() {
             product(&QuantRows::quantize(&x[r * k..(r + 1) * k], 1, k), dst);
         }
-        out
-    }
-
-    /// The first element where two products differ in any bit, as `(row, column, a, b)`.
-    pub(crate) fn first_bit_difference(
-        a: &[f32],
-        b: &[f32],
-        n: usize,
-    ) -> Option<(usize, usize, f32, f32)> {
-        a.iter()
-            .zip(b)
-            .position(|(x, y)| x.to_bits() != y.to_bits())
-            .map(|i| (i / n, i % n, a[i], b[i]))
+        batched
+            .iter()
+            .zip(&alone)
+            .position(|(a, b)| a.to_bits() != b.to_bits())
+            .map(|i| (i / n, i % n, batched[i], alone[i]))
     }
 
     proptest! {
@@ -1199,12 +1195,8 @@ pub(crate) mod tests {
             let k = kb * BLOCK;
             let w = random_weights(wt, n, kb, &mut rng);
             let x = random_rows(m, k, &mut rng);
-            let a = QuantRows::quantize(&x, m, k);
             for isa in available_isas() {
-                let mut batched = vec![f32::NAN; m * n];
-                matmul_with(isa, wt, &w, n, k, &a, &mut batched);
-                let alone = rows_alone(&x, m, k, n, |a, dst| matmul_with(isa, wt, &w, n, k, a, dst));
-                let bad = first_bit_difference(&batched, &alone, n);
+                let bad = batch_variance(&x, m, k, n, |a, dst| matmul_with(isa, wt, &w, n, k, a, dst));
                 prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
             }
         }
@@ -1221,13 +1213,9 @@ pub(crate) mod tests {
             let n = STREAMED_BYTES.div_ceil(kb * wt.block_bytes()) + 3;
             let w = random_weights(wt, n, kb, &mut rng);
             let x = random_rows(m, k, &mut rng);
-            let a = QuantRows::quantize(&x, m, k);
             for isa in available_isas() {
-                let mut batched = vec![f32::NAN; m * n];
-                matmul_with(isa, wt, &w, n, k, &a, &mut batched);
-                let alone =
-                    rows_alone(&x, m, k, n, |a, dst| matmul_with(isa, wt, &w, n, k, a, dst));
-                let bad = first_bit_difference(&batched, &alone, n);
+                let bad =
+                    batch_variance(&x, m, k, n, |a, dst| matmul_with(isa, wt, &w, n, k, a, dst));
                 assert!(bad.is_none(), "{isa:?} {wt:?}: {bad:?}");
             }
         }

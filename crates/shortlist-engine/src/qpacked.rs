@@ -435,7 +435,7 @@ mod kernels {
 mod tests {
     use super::*;
     use crate::qmatmul::tests::{
-        available_isas, first_bit_difference, mismatch, random_rows, random_weights, rows_alone,
+        available_isas, batch_variance, mismatch, random_rows, random_weights,
     };
     use proptest::prelude::*;
     use rand::SeedableRng;
@@ -485,15 +485,11 @@ mod tests {
             let k = kb * BLOCK;
             let w = random_weights(wt, n, kb, &mut rng);
             let x = random_rows(m, k, &mut rng);
-            let a = QuantRows::quantize(&x, m, k);
             let packed = pack(wt, &w, n, k);
             for isa in available_isas() {
-                let mut batched = vec![f32::NAN; m * n];
-                matmul_packed(isa, wt, &packed, n, k, &a, &mut batched);
-                let alone = rows_alone(&x, m, k, n, |a, dst| {
+                let bad = batch_variance(&x, m, k, n, |a, dst| {
                     matmul_packed(isa, wt, &packed, n, k, a, dst)
                 });
-                let bad = first_bit_difference(&batched, &alone, n);
                 prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
             }
         }

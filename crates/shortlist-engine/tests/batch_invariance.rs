@@ -9,7 +9,6 @@
 
 mod common;
 
-use shortlist_engine::chat::Message;
 use shortlist_engine::engine::{LoadOptions, LoadedModel};
 use shortlist_engine::model::{KvCache, SeqStep};
 use shortlist_engine::sampling::argmax;
@@ -40,25 +39,9 @@ fn open(name: &str) -> Option<LoadedModel> {
 }
 
 fn prompts(model: &LoadedModel) -> Vec<Vec<u32>> {
-    let system = "You are the support assistant of Orbitly, a project-tracking product. Plans: \
-                  Free (3 members), Team ($8 per member per month), Business ($15 per member per \
-                  month, annual billing gets two months free). Answer briefly and exactly.";
     QUESTIONS
         .iter()
-        .map(|q| {
-            let messages = [
-                Message {
-                    role: "system".into(),
-                    content: system.into(),
-                },
-                Message {
-                    role: "user".into(),
-                    content: (*q).into(),
-                },
-            ];
-            let text = model.render_chat(&messages).expect("template renders");
-            model.encode_prompt(&text).expect("prompt encodes")
-        })
+        .map(|q| common::support_prompt(model, q))
         .collect()
 }
 
@@ -161,15 +144,15 @@ fn first_difference(a: &[Trace], b: &[Trace]) -> Option<(usize, usize, usize)> {
     None
 }
 
-/// A digest of every logit's bits (FNV-1a), for comparing runs across processes.
+/// A digest of every logit's bits, for comparing runs across processes.
 fn digest(traces: &[Trace]) -> u64 {
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for x in traces.iter().flatten().flatten() {
-        for b in x.to_bits().to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    h
+    common::fnv1a(
+        traces
+            .iter()
+            .flatten()
+            .flatten()
+            .flat_map(|x| x.to_bits().to_le_bytes()),
+    )
 }
 
 /// Runs the checks on model `name` (the test named `test`); in the child process that
@@ -202,22 +185,7 @@ fn check(name: &str, test: &str) {
     // One and two compute threads, each in a process of its own.
     let digests: Vec<String> = ["1", "2"]
         .iter()
-        .map(|threads| {
-            let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-                .args(["--exact", test, "--nocapture", "--test-threads=1"])
-                .env("CANDLE_NUM_THREADS", threads)
-                .env("RAYON_NUM_THREADS", threads)
-                .env("BATCH_INVARIANCE_CHILD", "1")
-                .output()
-                .expect("the test binary runs");
-            let text = String::from_utf8_lossy(&out.stdout).into_owned()
-                + &String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "child with {threads} threads: {text}");
-            text.lines()
-                .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d.trim()))
-                .unwrap_or_else(|| panic!("child with {threads} threads printed no digest: {text}"))
-                .to_owned()
-        })
+        .map(|threads| common::child_digest(test, threads, "BATCH_INVARIANCE_CHILD", "1"))
         .collect();
     let here = format!("{:016x}", digest(&reference));
     assert_eq!(

@@ -4,31 +4,12 @@
 
 mod common;
 
-use shortlist_engine::chat::Message;
 use shortlist_engine::engine::{LoadOptions, LoadedModel, ReuseCache};
 use shortlist_engine::sampling::SamplingParams;
 
 fn smollm2() -> Option<LoadedModel> {
     let path = common::model("smollm2-135m-instruct")?;
     Some(LoadedModel::open(&path, &LoadOptions::default()).expect("SmolLM2 loads"))
-}
-
-fn prompt(model: &LoadedModel, question: &str) -> Vec<u32> {
-    let system = "You are the support assistant of Orbitly, a project-tracking product. Plans: \
-                  Free (3 members), Team ($8 per member per month), Business ($15 per member per \
-                  month, annual billing gets two months free). Answer briefly and exactly.";
-    let messages = [
-        Message {
-            role: "system".into(),
-            content: system.into(),
-        },
-        Message {
-            role: "user".into(),
-            content: question.into(),
-        },
-    ];
-    let text = model.render_chat(&messages).expect("template renders");
-    model.encode_prompt(&text).expect("prompt encodes")
 }
 
 /// Logit gap under which two candidates count as tied. Keys and values of a prompt row computed
@@ -55,8 +36,8 @@ fn same_or_near_tie(what: &str, got: &[u32], want: &shortlist_engine::engine::Ge
 fn reused_prefixes_answer_as_a_fresh_cache() {
     let Some(model) = smollm2() else { return };
     let params = SamplingParams::greedy(24);
-    let first = prompt(&model, "How many members can a Free workspace have?");
-    let second = prompt(
+    let first = common::support_prompt(&model, "How many members can a Free workspace have?");
+    let second = common::support_prompt(
         &model,
         "What does the Team plan cost for 5 members per month?",
     );

@@ -336,23 +336,10 @@ impl Generator for EndpointGenerator {
         })
     }
 
+    /// Over HTTP: `concurrency` threads, each asking the next request not yet taken (one
+    /// shared connection pool).
     fn ask_all(
         &mut self,
-        requests: &[ChatRequest],
-        decoding: &Decoding,
-        concurrency: usize,
-        policy: AskPolicy,
-        on_answer: &mut dyn FnMut(usize, Asked) -> Result<bool, RunError>,
-    ) -> Result<(), RunError> {
-        self.ask_all_threads(requests, decoding, concurrency, policy, on_answer)
-    }
-}
-
-impl EndpointGenerator {
-    /// [`Generator::ask_all`] over HTTP: `concurrency` threads, each asking the next request
-    /// not yet taken (one shared connection pool).
-    fn ask_all_threads(
-        &self,
         requests: &[ChatRequest],
         decoding: &Decoding,
         concurrency: usize,

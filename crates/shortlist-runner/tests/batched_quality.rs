@@ -9,7 +9,10 @@
 //! sizes its pool once), so the batched runs are child processes of this test. Each test prints
 //! why it is skipped when its model is absent.
 
-use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
+// The engine tests' helpers: the real models, and runs of this test in a child process.
+#[path = "../../shortlist-engine/tests/common/mod.rs"]
+mod common;
+
 use shortlist_evals::EvalSet;
 use shortlist_runner::candidate::{
     AskPolicy, Asked, Decoding, EngineGenerator, Generated, Generator,
@@ -18,20 +21,6 @@ use shortlist_runner::prompt::ChatRequest;
 
 /// Tokens per answer: enough to pass several near-ties, few enough for the suite.
 const MAX_TOKENS: usize = 12;
-
-fn model(name: &str) -> Option<std::path::PathBuf> {
-    let spec = MODELS.iter().find(|m| m.name == name).expect("known model");
-    let path = model_path(&default_models_dir(), spec);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "SKIPPED: {} is absent; run `shortlist models fetch` first",
-            path.display()
-        );
-        None
-    }
-}
 
 fn demo_requests() -> Vec<ChatRequest> {
     let path = concat!(
@@ -106,15 +95,13 @@ fn keys(answers: &[Generated]) -> Vec<Key> {
 
 fn digest(keys: &[Key]) -> String {
     let text = serde_json::to_string(keys).expect("serializable");
-    let mut h = 0xcbf2_9ce4_8422_2325u64;
-    for b in text.bytes() {
-        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", common::fnv1a(text.bytes()))
 }
 
 fn check(name: &str, test: &str) {
-    let Some(path) = model(name) else { return };
+    let Some(path) = common::model(name) else {
+        return;
+    };
     let requests = demo_requests();
     if let Ok(how) = std::env::var("BATCHED_QUALITY_CHILD") {
         let mut g = if how == "fresh" {
@@ -132,25 +119,7 @@ fn check(name: &str, test: &str) {
     drop(g);
     let here = digest(&alone);
     for (threads, how) in [("1", "cached"), ("2", "fresh")] {
-        let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
-            .args(["--exact", test, "--nocapture", "--test-threads=1"])
-            .env("CANDLE_NUM_THREADS", threads)
-            .env("RAYON_NUM_THREADS", threads)
-            .env("BATCHED_QUALITY_CHILD", how)
-            .output()
-            .expect("the test binary runs");
-        let text = String::from_utf8_lossy(&out.stdout).into_owned()
-            + &String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "child ({how}, {threads} threads): {text}"
-        );
-        let digest = text
-            .lines()
-            .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d.trim().to_owned()))
-            .unwrap_or_else(|| {
-                panic!("child ({how}, {threads} threads) printed no digest: {text}")
-            });
+        let digest = common::child_digest(test, threads, "BATCHED_QUALITY_CHILD", how);
         assert_eq!(
             digest, here,
             "{name}: answers batched 8 at a time ({how} KV cache, {threads} threads) differ from answers alone"

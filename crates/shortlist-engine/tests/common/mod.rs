@@ -1,11 +1,15 @@
-//! Helpers shared by the engine's integration tests: the pinned reference data and the real
-//! models (each test prints why it is skipped when a model is absent).
+//! Helpers shared by the engine's integration tests (and the runner's batched-quality test,
+//! which includes this file): the pinned reference data, the real models (each test prints why
+//! it is skipped when a model is absent), the support-chat prompt, and runs of a test in a
+//! child process with another thread count.
 
 #![allow(dead_code)] // each test binary uses a different subset
 
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use shortlist_engine::chat::Message;
+use shortlist_engine::engine::LoadedModel;
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 
 /// A file of `tests/data/engine`.
@@ -82,4 +86,51 @@ pub fn check_against_llama_cpp(tok: &shortlist_engine::tokenizer::Tokenizer, ref
         failures.len(),
         failures.join("\n")
     );
+}
+
+/// The support assistant's system prompt and `question`, through the model's chat template:
+/// prompts that share a long prefix, as a product's do.
+pub fn support_prompt(model: &LoadedModel, question: &str) -> Vec<u32> {
+    let system = "You are the support assistant of Orbitly, a project-tracking product. Plans: \
+                  Free (3 members), Team ($8 per member per month), Business ($15 per member per \
+                  month, annual billing gets two months free). Answer briefly and exactly.";
+    let messages = [
+        Message {
+            role: "system".into(),
+            content: system.into(),
+        },
+        Message {
+            role: "user".into(),
+            content: question.into(),
+        },
+    ];
+    let text = model.render_chat(&messages).expect("template renders");
+    model.encode_prompt(&text).expect("prompt encodes")
+}
+
+/// FNV-1a of `bytes`: a digest for comparing runs across processes.
+pub fn fnv1a(bytes: impl IntoIterator<Item = u8>) -> u64 {
+    bytes.into_iter().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// Runs test `test` of this test binary again in a child process with `threads` compute
+/// threads (candle sizes its pool once per process) and `var` set to `value`, and returns what
+/// the child printed on its `DIGEST ` line.
+pub fn child_digest(test: &str, threads: &str, var: &str, value: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture", "--test-threads=1"])
+        .env("CANDLE_NUM_THREADS", threads)
+        .env("RAYON_NUM_THREADS", threads)
+        .env(var, value)
+        .output()
+        .expect("the test binary runs");
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let child = format!("child ({var}={value}, {threads} threads)");
+    assert!(out.status.success(), "{child}: {text}");
+    text.lines()
+        .find_map(|l| l.split_once("DIGEST ").map(|(_, d)| d.trim().to_owned()))
+        .unwrap_or_else(|| panic!("{child} printed no digest: {text}"))
 }
