@@ -430,9 +430,9 @@ impl Scheduler {
                         .collect();
                     if s.req.events.send(Event::PromptLogprobs(rows)).is_err() {
                         s.finish = Some(FinishReason::Cancelled);
-                    } else if s.prefilled == prompt.len() {
-                        let last = l[(len - 1) * vocab..len * vocab].to_vec();
-                        emit_token(&self.model, s, &last, t1, &self.metrics);
+                    } else if s.prefilled == s.req.prompt.len() {
+                        let last = &l[(len - 1) * vocab..len * vocab];
+                        emit_token(&self.model, s, last, t1, &self.metrics);
                     }
                 }
                 _ => emit_token(&self.model, s, &l, t1, &self.metrics),
