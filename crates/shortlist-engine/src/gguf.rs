@@ -34,7 +34,11 @@ pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result
     reader
         .seek(std::io::SeekFrom::Start(start))
         .map_err(io_err)?;
-    let content = Content::read(reader).map_err(|e| gguf_err(candle_message(&e)))?;
+    let content = Content::read(&mut Positioned {
+        pos: start,
+        inner: &mut *reader,
+    })
+    .map_err(|e| gguf_err(candle_message(&e)))?;
     // candle reads the tensor directory but not the data; a file cut short after its directory
     // must still be refused here rather than half-way through loading weights.
     let end = reader.seek(std::io::SeekFrom::End(0)).map_err(io_err)?;
@@ -72,6 +76,33 @@ pub fn read_content<R: Read + Seek>(reader: &mut R, source_name: &str) -> Result
         }
     }
     Ok(content)
+}
+
+/// A reader that knows its position without asking the one it wraps. candle asks for the position
+/// before every string it reads (a bounds check), and a `BufReader<File>` answers with a system
+/// call: 262,144 of them for Gemma 3's vocabulary.
+struct Positioned<'r, R> {
+    inner: &'r mut R,
+    pos: u64,
+}
+
+impl<R: Read> Read for Positioned<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: Seek> Seek for Positioned<'_, R> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.pos = self.inner.seek(to)?;
+        Ok(self.pos)
+    }
+
+    fn stream_position(&mut self) -> std::io::Result<u64> {
+        Ok(self.pos)
+    }
 }
 
 /// Typed access to GGUF metadata, with errors that name the key.

@@ -43,6 +43,7 @@ pub mod qmatmul;
 pub mod qpacked;
 pub mod sampling;
 pub mod scheduler;
+mod spm;
 pub mod tokenizer;
 pub mod tokenizer_json;
 

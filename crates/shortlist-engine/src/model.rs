@@ -10,8 +10,9 @@
 use std::io::{Read, Seek};
 use std::sync::Arc;
 
-use candle_core::quantized::gguf_file::Content;
-use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::gguf_file::{Content, TensorInfo};
+use candle_core::quantized::k_quants::GgmlType;
+use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 
 use crate::activation::GatedActivation;
@@ -276,6 +277,76 @@ fn kernel_choice(t: GgmlDType) -> bool {
         )
 }
 
+/// Reads a tensor for the CPU straight from the file into the vector of blocks that holds it, or
+/// `None` for a type candle's own reader should handle. candle's reader reads the bytes into a
+/// buffer and then copies them into that vector: twice the memory traffic and page faults, most
+/// of the weights' load time on a small model.
+fn read_cpu_tensor<R: Read + Seek>(
+    info: &TensorInfo,
+    data_offset: u64,
+    reader: &mut R,
+) -> Option<candle_core::Result<QTensor>> {
+    use candle_core::quantized::k_quants::{
+        BlockQ2K, BlockQ3K, BlockQ4_0, BlockQ4_1, BlockQ4K, BlockQ5_0, BlockQ5_1, BlockQ5K,
+        BlockQ6K, BlockQ8_0,
+    };
+    let read = match info.ggml_dtype {
+        GgmlDType::F32 => read_blocks::<f32, R>,
+        GgmlDType::F16 => read_blocks::<half::f16, R>,
+        GgmlDType::BF16 => read_blocks::<half::bf16, R>,
+        GgmlDType::Q4_0 => read_blocks::<BlockQ4_0, R>,
+        GgmlDType::Q4_1 => read_blocks::<BlockQ4_1, R>,
+        GgmlDType::Q5_0 => read_blocks::<BlockQ5_0, R>,
+        GgmlDType::Q5_1 => read_blocks::<BlockQ5_1, R>,
+        GgmlDType::Q8_0 => read_blocks::<BlockQ8_0, R>,
+        GgmlDType::Q2K => read_blocks::<BlockQ2K, R>,
+        GgmlDType::Q3K => read_blocks::<BlockQ3K, R>,
+        GgmlDType::Q4K => read_blocks::<BlockQ4K, R>,
+        GgmlDType::Q5K => read_blocks::<BlockQ5K, R>,
+        GgmlDType::Q6K => read_blocks::<BlockQ6K, R>,
+        // Not in GGUF files candle reads; its reader says so.
+        GgmlDType::Q8_1 | GgmlDType::Q8K => return None,
+    };
+    Some(read(info, data_offset, reader))
+}
+
+fn read_blocks<T: GgmlType + 'static, R: Read + Seek>(
+    info: &TensorInfo,
+    data_offset: u64,
+    reader: &mut R,
+) -> candle_core::Result<QTensor> {
+    let elems = info.shape.elem_count();
+    if !elems.is_multiple_of(T::BLCK_SIZE) || elems == 0 {
+        candle_core::bail!("{elems} elements are not whole blocks of {}", T::BLCK_SIZE);
+    }
+    let n = elems / T::BLCK_SIZE;
+    debug_assert_eq!(std::mem::size_of::<T>(), T::DTYPE.type_size());
+    let layout = std::alloc::Layout::array::<T>(n).map_err(candle_core::Error::wrap)?;
+    // Zeroed rather than filled with `T::zeros()`: the allocator hands out fresh pages already
+    // zero, so the file's bytes are the first write to them.
+    // SAFETY: `layout` has a non-zero size (n > 0, and a block is never empty).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) }.cast::<T>();
+    if ptr.is_null() {
+        std::alloc::handle_alloc_error(layout);
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `n` `T`s, and all-zero
+    // bytes are a valid block (f16s, f32s and integer arrays; `GgmlType::zeros` assumes the same).
+    let mut blocks = unsafe { Vec::from_raw_parts(ptr, n, n) };
+    // SAFETY: the bytes of the vector's `n` initialized blocks; any bytes make valid blocks, as
+    // above, and the blocks are `repr(C)` in ggml's layout (candle casts file bytes the same way).
+    let bytes = unsafe {
+        std::slice::from_raw_parts_mut(
+            blocks.as_mut_ptr().cast::<u8>(),
+            std::mem::size_of_val(blocks.as_slice()),
+        )
+    };
+    reader.seek(std::io::SeekFrom::Start(
+        data_offset.saturating_add(info.offset),
+    ))?;
+    reader.read_exact(bytes)?;
+    QTensor::new(QStorage::Cpu(Box::new(blocks)), info.shape.clone())
+}
+
 struct Loader<'c, R> {
     content: &'c Content,
     reader: &'c mut R,
@@ -285,9 +356,14 @@ struct Loader<'c, R> {
 
 impl<R: Read + Seek> Loader<'_, R> {
     fn qtensor(&mut self, name: &str) -> Result<QTensor> {
-        let t = self
-            .content
-            .tensor(self.reader, name, self.device)
+        let direct = match self.content.tensor_infos.get(name) {
+            Some(info) if self.device.is_cpu() => {
+                read_cpu_tensor(info, self.content.tensor_data_offset, self.reader)
+            }
+            _ => None,
+        };
+        let t = direct
+            .unwrap_or_else(|| self.content.tensor(self.reader, name, self.device))
             .map_err(|e| EngineError::Tensor {
                 name: name.to_owned(),
                 message: candle_message(&e),

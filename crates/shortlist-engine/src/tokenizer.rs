@@ -2,13 +2,14 @@
 //!
 //! Two families are supported, chosen by `tokenizer.ggml.model`:
 //!
-//! - `gpt2`: byte-level BPE with the file's merges. The pre-tokenizer follows
-//!   `tokenizer.ggml.pre` the way llama.cpp does; for `smollm` (and its siblings) digits are
-//!   isolated with `\p{N}` before the GPT-2 split.
-//! - `llama`: SentencePiece run as llama.cpp runs it, that is BPE where adjacent pieces merge in
-//!   the order of the merged piece's score (merges derived from the scores), byte fallback for
-//!   pieces outside the vocabulary, and a space prefix only when `add_space_prefix` says so.
-//!   A Unigram (Viterbi) reading of the same vocabulary does not match llama.cpp.
+//! - `gpt2`: byte-level BPE with the file's merges, on the `tokenizers` crate. The pre-tokenizer
+//!   follows `tokenizer.ggml.pre` the way llama.cpp does; for `smollm` (and its siblings) digits
+//!   are isolated with `\p{N}` before the GPT-2 split.
+//! - `llama`: SentencePiece run as llama.cpp runs it (`spm.rs`): adjacent pieces merge in
+//!   the order of the merged piece's score while the text is encoded, with no merge table; byte
+//!   fallback for characters outside the vocabulary, and a space prefix only when
+//!   `add_space_prefix` says so. A Unigram (Viterbi) reading of the same vocabulary does not
+//!   match llama.cpp.
 //!
 //! Control tokens are parsed from the text only when asked (`parse_special`); user-defined tokens
 //! (Gemma's whitespace runs and HTML tags) are always matched in the raw text, as llama.cpp does.
@@ -20,16 +21,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 
-use tokenizers::decoders::DecoderWrapper;
-use tokenizers::decoders::byte_fallback::ByteFallback;
 use tokenizers::decoders::byte_level::ByteLevel as ByteLevelDecoder;
-use tokenizers::decoders::fuse::Fuse;
-use tokenizers::decoders::sequence::Sequence as DecoderSequence;
-use tokenizers::decoders::strip::Strip;
 use tokenizers::models::bpe::{BPE, Vocab};
-use tokenizers::normalizers::{
-    NormalizerWrapper, Prepend, Replace, Sequence as NormalizerSequence,
-};
 use tokenizers::pre_tokenizers::PreTokenizerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::pre_tokenizers::sequence::Sequence as PreSequence;
@@ -38,9 +31,10 @@ use tokenizers::{AddedToken, ModelWrapper, SplitDelimiterBehavior, Tokenizer as 
 
 use crate::error::{EngineError, Result};
 use crate::gguf::Metadata;
+use crate::spm::{Spm, SpmVocab};
 
 /// llama.cpp's token types (`tokenizer.ggml.token_type`).
-mod token_type {
+pub(crate) mod token_type {
     pub const NORMAL: i64 = 1;
     pub const UNKNOWN: i64 = 2;
     pub const CONTROL: i64 = 3;
@@ -111,15 +105,27 @@ pub(crate) struct SpecialIds {
 /// A tokenizer for one model, with its special token ids.
 #[derive(Debug)]
 pub struct Tokenizer {
-    inner: HfTokenizer,
-    /// The same tokenizer with control tokens treated as plain text, built on first use.
-    plain: OnceLock<HfTokenizer>,
+    backend: Backend,
     bos: Option<u32>,
     eos: Option<u32>,
     add_bos: bool,
     eog: Vec<u32>,
     vocab_size: usize,
     source: TokenizerSource,
+}
+
+/// What turns text into ids and back.
+#[derive(Debug)]
+#[allow(clippy::large_enum_variant)] // one per loaded model: its size in place does not matter
+enum Backend {
+    /// A `tokenizers` pipeline: GPT-2 BPE from GGUF metadata, or a `tokenizer.json`.
+    Hf {
+        inner: HfTokenizer,
+        /// The same tokenizer with control tokens treated as plain text, built on first use.
+        plain: OnceLock<HfTokenizer>,
+    },
+    /// A SentencePiece vocabulary from GGUF metadata.
+    Spm(Spm),
 }
 
 impl Tokenizer {
@@ -130,9 +136,25 @@ impl Tokenizer {
         vocab_size: usize,
         source: TokenizerSource,
     ) -> Self {
+        Self::with_backend(
+            Backend::Hf {
+                inner,
+                plain: OnceLock::new(),
+            },
+            special,
+            vocab_size,
+            source,
+        )
+    }
+
+    fn with_backend(
+        backend: Backend,
+        special: SpecialIds,
+        vocab_size: usize,
+        source: TokenizerSource,
+    ) -> Self {
         Self {
-            inner,
-            plain: OnceLock::new(),
+            backend,
             bos: special.bos,
             eos: special.eos,
             add_bos: special.add_bos,
@@ -161,9 +183,12 @@ impl Tokenizer {
         let eos = md
             .usize_opt("tokenizer.ggml.eos_token_id")?
             .map(|v| v as u32);
-        let mut inner = match model {
-            "gpt2" => build_gpt2(md, &tokens)?,
-            "llama" => build_spm(md, &tokens, &types)?,
+        let backend = match model {
+            "gpt2" => Backend::Hf {
+                inner: build_gpt2(md, &tokens, &types)?,
+                plain: OnceLock::new(),
+            },
+            "llama" => Backend::Spm(build_spm(md, &tokens, &types)?),
             other => {
                 return Err(EngineError::Metadata {
                     key: "tokenizer.ggml.model".into(),
@@ -173,22 +198,6 @@ impl Tokenizer {
                 });
             }
         };
-        let mut special = Vec::new();
-        let mut user = Vec::new();
-        for (tok, ty) in tokens.iter().zip(&types) {
-            match *ty {
-                token_type::CONTROL | token_type::UNKNOWN => {
-                    special.push(AddedToken::from(*tok, true))
-                }
-                // Matched in the raw text, before any normalisation, like llama.cpp's partitioning.
-                token_type::USER_DEFINED => {
-                    user.push(AddedToken::from(*tok, false).normalized(false))
-                }
-                _ => {}
-            }
-        }
-        inner.add_special_tokens(special).map_err(tok_err)?;
-        inner.add_tokens(user).map_err(tok_err)?;
         let add_bos = md
             .bool_opt("tokenizer.ggml.add_bos_token")?
             .unwrap_or(model == "llama");
@@ -196,8 +205,8 @@ impl Tokenizer {
         let eog = end_of_generation_ids(eos, |name| {
             tokens.iter().position(|t| *t == name).map(|p| p as u32)
         });
-        Ok(Self::from_parts(
-            inner,
+        Ok(Self::with_backend(
+            backend,
             SpecialIds {
                 bos,
                 eos,
@@ -218,43 +227,53 @@ impl Tokenizer {
     /// `<|im_start|>`) become their ids; without it they are tokenized as text. BOS is
     /// prepended when `add_bos` is true and the model asks for it.
     pub fn encode(&self, text: &str, parse_special: bool, add_bos: bool) -> Result<Vec<u32>> {
-        let tk = if parse_special {
-            &self.inner
-        } else {
-            self.plain()
-        };
-        let enc = tk.encode_fast(text, false).map_err(tok_err)?;
-        let mut ids = Vec::with_capacity(enc.len() + 1);
+        let mut ids = Vec::new();
         if add_bos && self.add_bos {
             ids.extend(self.bos);
         }
-        ids.extend_from_slice(enc.get_ids());
+        match &self.backend {
+            Backend::Hf { inner, plain } => {
+                let tk = if parse_special {
+                    inner
+                } else {
+                    plain.get_or_init(|| {
+                        let mut t = inner.clone();
+                        let mut added = t.get_added_vocabulary().clone();
+                        added.set_encode_special_tokens(true);
+                        t.with_added_vocabulary(added);
+                        t
+                    })
+                };
+                let enc = tk.encode_fast(text, false).map_err(tok_err)?;
+                ids.extend_from_slice(enc.get_ids());
+            }
+            Backend::Spm(spm) => spm.encode(text, parse_special, &mut ids)?,
+        }
         Ok(ids)
-    }
-
-    fn plain(&self) -> &HfTokenizer {
-        self.plain.get_or_init(|| {
-            let mut t = self.inner.clone();
-            let mut added = t.get_added_vocabulary().clone();
-            added.set_encode_special_tokens(true);
-            t.with_added_vocabulary(added);
-            t
-        })
     }
 
     /// Text of `ids`, special tokens included (so that a round trip is exact).
     pub fn decode(&self, ids: &[u32]) -> Result<String> {
-        self.inner.decode(ids, false).map_err(tok_err)
+        match &self.backend {
+            Backend::Hf { inner, .. } => inner.decode(ids, false).map_err(tok_err),
+            Backend::Spm(spm) => Ok(spm.decode(ids)),
+        }
     }
 
     /// The vocabulary piece of one id (as stored, e.g. `Ġthe` or `▁the`).
     pub fn piece(&self, id: u32) -> Option<String> {
-        self.inner.id_to_token(id)
+        match &self.backend {
+            Backend::Hf { inner, .. } => inner.id_to_token(id),
+            Backend::Spm(spm) => spm.piece(id).map(str::to_owned),
+        }
     }
 
     /// Id of a vocabulary piece.
     pub fn token_id(&self, piece: &str) -> Option<u32> {
-        self.inner.token_to_id(piece)
+        match &self.backend {
+            Backend::Hf { inner, .. } => inner.token_to_id(piece),
+            Backend::Spm(spm) => spm.token_id(piece),
+        }
     }
 
     /// Beginning-of-sequence id.
@@ -284,8 +303,7 @@ impl Tokenizer {
 
     /// Text of a special piece, for templates (`bos_token`, `eos_token`).
     pub fn piece_text(&self, id: Option<u32>) -> String {
-        id.and_then(|id| self.inner.id_to_token(id))
-            .unwrap_or_default()
+        id.and_then(|id| self.piece(id)).unwrap_or_default()
     }
 }
 
@@ -297,7 +315,7 @@ fn vocab_of(tokens: &[&str]) -> Vocab {
         .collect()
 }
 
-fn build_gpt2(md: &Metadata<'_>, tokens: &[&str]) -> Result<HfTokenizer> {
+fn build_gpt2(md: &Metadata<'_>, tokens: &[&str], types: &[i64]) -> Result<HfTokenizer> {
     let merges = md
         .str_array("tokenizer.ggml.merges")?
         .into_iter()
@@ -344,10 +362,22 @@ fn build_gpt2(md: &Metadata<'_>, tokens: &[&str]) -> Result<HfTokenizer> {
     let mut tk = HfTokenizer::new(ModelWrapper::BPE(bpe));
     tk.with_pre_tokenizer(Some(PreSequence::new(steps)));
     tk.with_decoder(Some(ByteLevelDecoder::default()));
+    let mut special = Vec::new();
+    let mut user = Vec::new();
+    for (tok, ty) in tokens.iter().zip(types) {
+        match *ty {
+            token_type::CONTROL | token_type::UNKNOWN => special.push(AddedToken::from(*tok, true)),
+            // Matched in the raw text, before any normalisation, like llama.cpp's partitioning.
+            token_type::USER_DEFINED => user.push(AddedToken::from(*tok, false).normalized(false)),
+            _ => {}
+        }
+    }
+    tk.add_special_tokens(special).map_err(tok_err)?;
+    tk.add_tokens(user).map_err(tok_err)?;
     Ok(tk)
 }
 
-fn build_spm(md: &Metadata<'_>, tokens: &[&str], types: &[i64]) -> Result<HfTokenizer> {
+fn build_spm(md: &Metadata<'_>, tokens: &[&str], types: &[i64]) -> Result<Spm> {
     let scores =
         md.f32_array_opt("tokenizer.ggml.scores")?
             .ok_or_else(|| EngineError::Metadata {
@@ -360,57 +390,17 @@ fn build_spm(md: &Metadata<'_>, tokens: &[&str], types: &[i64]) -> Result<HfToke
             message: format!("{} scores for {} tokens", scores.len(), tokens.len()),
         });
     }
-    let vocab = vocab_of(tokens);
-    // llama.cpp merges the adjacent pair whose concatenation is the highest-scoring piece. As BPE
-    // merges: every split of every mergeable piece into two pieces of the vocabulary, ranked by the
-    // piece's score (a stable sort keeps the vocabulary order among equal scores).
-    let mut merges: Vec<(u32, u32, f32)> = Vec::new();
-    for (id, piece) in tokens.iter().enumerate() {
-        if !matches!(types[id], token_type::NORMAL | token_type::USER_DEFINED) {
-            continue;
-        }
-        for (bi, _) in piece.char_indices().skip(1) {
-            let (l, r) = piece.split_at(bi);
-            if let (Some(&li), Some(&ri)) = (vocab.get(l), vocab.get(r)) {
-                merges.push((li, ri, scores[id]));
-            }
-        }
-    }
-    merges.sort_by(|a, b| b.2.total_cmp(&a.2));
-    let merges: Vec<(String, String)> = merges
-        .into_iter()
-        .map(|(l, r, _)| (tokens[l as usize].to_owned(), tokens[r as usize].to_owned()))
-        .collect();
-    let unk = md
+    let unknown = md
         .usize_opt("tokenizer.ggml.unknown_token_id")?
-        .and_then(|i| tokens.get(i))
-        .map_or_else(|| "<unk>".to_owned(), |s| (*s).to_owned());
-    let bpe = BPE::builder()
-        .vocab_and_merges(vocab, merges)
-        .byte_fallback(true)
-        .fuse_unk(true)
-        .unk_token(unk)
-        .build()
-        .map_err(tok_err)?;
-    let add_space_prefix = md
-        .bool_opt("tokenizer.ggml.add_space_prefix")?
-        .unwrap_or(true);
-    let mut norm: Vec<NormalizerWrapper> = Vec::new();
-    if add_space_prefix {
-        norm.push(Prepend::new("▁".into()).into());
-    }
-    norm.push(Replace::new(" ", "▁").map_err(tok_err)?.into());
-    let mut dec: Vec<DecoderWrapper> = vec![
-        tokenizers::decoders::DecoderWrapper::Replace(Replace::new("▁", " ").map_err(tok_err)?),
-        ByteFallback::new().into(),
-        Fuse::new().into(),
-    ];
-    if add_space_prefix {
-        dec.push(Strip::new(' ', 1, 0).into());
-    }
-    let mut tk = HfTokenizer::new(ModelWrapper::BPE(bpe));
-    tk.with_normalizer(Some(NormalizerSequence::new(norm)))
-        .map_err(tok_err)?;
-    tk.with_decoder(Some(DecoderSequence::new(dec)));
-    Ok(tk)
+        .and_then(|i| tokens.get(i).copied())
+        .unwrap_or("<unk>");
+    Spm::new(&SpmVocab {
+        pieces: tokens,
+        types,
+        scores: &scores,
+        unknown,
+        add_space_prefix: md
+            .bool_opt("tokenizer.ggml.add_space_prefix")?
+            .unwrap_or(true),
+    })
 }

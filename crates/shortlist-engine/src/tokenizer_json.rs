@@ -3,7 +3,7 @@
 //!
 //! The file is walked as JSON, so that every refusal names the file and the JSON path, and the
 //! pipeline is assembled from the `tokenizers` crate's parts, the same ones
-//! [`Tokenizer::from_metadata`] uses. What is read:
+//! [`Tokenizer::from_metadata`] uses for a GPT-2 vocabulary. What is read:
 //!
 //! - `model`: `BPE` with `vocab`, `merges` (`"a b"` strings or `["a", "b"]` pairs), `byte_fallback`,
 //!   `ignore_merges`, `fuse_unk` and `unk_token`.
