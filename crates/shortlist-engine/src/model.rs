@@ -321,6 +321,9 @@ fn read_blocks<T: GgmlType + 'static, R: Read + Seek>(
     }
     let n = elems / T::BLCK_SIZE;
     debug_assert_eq!(std::mem::size_of::<T>(), T::DTYPE.type_size());
+    // The metadata reader has checked that the tensor lies inside the file (gguf.rs), so a
+    // damaged or hostile file cannot ask for more memory here than its own size.
+    let start = data_offset.saturating_add(info.offset);
     let layout = std::alloc::Layout::array::<T>(n).map_err(candle_core::Error::wrap)?;
     // Zeroed rather than filled with `T::zeros()`: the allocator hands out fresh pages already
     // zero, so the file's bytes are the first write to them.
@@ -340,9 +343,7 @@ fn read_blocks<T: GgmlType + 'static, R: Read + Seek>(
             std::mem::size_of_val(blocks.as_slice()),
         )
     };
-    reader.seek(std::io::SeekFrom::Start(
-        data_offset.saturating_add(info.offset),
-    ))?;
+    reader.seek(std::io::SeekFrom::Start(start))?;
     reader.read_exact(bytes)?;
     QTensor::new(QStorage::Cpu(Box::new(blocks)), info.shape.clone())
 }
