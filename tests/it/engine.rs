@@ -406,9 +406,14 @@ fn openais_python_client_reads_chat_streams_logprobs_and_errors() {
     assert_eq!(v["error"]["body"]["type"], "invalid_request_error", "{v}");
 }
 
+/// A chat turn whose greedy continuation on SmolLM2 is the end of the turn.
+const END_PROMPT: &str =
+    "<|im_start|>user\nWhat is 2+2? Answer with a number only.<|im_end|>\n<|im_start|>assistant\n4";
+
 /// Prompt log-probabilities (`echo` with `logprobs`, as lm-evaluation-harness's loglikelihood
-/// tasks ask for them) equal those of the same tokens when generated; token-id prompts are
-/// taken as they are; `n` samples several reproducible choices, streamed or not.
+/// tasks ask for them) equal those of the same tokens when generated; `text_offset` counts the
+/// text's characters; an answer that ends lists its end token; token-id prompts are taken as
+/// they are; `n` samples several reproducible choices, streamed or not.
 #[test]
 fn echo_scores_prompts_and_n_samples_several_choices() {
     let Some(model) = smollm2() else { return };
@@ -476,6 +481,58 @@ fn echo_scores_prompts_and_n_samples_several_choices() {
             assert_eq!(top.keys().next(), Some(&tokens[i]), "{second}");
         }
     }
+
+    // `text_offset` counts characters of the returned text, as a client's `len(text)` does:
+    // each token's text starts where its offset says (an accent makes bytes and characters
+    // differ).
+    let accented = post(
+        "/v1/completions",
+        json!({"prompt": "Un café au lait, s'il vous plaît, et", "max_tokens": 4, "temperature": 0, "logprobs": 0, "echo": true}),
+    );
+    let c = &accented["choices"][0];
+    let text: Vec<char> = c["text"].as_str().unwrap().chars().collect();
+    let offsets: Vec<usize> = c["logprobs"]["text_offset"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(number)
+        .collect();
+    for (token, &at) in strs(&c["logprobs"]["tokens"]).iter().zip(&offsets) {
+        let rest: String = text[at.min(text.len())..].iter().collect();
+        assert!(
+            rest.starts_with(token.as_str()),
+            "{token:?} at {at}: {accented}"
+        );
+    }
+
+    // A choice that ends lists the end token last, with its log-probability and no width:
+    // a scoring client reads the last entry as the model's next token.
+    let ending = post(
+        "/v1/completions",
+        json!({"prompt": END_PROMPT, "max_tokens": 1, "temperature": 0, "logprobs": 1, "echo": true}),
+    );
+    let e = &ending["choices"][0];
+    assert_eq!(e["finish_reason"], "stop", "{ending}");
+    assert_eq!(e["text"], END_PROMPT, "{ending}");
+    let prompt_tokens = number(&ending["usage"]["prompt_tokens"]);
+    let end_tokens = strs(&e["logprobs"]["tokens"]);
+    assert_eq!(end_tokens.len(), prompt_tokens + 1, "{ending}");
+    assert_eq!(
+        end_tokens.last().map(String::as_str),
+        Some("<|im_end|>"),
+        "{ending}"
+    );
+    assert!(
+        e["logprobs"]["token_logprobs"][prompt_tokens]
+            .as_f64()
+            .unwrap()
+            <= 0.0
+    );
+    assert_eq!(
+        number(&e["logprobs"]["text_offset"][prompt_tokens]),
+        END_PROMPT.chars().count(),
+        "{ending}"
+    );
 
     // Token ids are the prompt as given; ids outside the vocabulary are refused.
     let ids = post(

@@ -517,13 +517,17 @@ fn chat_logprob(model: &LoadedModel, id: u32, lp: &TokenLogprobs) -> Value {
     v
 }
 
-/// Tokens in the legacy completions `logprobs` shape, `text_offset` counting bytes from
-/// `start`. With `echo`, the prompt's tokens come first: `prompt` holds their ids and the
-/// log-probabilities of all but the first, which has none (`null`, as OpenAI's).
+/// Tokens in the legacy completions `logprobs` shape, `text_offset` counting characters (as
+/// OpenAI's and as a client's `len(text)` counts) from `start`. With `echo`, the prompt's tokens
+/// come first: `prompt` holds their ids and the log-probabilities of all but the first, which has
+/// none (`null`, as OpenAI's); a BOS token that the echoed text does not show takes no width.
+/// `end` is the end-of-generation token the answer stopped at, listed last with no width (a
+/// scoring client reads the last entry as the model's next token).
 fn completion_logprobs(
     model: &LoadedModel,
-    prompt: Option<(&[u32], &[TokenLogprobs])>,
+    prompt: Option<(&Ready, &[TokenLogprobs])>,
     tokens: &[(u32, TokenLogprobs)],
+    end: Option<&(u32, TokenLogprobs)>,
     start: usize,
 ) -> Value {
     let mut offset = start;
@@ -536,11 +540,16 @@ fn completion_logprobs(
                 .collect(),
         )
     };
-    if let Some((ids, prompt_lps)) = prompt {
-        for (j, &id) in ids.iter().enumerate() {
+    if let Some((ready, prompt_lps)) = prompt {
+        for (j, &id) in ready.ids.iter().enumerate() {
             let text = token_text(model, id);
             offsets.push(offset);
-            offset += text.len();
+            let unshown_bos = j == 0
+                && Some(id) == model.tokenizer().bos()
+                && !ready.text.starts_with(text.as_str());
+            if !unshown_bos {
+                offset += text.chars().count();
+            }
             texts.push(text);
             let lp = j.checked_sub(1).and_then(|j| prompt_lps.get(j));
             lps.push(lp.map_or(Value::Null, |lp| json!(lp.logprob)));
@@ -550,8 +559,14 @@ fn completion_logprobs(
     for (id, lp) in tokens {
         let text = token_text(model, *id);
         offsets.push(offset);
-        offset += text.len();
+        offset += text.chars().count();
         texts.push(text);
+        lps.push(json!(lp.logprob));
+        tops.push(top_of(lp));
+    }
+    if let Some((id, lp)) = end {
+        offsets.push(offset);
+        texts.push(model.tokenizer().piece_text(Some(*id)));
         lps.push(json!(lp.logprob));
         tops.push(top_of(lp));
     }
@@ -563,6 +578,7 @@ fn completion_logprobs(
 struct ChoiceState {
     text: String,
     logprobs: Vec<(u32, TokenLogprobs)>,
+    end: Option<(u32, TokenLogprobs)>,
     prompt_logprobs: Vec<TokenLogprobs>,
     tokens: usize,
 }
@@ -597,6 +613,7 @@ async fn collect(mut events: Choices, id: String, reply: &Reply, log: &mut Reque
                     c.logprobs.push((tok, lp));
                 }
             }
+            Event::End { id, logprobs } => c.end = Some((id, logprobs)),
             Event::Failed(e) => {
                 let e = ApiError::from(e);
                 log.failed(&e);
@@ -615,6 +632,7 @@ async fn collect(mut events: Choices, id: String, reply: &Reply, log: &mut Reque
     for (k, (c, d)) in choices.iter().zip(&done).enumerate() {
         let Some(d) = d else { continue };
         let answer: &[(u32, TokenLogprobs)] = if prompt_only { &[] } else { &c.logprobs };
+        let end = if prompt_only { None } else { c.end.as_ref() };
         let mut choice = match reply.kind {
             Kind::Chat => {
                 let lps = wants_logprobs.then(|| {
@@ -636,8 +654,8 @@ async fn collect(mut events: Choices, id: String, reply: &Reply, log: &mut Reque
                     text.push_str(&c.text);
                 }
                 let lps = wants_logprobs.then(|| {
-                    let echoed = echo.then_some((&prompt.ids[..], &c.prompt_logprobs[..]));
-                    completion_logprobs(loaded, echoed, answer, 0)
+                    let echoed = echo.then_some((prompt, &c.prompt_logprobs[..]));
+                    completion_logprobs(loaded, echoed, answer, end, 0)
                 });
                 json!({"index": k, "text": text, "logprobs": lps, "finish_reason": reply.finish(d)})
             }
@@ -668,10 +686,10 @@ struct SseState {
     id: String,
     model: String,
     reply: Reply,
-    /// Per choice: bytes of text sent so far (the completions `text_offset`), whether the
+    /// Per choice: characters of text sent so far (the completions `text_offset`), whether the
     /// first chunk (the chat role, the echoed prompt) went out, the prompt's log-probabilities
     /// gathered for `echo`, and the finished request.
-    sent_bytes: Vec<usize>,
+    sent_chars: Vec<usize>,
     started: Vec<bool>,
     prompt_logprobs: Vec<Vec<TokenLogprobs>>,
     finished: Vec<Option<Completion>>,
@@ -690,7 +708,7 @@ impl SseState {
             id,
             model: reply.loaded.name().to_owned(),
             reply,
-            sent_bytes: vec![0; total],
+            sent_chars: vec![0; total],
             started: vec![false; total],
             prompt_logprobs: vec![Vec::new(); total],
             finished: vec![None; total],
@@ -731,11 +749,11 @@ impl SseState {
         let prompt = self.reply.prompt(k);
         let mut e = self.chunk_value(k, Some(&prompt.text), None);
         if self.reply.options.params().logprobs().is_some() {
-            let echoed = (&prompt.ids[..], &self.prompt_logprobs[k][..]);
+            let echoed = (prompt, &self.prompt_logprobs[k][..]);
             e["choices"][0]["logprobs"] =
-                completion_logprobs(&self.reply.loaded, Some(echoed), &[], 0);
+                completion_logprobs(&self.reply.loaded, Some(echoed), &[], None, 0);
         }
-        self.sent_bytes[k] = prompt.text.len();
+        self.sent_chars[k] = prompt.text.chars().count();
         self.started[k] = true;
         self.push(&e);
     }
@@ -754,7 +772,7 @@ impl SseState {
                 let lps = logprobs.map(|lp| match self.reply.kind {
                     Kind::Chat => json!({"content": [chat_logprob(loaded, id, &lp)]}),
                     Kind::Text => {
-                        completion_logprobs(loaded, None, &[(id, lp)], self.sent_bytes[k])
+                        completion_logprobs(loaded, None, &[(id, lp)], None, self.sent_chars[k])
                     }
                 });
                 if !text.is_empty() || !self.started[k] || lps.is_some() {
@@ -765,7 +783,27 @@ impl SseState {
                     self.started[k] = true;
                     self.push(&e);
                 }
-                self.sent_bytes[k] += text.len();
+                self.sent_chars[k] += text.chars().count();
+            }
+            Event::End { id, logprobs } => {
+                // Listed for completions only (chat's `logprobs.content` is the answer's
+                // tokens), and not for a prompt-only request, whose answer is dropped.
+                if self.reply.kind != Kind::Text || self.reply.options.prompt_only() {
+                    return;
+                }
+                self.echo(k);
+                let end = (id, logprobs);
+                let lps = completion_logprobs(
+                    &self.reply.loaded,
+                    None,
+                    &[],
+                    Some(&end),
+                    self.sent_chars[k],
+                );
+                let mut e = self.chunk_value(k, Some(""), None);
+                e["choices"][0]["logprobs"] = lps;
+                self.started[k] = true;
+                self.push(&e);
             }
             Event::Done(c) => {
                 self.echo(k);

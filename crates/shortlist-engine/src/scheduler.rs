@@ -104,6 +104,15 @@ pub enum Event {
     /// sent as their prefill chunks are computed: in order, from the prompt's second token
     /// (the first has nothing before it) to its last.
     PromptLogprobs(Vec<crate::sampling::TokenLogprobs>),
+    /// The end-of-generation token the sequence chose, which is neither text nor a generated
+    /// token, with its log-probabilities: sent only when the request asked for them (a scoring
+    /// client reads the answer's last entry as the model's next token, even when that is the end).
+    End {
+        /// Token id.
+        id: u32,
+        /// Its log-probabilities.
+        logprobs: crate::sampling::TokenLogprobs,
+    },
     /// The request finished.
     Done(Completion),
     /// The request failed.
@@ -662,6 +671,10 @@ fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, me
     let t = secs(s.req.arrival, now);
     if may_choose_end && eog.contains(&tok) {
         s.finish = Some(FinishReason::Stop);
+        if let Some(logprobs) = logprobs {
+            // A closed receiver is the request's cancellation, seen at the next step.
+            let _ = s.req.events.send(Event::End { id: tok, logprobs });
+        }
         return;
     }
     if s.timings.first_token_s.is_none() {

@@ -248,7 +248,9 @@ mod serving {
                     assert!(!c.timings.prefill_chunks.is_empty() || c.cached_tokens > 0);
                 }
                 Event::Failed(e) => out.error = Some(e),
-                Event::PromptLogprobs(_) => panic!("no prompt log-probabilities were asked for"),
+                Event::PromptLogprobs(_) | Event::End { .. } => {
+                    panic!("no log-probabilities were asked for")
+                }
             }
         }
         out
@@ -396,7 +398,9 @@ mod serving {
                 Event::Done(c) => chunks = c.timings.prefill_chunks,
                 Event::Failed(e) => panic!("second request failed: {e}"),
                 Event::Admitted { .. } => {}
-                Event::PromptLogprobs(_) => panic!("no prompt log-probabilities were asked for"),
+                Event::PromptLogprobs(_) | Event::End { .. } => {
+                    panic!("no log-probabilities were asked for")
+                }
             }
         }
         assert_eq!(tokens, alone[0].tokens, "tokens differ from running alone");

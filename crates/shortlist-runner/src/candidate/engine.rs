@@ -124,7 +124,7 @@ impl InFlight {
         while let Ok(event) = self.events.try_recv() {
             match event {
                 // Quality runs ask for no prompt log-probabilities.
-                Event::Admitted { .. } | Event::PromptLogprobs(_) => {}
+                Event::Admitted { .. } | Event::PromptLogprobs(_) | Event::End { .. } => {}
                 Event::Token { text, logprobs, .. } => {
                     self.text.push_str(&text);
                     self.tokens += 1;
