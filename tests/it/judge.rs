@@ -58,6 +58,8 @@ fn eval_run_asks_a_real_judge_and_keeps_its_verdict_text() {
         "12",
         "--judge-max-tokens",
         "24",
+        "--threads",
+        "1",
         "-o",
         results.to_str().unwrap(),
         "--progress",

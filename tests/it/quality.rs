@@ -23,6 +23,9 @@ fn eval_run_scores_a_real_model_and_resumes() {
             candidate.clone(),
             "--max-tokens".to_owned(),
             "24".to_owned(),
+            // One compute thread, as the other tests running beside it leave one core.
+            "--threads".to_owned(),
+            "1".to_owned(),
             "-o".to_owned(),
             results.display().to_string(),
             "--progress".to_owned(),

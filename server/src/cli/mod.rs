@@ -118,6 +118,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Engine(cmd) => engine::requested_threads(cmd),
         Command::Study(cmd) => study::requested_threads(cmd),
         Command::Worker(a) => a.threads,
+        Command::Eval(cmd) => eval::requested_threads(cmd),
         _ => None,
     };
     let config = shortlist_runner::config::Config::from_env(threads);

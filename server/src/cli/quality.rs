@@ -51,6 +51,10 @@ pub(crate) struct RunArgs {
     /// Run only every K-th case (the 1st, (K+1)-th, …): a quick spread over the set's categories.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]
     every: Option<u64>,
+    /// Compute threads of the local engine. Default: every core — a quality run has no load
+    /// generator to leave a core to (a load run does). `CANDLE_NUM_THREADS` wins when set.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(crate) threads: Option<u64>,
     /// A judge for the set's judge checks: NAME (as the checks' `judge:` says) = SOURCE (as
     /// --candidate takes it). Repeatable. Checks whose judge is not given stay unscored.
     #[arg(long = "judge", value_name = "NAME=SOURCE")]
@@ -169,8 +173,15 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     let loading = Instant::now();
     let mut generator =
         open(&spec).with_context(|| format!("opening candidate {}", a.candidate))?;
+    // `main` resolved the thread count into candle's variable before any thread started.
+    let threads = match &spec {
+        CandidateSpec::Gguf(_) => std::env::var("CANDLE_NUM_THREADS")
+            .map(|t| format!(", {t} compute thread{}", if t == "1" { "" } else { "s" }))
+            .unwrap_or_default(),
+        CandidateSpec::Endpoint { .. } => String::new(),
+    };
     eprintln!(
-        "candidate {} ready in {:.1} s",
+        "candidate {} ready in {:.1} s{threads}",
         generator.name(),
         loading.elapsed().as_secs_f64()
     );
