@@ -7,6 +7,10 @@
 //! by two keys at a time in registers, and the weighted values four rows by sixteen values. For each query the running maximum `m`, the running sum of
 //! `exp(s - m)` and the weighted sum of values are rescaled whenever a block raises the maximum,
 //! which gives the same result as a softmax over all scores at once.
+//!
+//! Every row's sums run in one order whatever the tile holds, so a row's result is the same bits
+//! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers,
+//! which changes how many values one instruction holds and not the order of any sum.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape};
 
@@ -260,8 +264,8 @@ fn scores_avx2(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32
                     let kk: [&[f32]; $c] =
                         std::array::from_fn(|c| &keys[(j + c) * hd..(j + c + 1) * hd]);
                     let d = scores_tile::<$r, $c>(q, kk, hd);
-                    for (i, row) in d.iter().enumerate() {
-                        s[(r + i) * KEY_BLOCK + j..][..$c].copy_from_slice(row);
+                    for i in 0..$r {
+                        s[(r + i) * KEY_BLOCK + j..][..$c].copy_from_slice(&d[i * $c..][..$c]);
                     }
                 }};
             }
@@ -282,7 +286,8 @@ fn scores_avx2(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32
 }
 
 /// `R x C` dot products of query rows with key rows, `R * C` vector accumulators over the head:
-/// each loaded key vector serves `R` rows and each query vector `C` keys.
+/// each loaded key vector serves `R` rows and each query vector `C` keys. Returns the products
+/// row by row (`R * C <= 8` values; the rest are zero).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -290,9 +295,10 @@ fn scores_tile<const R: usize, const C: usize>(
     q: [&[f32]; R],
     k: [&[f32]; C],
     hd: usize,
-) -> [[f32; C]; R] {
+) -> [f32; 8] {
     use std::arch::x86_64::*;
     assert!(q.iter().all(|x| x.len() == hd) && k.iter().all(|x| x.len() == hd));
+    assert!(R * C <= 8, "at most eight accumulators");
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     for d in (0..hd).step_by(8) {
         // SAFETY: every row holds `hd` values (asserted) and `d + 8 <= hd` (`hd` a multiple of 8).
@@ -306,11 +312,57 @@ fn scores_tile<const R: usize, const C: usize>(
             }
         }
     }
-    acc.map(|row| row.map(|a| hsum(a)))
+    let mut all = [_mm256_setzero_ps(); 8];
+    for (i, row) in acc.iter().enumerate() {
+        all[i * C..][..C].copy_from_slice(row);
+    }
+    let mut out = [0f32; 8];
+    // SAFETY: `out` holds eight floats.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), hsum8(all)) };
+    out
 }
 
-/// The sum of a vector's eight lanes.
+/// The sums of eight vectors' lanes, each the same bits as [`hsum`] gives (the same additions
+/// of the same pairs in the same order), in a third of the instructions: eight sums at once
+/// share each shuffle and addition instead of reducing one vector at a time.
 #[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+fn hsum8(x: [std::arch::x86_64::__m256; 8]) -> std::arch::x86_64::__m256 {
+    use std::arch::x86_64::*;
+    // Step 1, as hsum's `low half + high half`: for the pair (a, b), [a.lo + a.hi | b.lo + b.hi].
+    let half = |a: __m256, b: __m256| {
+        _mm256_add_ps(
+            _mm256_permute2f128_ps::<0x20>(a, b),
+            _mm256_permute2f128_ps::<0x31>(a, b),
+        )
+    };
+    let (q0, q1, q2, q3) = (
+        half(x[0], x[1]),
+        half(x[2], x[3]),
+        half(x[4], x[5]),
+        half(x[6], x[7]),
+    );
+    // Step 2, as `s + movehl(s, s)`: lanes (0 + 2, 1 + 3) of each four; low 128 bits hold
+    // vectors 0 and 2 (4 and 6), high 128 bits vectors 1 and 3 (5 and 7).
+    let quarter = |a: __m256, b: __m256| {
+        _mm256_add_ps(
+            _mm256_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm256_shuffle_ps::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (w01, w23) = (quarter(q0, q1), quarter(q2, q3));
+    // Step 3, as `s + movehdup(s)`: lane 0 + lane 1 of each pair; gives vectors 0 2 4 6 | 1 3 5 7.
+    let r = _mm256_add_ps(
+        _mm256_shuffle_ps::<0b10_00_10_00>(w01, w23),
+        _mm256_shuffle_ps::<0b11_01_11_01>(w01, w23),
+    );
+    _mm256_permutevar8x32_ps(r, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// The sum of a vector's eight lanes, one vector at a time: the order [`hsum8`] keeps (its test's
+/// reference).
+#[cfg(all(test, target_arch = "x86_64"))]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
 fn hsum(a: std::arch::x86_64::__m256) -> f32 {
@@ -333,6 +385,11 @@ fn weighted_values(w: &[f32], n: usize, v: &[f32], o: &mut [f32]) {
         target_feature = "avx2",
         target_feature = "fma"
     ))]
+    if hd.is_multiple_of(64) && avx512() {
+        // SAFETY: the CPU has AVX-512 F (checked at run time); `hd` is a multiple of 64.
+        unsafe { weighted_values_avx512(w, n, v, nk, hd, o) };
+        return;
+    }
     if hd.is_multiple_of(16) {
         // SAFETY: the build enables AVX2 and FMA (cfg above); `hd` is a multiple of 16.
         unsafe { weighted_values_avx2(w, n, v, nk, hd, o) };
@@ -344,6 +401,70 @@ fn weighted_values(w: &[f32], n: usize, v: &[f32], o: &mut [f32]) {
             &w[r * KEY_BLOCK..r * KEY_BLOCK + nk],
             v,
         );
+    }
+}
+
+/// Whether the CPU has AVX-512 F (read once). `SHORTLIST_ATTENTION_AVX512=0` turns it off, for
+/// side-by-side runs; the results are the same bits either way.
+#[cfg(target_arch = "x86_64")]
+fn avx512() -> bool {
+    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| {
+        std::env::var("SHORTLIST_ATTENTION_AVX512").as_deref() != Ok("0")
+            && is_x86_feature_detected!("avx512f")
+    })
+}
+
+/// [`weighted_values_avx2`] with 512-bit registers: four rows by 64 values of `o` in sixteen
+/// registers, so a 64-wide head's value block is read once per four rows instead of four times.
+/// Each output value is the same chain of multiply-adds, key after key, as on AVX2, so the same
+/// bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn weighted_values_avx512(w: &[f32], n: usize, v: &[f32], nk: usize, hd: usize, o: &mut [f32]) {
+    use std::arch::x86_64::*;
+    assert!(hd.is_multiple_of(64) && v.len() >= nk * hd && o.len() >= n * hd);
+    assert!(n == 0 || w.len() >= (n - 1) * KEY_BLOCK + nk);
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn rows<const R: usize>(w: &[f32], r: usize, v: &[f32], nk: usize, hd: usize, o: &mut [f32]) {
+        for d in (0..hd).step_by(64) {
+            // SAFETY: (the caller's asserts) rows `r..r + R` of `o` and rows `0..nk` of `v`
+            // hold `hd` values, `d + 64 <= hd`, the weights `w[(r + i) * KEY_BLOCK + j]` with
+            // `j < nk` are in bounds.
+            unsafe {
+                let op = o.as_mut_ptr().add(r * hd + d);
+                let mut acc: [[__m512; 4]; R] = std::array::from_fn(|i| {
+                    std::array::from_fn(|c| _mm512_loadu_ps(op.add(i * hd + 16 * c)))
+                });
+                for j in 0..nk {
+                    let vp = v.as_ptr().add(j * hd + d);
+                    let vv: [__m512; 4] = std::array::from_fn(|c| _mm512_loadu_ps(vp.add(16 * c)));
+                    for (i, acc) in acc.iter_mut().enumerate() {
+                        let p = _mm512_set1_ps(*w.as_ptr().add((r + i) * KEY_BLOCK + j));
+                        for (a, x) in acc.iter_mut().zip(&vv) {
+                            *a = _mm512_fmadd_ps(p, *x, *a);
+                        }
+                    }
+                }
+                for (i, acc) in acc.iter().enumerate() {
+                    for (c, a) in acc.iter().enumerate() {
+                        _mm512_storeu_ps(op.add(i * hd + 16 * c), *a);
+                    }
+                }
+            }
+        }
+    }
+    let mut r = 0;
+    while r < n {
+        let take = (n - r).min(4);
+        match take {
+            4 => rows::<4>(w, r, v, nk, hd, o),
+            3 => rows::<3>(w, r, v, nk, hd, o),
+            2 => rows::<2>(w, r, v, nk, hd, o),
+            _ => rows::<1>(w, r, v, nk, hd, o),
+        }
+        r += take;
     }
 }
 
@@ -601,6 +722,73 @@ mod tests {
             }
         }
         out
+    }
+
+    /// Eight sums at once are the bits of eight sums one at a time, on random vectors whose
+    /// lanes span many magnitudes and signs (where the order of additions shows).
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    #[test]
+    fn hsum8_has_the_bits_of_hsum() {
+        use std::arch::x86_64::*;
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for _ in 0..20_000 {
+            let lanes: [[f32; 8]; 8] = std::array::from_fn(|_| {
+                std::array::from_fn(|_| {
+                    let e = rng.random_range(-30i32..30);
+                    rng.random_range(-1f32..1.0) * 2f32.powi(e)
+                })
+            });
+            // SAFETY: the build enables AVX2 and FMA (cfg above); each array holds 8 floats.
+            let (got, want) = unsafe {
+                let v: [__m256; 8] = std::array::from_fn(|i| _mm256_loadu_ps(lanes[i].as_ptr()));
+                let mut got = [0f32; 8];
+                _mm256_storeu_ps(got.as_mut_ptr(), hsum8(v));
+                (got, v.map(|a| hsum(a)))
+            };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{lanes:?}");
+        }
+    }
+
+    /// The 512-bit weighted values are the bits of the 256-bit ones, for every row count of a
+    /// tile and both real head widths (skipped where the CPU lacks AVX-512 F).
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    #[test]
+    fn weighted_values_avx512_has_the_bits_of_avx2() {
+        if !is_x86_feature_detected!("avx512f") {
+            eprintln!("skipped: no AVX-512 F on this CPU");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(13);
+        for (n, hd, nk) in [
+            (1, 64, 128),
+            (3, 64, 77),
+            (4, 64, 128),
+            (7, 256, 64),
+            (16, 128, 5),
+        ] {
+            let w: Vec<f32> = (0..n * KEY_BLOCK)
+                .map(|_| rng.random_range(0f32..1.0))
+                .collect();
+            let v: Vec<f32> = (0..nk * hd).map(|_| rng.random_range(-4f32..4.0)).collect();
+            let o0: Vec<f32> = (0..n * hd).map(|_| rng.random_range(-2f32..2.0)).collect();
+            let (mut a, mut b) = (o0.clone(), o0);
+            // SAFETY: AVX2/FMA by the build (cfg above), AVX-512 F checked above; `hd` is a
+            // multiple of 64 and the slices are as long as the kernels ask.
+            unsafe {
+                weighted_values_avx2(&w, n, &v, nk, hd, &mut a);
+                weighted_values_avx512(&w, n, &v, nk, hd, &mut b);
+            }
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "rows {n}, head {hd}, keys {nk}");
+        }
     }
 
     #[test]
