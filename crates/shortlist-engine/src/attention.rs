@@ -9,8 +9,9 @@
 //! which gives the same result as a softmax over all scores at once.
 //!
 //! Every row's sums run in one order whatever the tile holds, so a row's result is the same bits
-//! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers,
-//! which changes how many values one instruction holds and not the order of any sum.
+//! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers
+//! and the score tiles grow to four rows by four keys in its 32 registers, which changes how
+//! many values one instruction or tile holds and not the order of any sum.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape};
 
@@ -238,8 +239,15 @@ fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32]) {
         target_feature = "fma"
     ))]
     if hd.is_multiple_of(8) {
-        // SAFETY: the build enables AVX2 and FMA (cfg above); `hd` is a multiple of 8.
-        unsafe { scores_avx2(rows, keys, nk, hd, s) };
+        // SAFETY: the build enables AVX2 and FMA (cfg above), `avx512()` checked AVX-512 F and
+        // VL at run time; `hd` is a multiple of 8.
+        unsafe {
+            if avx512() {
+                scores_avx512vl(rows, keys, nk, hd, s);
+            } else {
+                scores_blocks::<false>(rows, keys, nk, hd, s);
+            }
+        }
         return;
     }
     for (r, q) in rows.iter().enumerate() {
@@ -249,15 +257,32 @@ fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32]) {
     }
 }
 
+/// [`scores_blocks`] with AVX-512 VL's 32 vector registers: four rows by four keys at a time.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+fn scores_avx512vl(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32]) {
+    scores_blocks::<true>(rows, keys, nk, hd, s);
+}
+
+/// The scores of every row with every key, up to four rows by two keys at a time in registers
+/// (four by four when `WIDE`: sixteen accumulators, as AVX-512 VL's 32 registers hold). Each
+/// score is one dot product summed in one order whatever the tile's shape, so the same bits.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-fn scores_avx2(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32]) {
+#[inline]
+fn scores_blocks<const WIDE: bool>(
+    rows: &[&[f32]],
+    keys: &[f32],
+    nk: usize,
+    hd: usize,
+    s: &mut [f32],
+) {
     let mut r = 0;
     while r < rows.len() {
         let take = (rows.len() - r).min(4);
         let mut j = 0;
         while j < nk {
-            let pair = (nk - j).min(2);
+            let pair = (nk - j).min(if WIDE { 4 } else { 2 });
             macro_rules! tile {
                 ($r:literal, $c:literal) => {{
                     let q: [&[f32]; $r] = std::array::from_fn(|i| rows[r + i]);
@@ -270,12 +295,20 @@ fn scores_avx2(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32
                 }};
             }
             match (take, pair) {
+                (4, 4) => tile!(4, 4),
+                (4, 3) => tile!(4, 3),
                 (4, 2) => tile!(4, 2),
                 (4, _) => tile!(4, 1),
+                (3, 4) => tile!(3, 4),
+                (3, 3) => tile!(3, 3),
                 (3, 2) => tile!(3, 2),
                 (3, _) => tile!(3, 1),
+                (2, 4) => tile!(2, 4),
+                (2, 3) => tile!(2, 3),
                 (2, 2) => tile!(2, 2),
                 (2, _) => tile!(2, 1),
+                (_, 4) => tile!(1, 4),
+                (_, 3) => tile!(1, 3),
                 (_, 2) => tile!(1, 2),
                 _ => tile!(1, 1),
             }
@@ -287,7 +320,7 @@ fn scores_avx2(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32
 
 /// `R x C` dot products of query rows with key rows, `R * C` vector accumulators over the head:
 /// each loaded key vector serves `R` rows and each query vector `C` keys. Returns the products
-/// row by row (`R * C <= 8` values; the rest are zero).
+/// row by row (`R * C <= 16` values; the rest are zero).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -295,10 +328,10 @@ fn scores_tile<const R: usize, const C: usize>(
     q: [&[f32]; R],
     k: [&[f32]; C],
     hd: usize,
-) -> [f32; 8] {
+) -> [f32; 16] {
     use std::arch::x86_64::*;
     assert!(q.iter().all(|x| x.len() == hd) && k.iter().all(|x| x.len() == hd));
-    assert!(R * C <= 8, "at most eight accumulators");
+    assert!(R * C <= 16, "at most sixteen accumulators");
     let mut acc = [[_mm256_setzero_ps(); C]; R];
     for d in (0..hd).step_by(8) {
         // SAFETY: every row holds `hd` values (asserted) and `d + 8 <= hd` (`hd` a multiple of 8).
@@ -312,13 +345,16 @@ fn scores_tile<const R: usize, const C: usize>(
             }
         }
     }
-    let mut all = [_mm256_setzero_ps(); 8];
+    let mut all = [_mm256_setzero_ps(); 16];
     for (i, row) in acc.iter().enumerate() {
         all[i * C..][..C].copy_from_slice(row);
     }
-    let mut out = [0f32; 8];
-    // SAFETY: `out` holds eight floats.
-    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), hsum8(all)) };
+    let mut out = [0f32; 16];
+    for (half, sums) in all.chunks_exact(8).enumerate().take((R * C).div_ceil(8)) {
+        let eight: [__m256; 8] = std::array::from_fn(|i| sums[i]);
+        // SAFETY: `out` holds sixteen floats; `half` is 0 or 1.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * half), hsum8(eight)) };
+    }
     out
 }
 
@@ -404,14 +440,15 @@ fn weighted_values(w: &[f32], n: usize, v: &[f32], o: &mut [f32]) {
     }
 }
 
-/// Whether the CPU has AVX-512 F (read once). `SHORTLIST_ATTENTION_AVX512=0` turns it off, for
-/// side-by-side runs; the results are the same bits either way.
+/// Whether the CPU has AVX-512 F and VL (read once). `SHORTLIST_ATTENTION_AVX512=0` turns them
+/// off, for side-by-side runs; the results are the same bits either way.
 #[cfg(target_arch = "x86_64")]
 fn avx512() -> bool {
     static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CHOICE.get_or_init(|| {
         std::env::var("SHORTLIST_ATTENTION_AVX512").as_deref() != Ok("0")
             && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512vl")
     })
 }
 
@@ -785,6 +822,44 @@ mod tests {
             unsafe {
                 weighted_values_avx2(&w, n, &v, nk, hd, &mut a);
                 weighted_values_avx512(&w, n, &v, nk, hd, &mut b);
+            }
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "rows {n}, head {hd}, keys {nk}");
+        }
+    }
+
+    /// Four-by-four score tiles are the bits of four-by-two ones, for tiles of every row count
+    /// and key blocks of every remainder (skipped where the CPU lacks AVX-512 F and VL).
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    #[test]
+    fn wide_score_tiles_have_the_bits_of_narrow_ones() {
+        if !(is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512vl")) {
+            eprintln!("skipped: no AVX-512 F and VL on this CPU");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(17);
+        for (n, hd, nk) in [
+            (1, 64, 128),
+            (3, 64, 77),
+            (4, 8, 5),
+            (9, 24, 3),
+            (16, 256, 64),
+        ] {
+            let q: Vec<Vec<f32>> = (0..n)
+                .map(|_| (0..hd).map(|_| rng.random_range(-3f32..3.0)).collect())
+                .collect();
+            let rows: Vec<&[f32]> = q.iter().map(Vec::as_slice).collect();
+            let keys: Vec<f32> = (0..nk * hd).map(|_| rng.random_range(-3f32..3.0)).collect();
+            let (mut a, mut b) = (vec![0f32; n * KEY_BLOCK], vec![0f32; n * KEY_BLOCK]);
+            // SAFETY: AVX2/FMA by the build (cfg above), AVX-512 F and VL checked above; `hd`
+            // is a multiple of 8 and `a`, `b` hold KEY_BLOCK scores per row.
+            unsafe {
+                scores_blocks::<false>(&rows, &keys, nk, hd, &mut a);
+                scores_avx512vl(&rows, &keys, nk, hd, &mut b);
             }
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "rows {n}, head {hd}, keys {nk}");
