@@ -23,6 +23,11 @@ pub struct Config {
     pub worker: String,
 }
 
+/// Cores this process may use (at least 1).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZero::get)
+}
+
 impl Config {
     /// Settings from the environment and the command line, resolved once at start-up:
     /// `DATABASE_URL` (else [`DEFAULT_DATABASE_URL`]), `SHORTLIST_MODELS_DIR` (else
@@ -35,7 +40,7 @@ impl Config {
         let models_dir = var("SHORTLIST_MODELS_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| home.join(".cache/shortlist/models"));
-        let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+        let cores = cores();
         Config {
             database_url: var("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
             models_dir,

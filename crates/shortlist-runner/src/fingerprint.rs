@@ -52,7 +52,7 @@ impl MachineFingerprint {
             host: crate::config::hostname(),
             arch: std::env::consts::ARCH.to_owned(),
             cpu_model: field("model name").unwrap_or_else(|| std::env::consts::ARCH.to_owned()),
-            cores: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            cores: crate::config::cores(),
             cpu_features,
             backend: "cpu".to_owned(),
             gpu: None,

@@ -138,21 +138,22 @@ pub struct CompareArgs {
 /// demo set's 92 short cases: 108 s on one thread, 74 s on two, the same answers).
 pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     match cmd {
-        Command::Run(a) => Some(a.threads.map_or_else(
-            || std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
-            |t| t as usize,
-        )),
+        Command::Run(a) => Some(
+            a.threads
+                .map_or_else(shortlist_runner::config::cores, |t| t as usize),
+        ),
         _ => None,
     }
 }
 
-pub fn run(cmd: Command) -> anyhow::Result<Outcome> {
+/// `threads`: the compute threads `main` resolved (and gave candle) for this process.
+pub fn run(cmd: Command, threads: usize) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Import(a) => run_import(a),
         Command::Show(a) => run_show(a),
         Command::Score(a) => run_score(a),
         Command::Compare(a) => run_compare(a),
-        Command::Run(a) => super::quality::run(a),
+        Command::Run(a) => super::quality::run(a, threads),
         Command::CalibrateJudge(a) => super::quality::calibrate_judge(a),
     }
 }

@@ -132,7 +132,8 @@ fn open_judges_reporting(
     Ok(judges)
 }
 
-pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
+/// `threads`: the local engine's compute threads, as `main` resolved them.
+pub(crate) fn run(a: RunArgs, threads: usize) -> anyhow::Result<Outcome> {
     let source = a.evalset.display().to_string();
     let set = EvalSet::from_yaml(&source, &read_text(&a.evalset)?)?;
     let spec = CandidateSpec::parse(&a.candidate)?;
@@ -173,11 +174,11 @@ pub(crate) fn run(a: RunArgs) -> anyhow::Result<Outcome> {
     let loading = Instant::now();
     let mut generator =
         open(&spec).with_context(|| format!("opening candidate {}", a.candidate))?;
-    // `main` resolved the thread count into candle's variable before any thread started.
     let threads = match &spec {
-        CandidateSpec::Gguf(_) => std::env::var("CANDLE_NUM_THREADS")
-            .map(|t| format!(", {t} compute thread{}", if t == "1" { "" } else { "s" }))
-            .unwrap_or_default(),
+        CandidateSpec::Gguf(_) => format!(
+            ", {threads} compute thread{}",
+            if threads == 1 { "" } else { "s" }
+        ),
         CandidateSpec::Endpoint { .. } => String::new(),
     };
     eprintln!(
