@@ -4,9 +4,17 @@
 //!
 //! Queries are taken in tiles that share a key/value head, and every key block is used by the
 //! whole tile while it is in cache: the tile's scores for the block are computed four query rows
-//! by two keys at a time in registers, and the weighted values four rows by sixteen values. For each query the running maximum `m`, the running sum of
-//! `exp(s - m)` and the weighted sum of values are rescaled whenever a block raises the maximum,
-//! which gives the same result as a softmax over all scores at once.
+//! by two keys at a time in registers, and the weighted values four rows by sixteen values. For
+//! each query the running maximum `m`, the running sum of `exp(s - m)` and the weighted sum of
+//! values are rescaled whenever a block raises the maximum, which gives the same result as a
+//! softmax over all scores at once.
+//!
+//! A step's sequences run in one call ([`BlockedAttention::run_batch`]), and sequences that hold
+//! the same leading tokens (a quality run's cases under one system prompt) form a group whose
+//! tiles mix their rows: a key block inside the common prefix is read once, from one sequence's
+//! copy, for every row of the tile, instead of once per sequence. Batched decode of eight cases
+//! under the demo's ~1,400-token system prompt otherwise spent most of its attention time
+//! reading eight copies of the same keys and values from memory.
 //!
 //! Every row's sums run in one order whatever the tile holds, so a row's result is the same bits
 //! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers
@@ -47,38 +55,119 @@ pub struct BlockedAttention {
     pub scale: f32,
 }
 
+/// One sequence's part of a batched attention step ([`BlockedAttention::run_batch`]).
+#[derive(Debug, Clone, Copy)]
+pub struct SeqKv<'a> {
+    /// Queries `(n_head, t, head_dim)`.
+    pub q: &'a [f32],
+    /// Keys `(n_kv_head, capacity, head_dim)`, positions `0..pos + t` written.
+    pub k: &'a [f32],
+    /// Values, as the keys.
+    pub v: &'a [f32],
+    /// Positions the keys and values hold room for.
+    pub capacity: usize,
+    /// New tokens (query positions `pos..pos + t`).
+    pub t: usize,
+    /// Tokens cached before this step.
+    pub pos: usize,
+    /// Leading positions whose keys and values are, bit for bit, those of the first sequence of
+    /// its group (the same tokens at the same positions): those are read from that sequence's
+    /// copy, once for the whole group.
+    pub shared: usize,
+}
+
+/// Where a tile's query rows come from, and which keys each sees.
+struct TileRows<'a> {
+    n: usize,
+    q: [&'a [f32]; QUERY_TILE],
+    /// Index of the row's sequence in the batch.
+    seq: [usize; QUERY_TILE],
+    head: [usize; QUERY_TILE],
+    token: [usize; QUERY_TILE],
+    /// Visible keys `lo..hi`.
+    vis: [(usize, usize); QUERY_TILE],
+    /// Leading keys the row may read from its group's first sequence.
+    shared: [usize; QUERY_TILE],
+}
+
 impl BlockedAttention {
     /// Queries `(n_head, t, head_dim)`, keys and values `(n_kv_head, capacity, head_dim)` with
     /// positions `0..pos + t` written; returns `(t, n_head * head_dim)`.
     pub fn run(&self, q: &[f32], k: &[f32], v: &[f32], capacity: usize) -> Vec<f32> {
-        let (nh, nkv, hd, t) = (self.n_head, self.n_kv_head, self.head_dim, self.t);
+        let seq = SeqKv {
+            q,
+            k,
+            v,
+            capacity,
+            t: self.t,
+            pos: self.pos,
+            shared: 0,
+        };
+        self.run_batch(&[seq], &[vec![0]])
+    }
+
+    /// The attention of several sequences in one step (`t` and `pos` of `self` are unused:
+    /// each sequence has its own); returns their rows `(Σ t, n_head * head_dim)` in the order
+    /// of `seqs`. `groups` partitions the sequences; within a group, the keys and values below
+    /// each sequence's [`SeqKv::shared`] are read from the group's first sequence, so a prefix
+    /// that the group holds in common (a system prompt) is read from memory once per tile of
+    /// query rows instead of once per sequence. Each row's sums run in the same order whatever
+    /// the grouping, so the same bits.
+    pub fn run_batch(&self, seqs: &[SeqKv<'_>], groups: &[Vec<usize>]) -> Vec<f32> {
+        let (nh, nkv, hd) = (self.n_head, self.n_kv_head, self.head_dim);
         assert!(
             nkv > 0 && nh.is_multiple_of(nkv),
             "heads {nh} over {nkv} KV heads"
         );
-        assert_eq!(q.len(), nh * t * hd, "query length");
-        assert!(k.len() >= nkv * capacity * hd && v.len() >= nkv * capacity * hd);
-        assert!(self.pos + t <= capacity, "keys beyond the cache");
         let g = nh / nkv;
-        let rows = g * t;
-        let tiles = rows.div_ceil(QUERY_TILE);
-        let mut out = vec![0f32; t * nh * hd];
+        let mut base = Vec::with_capacity(seqs.len());
+        let mut total = 0;
+        for s in seqs {
+            assert_eq!(s.q.len(), nh * s.t * hd, "query length");
+            assert!(s.k.len() >= nkv * s.capacity * hd && s.v.len() >= nkv * s.capacity * hd);
+            assert!(s.pos + s.t <= s.capacity, "keys beyond the cache");
+            base.push(total);
+            total += s.t;
+        }
+        let mut seen = vec![false; seqs.len()];
+        for &i in groups.iter().flatten() {
+            assert!(!seen[i], "sequence {i} in two groups");
+            seen[i] = true;
+        }
+        assert!(seen.iter().all(|&x| x), "a sequence in no group");
+        // Per group: its query rows (per KV head) and how many tiles they split into, evenly.
+        let mut plan = Vec::with_capacity(groups.len());
+        let mut items = 0;
+        for group in groups {
+            let rows: usize = group.iter().map(|&i| g * seqs[i].t).sum();
+            let tiles = rows.div_ceil(QUERY_TILE);
+            plan.push((items, rows, tiles));
+            items += nkv * tiles;
+        }
+        let mut out = vec![0f32; total * nh * hd];
         let shared = SharedOut(out.as_mut_ptr());
-        candle_core::utils::barrier_pool().execute_chunked(nkv * tiles, |items| {
+        candle_core::utils::barrier_pool().execute_chunked(items, |range| {
             let mut state = TileState::new(hd);
-            for item in items {
-                let (kvh, tile) = (item / tiles, item % tiles);
-                let rr = tile * QUERY_TILE..rows.min(tile * QUERY_TILE + QUERY_TILE);
-                let kv = kvh * capacity * hd..(kvh + 1) * capacity * hd;
-                self.tile(q, &k[kv.clone()], &v[kv], kvh, rr.clone(), &mut state);
-                for (slot, r) in rr.enumerate() {
-                    let (h, i) = (kvh * g + r / t, r % t);
+            for item in range {
+                let p = plan.partition_point(|&(first, _, _)| first <= item) - 1;
+                let (first, rows, tiles) = plan[p];
+                let (kvh, tile) = ((item - first) / tiles, (item - first) % tiles);
+                let rr = tile * rows / tiles..(tile + 1) * rows / tiles;
+                let tr = self.tile_rows(seqs, &groups[p], kvh, rr);
+                self.tile(seqs, groups[p][0], kvh, &tr, &mut state);
+                for slot in 0..tr.n {
+                    let (h, i) = (tr.head[slot], tr.token[slot]);
                     let o = &state.o[slot * hd..(slot + 1) * hd];
                     let inv = 1.0 / state.l[slot];
-                    // SAFETY: row (token i, head h) belongs to this item alone: each query row
-                    // of each head is in exactly one tile; the range is inside `out`.
-                    let dst =
-                        unsafe { std::slice::from_raw_parts_mut(shared.at((i * nh + h) * hd), hd) };
+                    // SAFETY: row (token i of its sequence, head h) belongs to this item alone:
+                    // each query row of each head is in exactly one tile; the range is inside
+                    // `out`.
+                    let dst = unsafe {
+                        std::slice::from_raw_parts_mut(
+                            shared.at(((base[tr.seq[slot]] + i) * nh + h) * hd),
+                            hd,
+                        )
+                    };
                     for (d, &x) in dst.iter_mut().zip(o) {
                         *d = x * inv;
                     }
@@ -88,77 +177,162 @@ impl BlockedAttention {
         out
     }
 
-    /// The keys query `i` sees: `lo..hi`.
-    fn visible(&self, i: usize) -> (usize, usize) {
-        let p = self.pos + i;
+    /// The keys query `i` of a sequence with `pos` cached tokens sees: `lo..hi`.
+    fn visible(&self, pos: usize, i: usize) -> (usize, usize) {
+        let p = pos + i;
         let lo = self.window.map_or(0, |w| (p + 1).saturating_sub(w));
         (lo, p + 1)
     }
 
-    /// One tile of query rows `rr` (of the `g * t` rows of KV head `kvh`) over all its keys;
-    /// `k` and `v` are that head's `(capacity, head_dim)` slices. Per key block: the tile's
-    /// scores at once ([`scores`], register-blocked over rows and keys), the online-softmax
-    /// update per row, then the weighted values of the block for all rows at once
-    /// ([`weighted_values`]).
-    fn tile(
+    /// Rows `rr` of KV head `kvh`'s query rows in `group`: each sequence's `g * t` rows in turn,
+    /// head by head.
+    fn tile_rows<'a>(
         &self,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
+        seqs: &[SeqKv<'a>],
+        group: &[usize],
         kvh: usize,
         rr: std::ops::Range<usize>,
+    ) -> TileRows<'a> {
+        let (hd, g) = (self.head_dim, self.n_head / self.n_kv_head);
+        let lead = &seqs[group[0]];
+        let lead_len = lead.pos + lead.t;
+        let mut tr = TileRows {
+            n: rr.len(),
+            q: [&[]; QUERY_TILE],
+            seq: [0; QUERY_TILE],
+            head: [0; QUERY_TILE],
+            token: [0; QUERY_TILE],
+            vis: [(0, 0); QUERY_TILE],
+            shared: [0; QUERY_TILE],
+        };
+        let (mut m, mut before) = (0, 0);
+        for (slot, r) in rr.enumerate() {
+            while r >= before + g * seqs[group[m]].t {
+                before += g * seqs[group[m]].t;
+                m += 1;
+            }
+            let si = group[m];
+            let s = &seqs[si];
+            let (h, i) = (kvh * g + (r - before) / s.t, (r - before) % s.t);
+            tr.q[slot] = &s.q[(h * s.t + i) * hd..(h * s.t + i + 1) * hd];
+            tr.seq[slot] = si;
+            tr.head[slot] = h;
+            tr.token[slot] = i;
+            tr.vis[slot] = self.visible(s.pos, i);
+            tr.shared[slot] = if m == 0 {
+                lead_len
+            } else {
+                s.shared.min(lead_len).min(s.pos + s.t)
+            };
+        }
+        tr
+    }
+
+    /// One tile of query rows over all the keys they see; `lead` is their group's first
+    /// sequence. Per key block, the rows are taken in runs that read the same keys (the
+    /// group's first sequence's, where the block lies in a row's shared prefix, else the row's
+    /// own): the run's scores at once ([`scores`], register-blocked over rows and keys), the
+    /// online-softmax update per row, then the weighted values of the block for the run
+    /// ([`weighted_values`]). Block boundaries are multiples of one block length whatever the
+    /// tile holds, so every row's sums run in one order.
+    fn tile(
+        &self,
+        seqs: &[SeqKv<'_>],
+        lead: usize,
+        kvh: usize,
+        tr: &TileRows<'_>,
         st: &mut TileState,
     ) {
-        let (hd, t, g) = (self.head_dim, self.t, self.n_head / self.n_kv_head);
-        let n = rr.len();
+        let hd = self.head_dim;
+        let n = tr.n;
         st.reset(n);
-        let mut rows: [&[f32]; QUERY_TILE] = [&[]; QUERY_TILE];
-        let mut token = [0usize; QUERY_TILE];
         // Keys any row of the tile sees.
-        let (mut first, mut last) = (usize::MAX, 0);
-        for (slot, r) in rr.enumerate() {
-            let (h, i) = (kvh * g + r / t, r % t);
-            rows[slot] = &q[(h * t + i) * hd..(h * t + i + 1) * hd];
-            token[slot] = i;
-            let (lo, hi) = self.visible(i);
-            first = first.min(lo);
-            last = last.max(hi);
-        }
+        let first = tr.vis[..n].iter().map(|v| v.0).min().unwrap_or(0);
+        let last = tr.vis[..n].iter().map(|v| v.1).max().unwrap_or(0);
         let kb = (KEY_BLOCK_BYTES / (hd * 4)).clamp(4, KEY_BLOCK);
         let mut b0 = first - first % kb;
         while b0 < last {
-            let b1 = (b0 + kb).min(last);
-            let nk = b1 - b0;
-            scores(&rows[..n], &k[b0 * hd..b1 * hd], &mut st.s);
-            for (slot, &i) in token[..n].iter().enumerate() {
-                let row = &mut st.s[slot * KEY_BLOCK..slot * KEY_BLOCK + nk];
-                let (lo, hi) = self.visible(i);
-                let (j0, j1) = (lo.max(b0) - b0, hi.min(b1).max(b0) - b0);
-                if j0 >= j1 {
-                    row.fill(0.0);
-                    continue;
+            let be = b0 + kb;
+            let source = |slot: usize| {
+                if be.min(tr.vis[slot].1) <= tr.shared[slot] {
+                    lead
+                } else {
+                    tr.seq[slot]
                 }
-                let visible = &mut row[j0..j1];
-                visible.iter_mut().for_each(|x| *x *= self.scale);
-                let bmax = max_of(visible);
-                let m_old = st.m[slot];
-                let m_new = m_old.max(bmax);
-                if m_new > m_old {
-                    // Rescale what was summed under the old maximum (nothing yet: exp(-inf) = 0).
-                    let c = (m_old - m_new).exp();
-                    st.l[slot] *= c;
-                    st.o[slot * hd..(slot + 1) * hd]
-                        .iter_mut()
-                        .for_each(|x| *x *= c);
-                    st.m[slot] = m_new;
+            };
+            let mut a = 0;
+            while a < n {
+                let src = source(a);
+                let mut b = a + 1;
+                while b < n && source(b) == src {
+                    b += 1;
                 }
-                st.l[slot] += exp_in_place(&mut row[j0..j1], m_new);
-                row[..j0].fill(0.0);
-                row[j1..].fill(0.0);
+                self.block(&seqs[src], kvh, tr, a..b, b0, be, st);
+                a = b;
             }
-            weighted_values(&st.s, n, &v[b0 * hd..b1 * hd], &mut st.o[..n * hd]);
-            b0 = b1;
+            b0 = be;
         }
+    }
+
+    /// Rows `run` of a tile over keys `b0..be` (those the rows see) of `src`'s keys and values.
+    #[allow(clippy::too_many_arguments)] // One call site, in the loop above.
+    fn block(
+        &self,
+        src: &SeqKv<'_>,
+        kvh: usize,
+        tr: &TileRows<'_>,
+        run: std::ops::Range<usize>,
+        b0: usize,
+        be: usize,
+        st: &mut TileState,
+    ) {
+        let hd = self.head_dim;
+        let vis = &tr.vis[run.clone()];
+        let b1 = be.min(vis.iter().map(|v| v.1).max().unwrap_or(0));
+        if !vis.iter().any(|&(lo, hi)| lo < b1 && hi > b0) {
+            // No row of the run sees a key of the block: its weights would all be zero.
+            return;
+        }
+        let nk = b1 - b0;
+        let kv = (kvh * src.capacity + b0) * hd..(kvh * src.capacity + b1) * hd;
+        let (a, n) = (run.start, run.len());
+        scores(
+            &tr.q[run.clone()],
+            &src.k[kv.clone()],
+            &mut st.s[a * KEY_BLOCK..],
+        );
+        for slot in run {
+            let row = &mut st.s[slot * KEY_BLOCK..slot * KEY_BLOCK + nk];
+            let (lo, hi) = tr.vis[slot];
+            let (j0, j1) = (lo.max(b0) - b0, hi.min(b1).max(b0) - b0);
+            if j0 >= j1 {
+                row.fill(0.0);
+                continue;
+            }
+            let visible = &mut row[j0..j1];
+            visible.iter_mut().for_each(|x| *x *= self.scale);
+            let bmax = max_of(visible);
+            let m_old = st.m[slot];
+            let m_new = m_old.max(bmax);
+            if m_new > m_old {
+                // Rescale what was summed under the old maximum (nothing yet: exp(-inf) = 0).
+                let c = (m_old - m_new).exp();
+                st.l[slot] *= c;
+                st.o[slot * hd..(slot + 1) * hd]
+                    .iter_mut()
+                    .for_each(|x| *x *= c);
+                st.m[slot] = m_new;
+            }
+            st.l[slot] += exp_in_place(&mut row[j0..j1], m_new);
+            row[..j0].fill(0.0);
+            row[j1..].fill(0.0);
+        }
+        weighted_values(
+            &st.s[a * KEY_BLOCK..],
+            n,
+            &src.v[kv],
+            &mut st.o[a * hd..(a + n) * hd],
+        );
     }
 }
 
@@ -740,7 +914,7 @@ mod tests {
         for h in 0..nh {
             let kv = (h / g) * cap * hd;
             for i in 0..t {
-                let (lo, hi) = a.visible(i);
+                let (lo, hi) = a.visible(a.pos, i);
                 let qr = &q[(h * t + i) * hd..(h * t + i + 1) * hd];
                 let s: Vec<f32> = (lo..hi)
                     .map(|j| {
@@ -863,6 +1037,79 @@ mod tests {
             }
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "rows {n}, head {hd}, keys {nk}");
+        }
+    }
+
+    /// Queries, keys, values, capacity, cached tokens, new tokens, shared prefix.
+    type TestSeq = (Vec<f32>, Vec<f32>, Vec<f32>, usize, usize, usize, usize);
+
+    /// Sequences of a batch: a first one, then others that hold its first `shared` keys and
+    /// values bit for bit and their own after; `(pos, t, shared)` each.
+    fn batch(
+        rng: &mut ChaCha8Rng,
+        nkv: usize,
+        nh: usize,
+        hd: usize,
+        shapes: &[(usize, usize, usize)],
+    ) -> Vec<TestSeq> {
+        let mut r =
+            |n: usize| -> Vec<f32> { (0..n).map(|_| rng.random_range(-3f32..3.0)).collect() };
+        let mut seqs: Vec<TestSeq> = Vec::new();
+        for (si, &(pos, t, shared)) in shapes.iter().enumerate() {
+            let cap = pos + t + 2;
+            let (q, mut k, mut v) = (r(nh * t * hd), r(nkv * cap * hd), r(nkv * cap * hd));
+            let mut shared = if si == 0 { 0 } else { shared.min(pos + t) };
+            if si > 0 {
+                let (_, lk, lv, lcap, lpos, lt, _) = &seqs[0];
+                shared = shared.min(lpos + lt);
+                for h in 0..nkv {
+                    let (mine, theirs) = (h * cap * hd, h * lcap * hd);
+                    k[mine..mine + shared * hd].copy_from_slice(&lk[theirs..theirs + shared * hd]);
+                    v[mine..mine + shared * hd].copy_from_slice(&lv[theirs..theirs + shared * hd]);
+                }
+            }
+            seqs.push((q, k, v, cap, pos, t, shared));
+        }
+        seqs
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+
+        /// A row's attention is the same bits alone, beside other sequences in one call, and
+        /// reading a shared prefix's keys and values from another sequence's copy: any heads,
+        /// head width, window, positions and new tokens.
+        #[test]
+        fn attention_does_not_depend_on_the_batch(
+            seed in proptest::prelude::any::<u64>(),
+            heads in 0usize..5,
+            window in proptest::option::of(1usize..300),
+            shapes in proptest::collection::vec((0usize..400, 1usize..40, 0usize..400), 1..6),
+        ) {
+            let (nh, nkv, hd) = [(4, 1, 16), (9, 3, 64), (4, 1, 256), (2, 2, 24), (8, 2, 128)][heads];
+            let mut rng = ChaCha8Rng::seed_from_u64(seed);
+            let seqs = batch(&mut rng, nkv, nh, hd, &shapes);
+            let op = BlockedAttention { n_head: nh, n_kv_head: nkv, head_dim: hd, t: 0, pos: 0, window, scale: 0.125 };
+            let views: Vec<SeqKv<'_>> = seqs
+                .iter()
+                .map(|(q, k, v, cap, pos, t, shared)| SeqKv { q, k, v, capacity: *cap, t: *t, pos: *pos, shared: *shared })
+                .collect();
+            let alone: Vec<u32> = seqs
+                .iter()
+                .flat_map(|(q, k, v, cap, pos, t, _)| {
+                    BlockedAttention { t: *t, pos: *pos, ..op }.run(q, k, v, *cap)
+                })
+                .map(f32::to_bits)
+                .collect();
+            let own: Vec<Vec<usize>> = (0..seqs.len()).map(|i| vec![i]).collect();
+            let side_by_side: Vec<u32> = op.run_batch(&views, &own).into_iter().map(f32::to_bits).collect();
+            let shared: Vec<u32> = op
+                .run_batch(&views, &[(0..seqs.len()).collect()])
+                .into_iter()
+                .map(f32::to_bits)
+                .collect();
+            proptest::prop_assert!(alone == side_by_side, "alone against side by side");
+            proptest::prop_assert!(alone == shared, "alone against a shared prefix");
         }
     }
 

@@ -3,8 +3,9 @@
 //!
 //! One call to [`Model::forward`] runs any number of sequences, each with any number of new
 //! tokens (a prefill chunk or one decode token): the projections and the MLP run once over all
-//! new tokens of all sequences stacked as rows, and attention runs per sequence against its own
-//! cache. Logits are computed only for the rows a caller asks for, because the output projection
+//! new tokens of all sequences stacked as rows, and attention runs over every sequence's own
+//! cache in one call, reading a leading run of tokens that several sequences hold in common (a
+//! shared system prompt) once for all of them. Logits are computed only for the rows a caller asks for, because the output projection
 //! over a 262k vocabulary costs more than a whole layer.
 
 use std::io::{Read, Seek};
@@ -13,10 +14,10 @@ use std::sync::Arc;
 use candle_core::quantized::gguf_file::{Content, TensorInfo};
 use candle_core::quantized::k_quants::GgmlType;
 use candle_core::quantized::{GgmlDType, QMatMul, QStorage, QTensor};
-use candle_core::{DType, Device, Module, Tensor};
+use candle_core::{CpuStorage, DType, Device, Module, Storage, StorageRef, Tensor};
 
 use crate::activation::GatedActivation;
-use crate::attention::BlockedAttention;
+use crate::attention::{BlockedAttention, SeqKv};
 use crate::error::{EngineError, Result, candle_message};
 use crate::gguf::{Architecture, ModelConfig};
 use crate::qmatmul::QWeight;
@@ -28,7 +29,9 @@ use crate::qmatmul::QWeight;
 pub struct KvCache {
     k: Vec<Tensor>,
     v: Vec<Tensor>,
-    len: usize,
+    /// The tokens whose keys and values it holds, position by position: sequences of a batch
+    /// that hold the same leading tokens share the reading of their keys and values.
+    tokens: Vec<u32>,
     capacity: usize,
 }
 
@@ -52,19 +55,24 @@ impl KvCache {
         Ok(Self {
             k,
             v,
-            len: 0,
+            tokens: Vec::new(),
             capacity,
         })
     }
 
     /// Tokens held.
     pub fn len(&self) -> usize {
-        self.len
+        self.tokens.len()
     }
 
     /// Whether no token is held.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.tokens.is_empty()
+    }
+
+    /// The tokens held, position by position.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
     }
 
     /// Layers it holds keys and values for.
@@ -88,7 +96,7 @@ impl KvCache {
 
     /// Forget everything after the first `len` tokens.
     pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+        self.tokens.truncate(len);
     }
 
     /// Keys and values of layer `layer` for positions `start..start+len`, each
@@ -100,22 +108,25 @@ impl KvCache {
     }
 
     /// Write keys and values for layer `layer` at position `at` (for the prefix cache); the
-    /// caller sets the length with [`KvCache::set_len`] once every layer is written.
+    /// caller declares the tokens with [`KvCache::set_tokens`] once every layer is written.
     pub fn write_block(&mut self, layer: usize, at: usize, k: &Tensor, v: &Tensor) -> Result<()> {
         self.k[layer].slice_set(k, 1, at)?;
         self.v[layer].slice_set(v, 1, at)?;
         Ok(())
     }
 
-    /// Declare the first `len` tokens valid (after [`KvCache::write_block`]).
-    pub fn set_len(&mut self, len: usize) -> Result<()> {
-        if len > self.capacity {
+    /// Declare that the first `tokens.len()` positions hold `tokens` (after
+    /// [`KvCache::write_block`]).
+    pub fn set_tokens(&mut self, tokens: &[u32]) -> Result<()> {
+        if tokens.len() > self.capacity {
             return Err(EngineError::Compute(format!(
-                "KV length {len} exceeds capacity {}",
+                "KV length {} exceeds capacity {}",
+                tokens.len(),
                 self.capacity
             )));
         }
-        self.len = len;
+        self.tokens.clear();
+        self.tokens.extend_from_slice(tokens);
         Ok(())
     }
 }
@@ -534,10 +545,10 @@ impl Model {
                     "a sequence in the step has no new tokens".into(),
                 ));
             }
-            if s.cache.len + s.tokens.len() > s.cache.capacity {
+            if s.cache.len() + s.tokens.len() > s.cache.capacity {
                 return Err(EngineError::Compute(format!(
                     "KV cache full: {} + {} tokens > capacity {}",
-                    s.cache.len,
+                    s.cache.len(),
                     s.tokens.len(),
                     s.cache.capacity
                 )));
@@ -566,7 +577,7 @@ impl Model {
                 let (c, si) = rope_table(
                     cfg.rope_base,
                     cfg.head_dim,
-                    s.cache.len,
+                    s.cache.len(),
                     s.tokens.len(),
                     &self.device,
                 )?;
@@ -575,7 +586,7 @@ impl Model {
                     Some(rope_table(
                         cfg.rope_base_local,
                         cfg.head_dim,
-                        s.cache.len,
+                        s.cache.len(),
                         s.tokens.len(),
                         &self.device,
                     )?)
@@ -588,20 +599,28 @@ impl Model {
         let masks: Vec<(Option<Tensor>, Option<Tensor>)> = seqs
             .iter()
             .map(|s| {
-                let global = attention_mask(s.cache.len, s.tokens.len(), None, &self.device)?;
+                let global = attention_mask(s.cache.len(), s.tokens.len(), None, &self.device)?;
                 let local = match cfg.sliding_window {
-                    Some(w) => attention_mask(s.cache.len, s.tokens.len(), Some(w), &self.device)?,
+                    Some(w) => {
+                        attention_mask(s.cache.len(), s.tokens.len(), Some(w), &self.device)?
+                    }
                     None => None,
                 };
                 Ok((global, local))
             })
             .collect::<Result<_>>()?;
+        let blocked = blocked_attention(&self.device);
+        let (groups, shared) = if blocked {
+            shared_prefix_groups(seqs)
+        } else {
+            (Vec::new(), Vec::new())
+        };
         for (il, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
             let q = layer.wq.forward(&h)?;
             let k = layer.wk.forward(&h)?;
             let v = layer.wv.forward(&h)?;
-            let mut outs = Vec::with_capacity(seqs.len());
+            let mut qs = Vec::with_capacity(seqs.len());
             let mut row = 0;
             for (si, s) in seqs.iter_mut().enumerate() {
                 let t = s.tokens.len();
@@ -609,12 +628,7 @@ impl Model {
                     (Some((c, sn)), true) => (c, sn),
                     _ => (&ropes[si].0, &ropes[si].1),
                 };
-                let mask = if layer.local {
-                    masks[si].1.as_ref()
-                } else {
-                    masks[si].0.as_ref()
-                };
-                let o = self.attend(
+                qs.push(self.append_kv(
                     il,
                     layer,
                     s,
@@ -623,15 +637,26 @@ impl Model {
                     v.narrow(0, row, t)?,
                     cos,
                     sin,
-                    mask,
-                )?;
-                outs.push(o);
+                )?);
                 row += t;
             }
-            let attn = if outs.len() == 1 {
-                outs.swap_remove(0)
+            let attn = if blocked {
+                self.attend_blocked(il, layer, seqs, &qs, &groups, &shared)?
             } else {
-                Tensor::cat(&outs, 0)?
+                let mut outs = Vec::with_capacity(seqs.len());
+                for (si, s) in seqs.iter().enumerate() {
+                    let mask = if layer.local {
+                        masks[si].1.as_ref()
+                    } else {
+                        masks[si].0.as_ref()
+                    };
+                    outs.push(self.attend_full(il, layer, s, &qs[si], mask)?);
+                }
+                if outs.len() == 1 {
+                    outs.swap_remove(0)
+                } else {
+                    Tensor::cat(&outs, 0)?
+                }
             };
             let mut attn = layer.wo.forward(&attn)?;
             if let Some(w) = &layer.post_attn_norm {
@@ -662,7 +687,7 @@ impl Model {
             x = (x + ffn)?;
         }
         for s in seqs.iter_mut() {
-            s.cache.len += s.tokens.len();
+            s.cache.tokens.extend_from_slice(s.tokens);
         }
         // Logits only for the last new token of the sequences that want them, or for every
         // new token of those that want all.
@@ -700,10 +725,11 @@ impl Model {
         Ok(result)
     }
 
-    /// Attention of one sequence's new tokens in one layer; appends their keys and values to the
-    /// sequence's cache (the length is advanced by the caller after the last layer).
+    /// One sequence's new tokens in one layer: normalizes and rotates their queries and keys,
+    /// writes their keys and values into the sequence's cache at its current length (advanced
+    /// by the caller after the last layer), and returns the queries `(1, n_head, t, head_dim)`.
     #[allow(clippy::too_many_arguments)] // One call site; a struct would only rename the same values.
-    fn attend(
+    fn append_kv(
         &self,
         il: usize,
         layer: &Layer,
@@ -713,11 +739,10 @@ impl Model {
         v: Tensor,
         cos: &Tensor,
         sin: &Tensor,
-        mask: Option<&Tensor>,
     ) -> Result<Tensor> {
         let cfg = &self.cfg;
         let (t, hd, nh, nkv) = (s.tokens.len(), cfg.head_dim, cfg.n_head, cfg.n_kv_head);
-        let pos = s.cache.len;
+        let pos = s.cache.len();
         let mut q = q.reshape((t, nh, hd))?;
         let mut k = k.reshape((t, nkv, hd))?;
         if let Some(w) = &layer.q_norm {
@@ -743,37 +768,186 @@ impl Model {
         let v = v.reshape((t, nkv, hd))?.transpose(0, 1)?.contiguous()?;
         s.cache.k[il].slice_set(&k, 1, pos)?;
         s.cache.v[il].slice_set(&v, 1, pos)?;
+        Ok(q.contiguous()?)
+    }
+
+    /// Attention of every sequence's new tokens in one layer on our blocked kernel, in one
+    /// call: within each of `groups`, the keys and values of the leading `shared[i]` tokens
+    /// that sequence `i` holds in common with the group's first sequence are read from that
+    /// sequence's cache ([`BlockedAttention::run_batch`]). Gives `(Σ t, n_head * head_dim)`.
+    fn attend_blocked(
+        &self,
+        il: usize,
+        layer: &Layer,
+        seqs: &[SeqStep<'_>],
+        qs: &[Tensor],
+        groups: &[Vec<usize>],
+        shared: &[usize],
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let op = BlockedAttention {
+            n_head: cfg.n_head,
+            n_kv_head: cfg.n_kv_head,
+            head_dim: cfg.head_dim,
+            t: 0,
+            pos: 0,
+            window: if layer.local {
+                cfg.sliding_window
+            } else {
+                None
+            },
+            scale: cfg.attention_scale,
+        };
+        let held = seqs
+            .iter()
+            .zip(qs)
+            .map(|(s, q)| {
+                Ok([
+                    cpu_f32(q)?,
+                    cpu_f32(&s.cache.k[il])?,
+                    cpu_f32(&s.cache.v[il])?,
+                ])
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let views: Vec<SeqKv<'_>> = seqs
+            .iter()
+            .zip(&held)
+            .zip(shared)
+            .map(|((s, [q, k, v]), &shared)| SeqKv {
+                q: q.slice(),
+                k: k.slice(),
+                v: v.slice(),
+                capacity: s.cache.capacity,
+                t: s.tokens.len(),
+                pos: s.cache.len(),
+                shared,
+            })
+            .collect();
+        let total: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        let out = op.run_batch(&views, groups);
+        drop(views);
+        drop(held);
+        Ok(Tensor::from_vec(
+            out,
+            (total, cfg.n_head * cfg.head_dim),
+            &self.device,
+        )?)
+    }
+
+    /// Attention of one sequence's new tokens in one layer through candle's ops (`q` from
+    /// [`Model::append_kv`]), for devices our kernel does not run on.
+    fn attend_full(
+        &self,
+        il: usize,
+        layer: &Layer,
+        s: &SeqStep<'_>,
+        q: &Tensor,
+        mask: Option<&Tensor>,
+    ) -> Result<Tensor> {
+        let cfg = &self.cfg;
+        let (t, pos) = (s.tokens.len(), s.cache.len());
         let end = pos + t;
         // Sliding-window layers never need keys older than the window of the first new token.
         let start = match (layer.local, cfg.sliding_window) {
             (true, Some(w)) => (pos + 1).saturating_sub(w),
             _ => 0,
         };
-        let window = if layer.local {
-            cfg.sliding_window
-        } else {
-            None
-        };
-        if blocked_attention(&self.device) {
-            let op = BlockedAttention {
-                n_head: nh,
-                n_kv_head: nkv,
-                head_dim: hd,
-                t,
-                pos,
-                window,
-                scale: cfg.attention_scale,
-            };
-            let q = q.squeeze(0)?.contiguous()?;
-            return Ok(q.apply_op3_no_bwd(&s.cache.k[il], &s.cache.v[il], &op)?);
-        }
         let kk = s.cache.k[il].narrow(1, start, end - start)?;
         let vv = s.cache.v[il].narrow(1, start, end - start)?;
         let mask = mask
             .map(|m| m.narrow(1, m.dim(1)? - (end - start), end - start))
             .transpose()?;
-        full_attention(&q, &kk, &vv, mask.as_ref(), nkv, cfg.attention_scale)
+        full_attention(
+            q,
+            &kk,
+            &vv,
+            mask.as_ref(),
+            cfg.n_kv_head,
+            cfg.attention_scale,
+        )
     }
+}
+
+/// Fewest leading tokens that sequences must hold in common to read them together: below a
+/// key block (128 tokens for 64-wide heads) nothing would be read once instead of twice.
+const MIN_SHARED: usize = 64;
+
+/// Whether sequences that hold the same leading tokens read their keys and values together
+/// (`SHORTLIST_SHARED_PREFIX=0` reads each sequence's own copy, for side-by-side runs; the
+/// results are the same bits either way).
+fn share_prefixes() -> bool {
+    static CHOICE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| std::env::var("SHORTLIST_SHARED_PREFIX").as_deref() != Ok("0"))
+}
+
+/// The step's sequences in groups that hold the same leading tokens (cached and new), each
+/// group's first sequence first and the others by how many tokens they share with it, longest
+/// first; and for each sequence, how many leading tokens it shares with its group's first. The
+/// keys and values at a position depend only on the tokens up to it, and every kernel computes
+/// a row the same way whatever else is in the batch, so shared tokens have the same keys and
+/// values bit for bit, in every cache that holds them.
+fn shared_prefix_groups(seqs: &[SeqStep<'_>]) -> (Vec<Vec<usize>>, Vec<usize>) {
+    let mut shared = vec![0; seqs.len()];
+    if !share_prefixes() {
+        return ((0..seqs.len()).map(|i| vec![i]).collect(), shared);
+    }
+    fn held<'a>(s: &'a SeqStep<'_>) -> impl Iterator<Item = u32> + 'a {
+        s.cache.tokens.iter().chain(s.tokens).copied()
+    }
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (i, s) in seqs.iter().enumerate() {
+        let best = groups
+            .iter()
+            .enumerate()
+            .map(|(gi, g)| {
+                let common = held(&seqs[g[0]])
+                    .zip(held(s))
+                    .take_while(|(a, b)| a == b)
+                    .count();
+                (gi, common)
+            })
+            .max_by_key(|&(_, common)| common);
+        match best {
+            Some((gi, common)) if common >= MIN_SHARED => {
+                groups[gi].push(i);
+                shared[i] = common;
+            }
+            _ => groups.push(vec![i]),
+        }
+    }
+    for g in &mut groups {
+        g[1..].sort_by_key(|&i| std::cmp::Reverse(shared[i]));
+    }
+    (groups, shared)
+}
+
+/// A read lock on a CPU tensor's f32 storage and the range of its elements.
+struct CpuF32<'a>(StorageRef<'a>, std::ops::Range<usize>);
+
+impl CpuF32<'_> {
+    fn slice(&self) -> &[f32] {
+        match &*self.0 {
+            Storage::Cpu(CpuStorage::F32(v)) => &v[self.1.clone()],
+            // `cpu_f32` lets only f32 CPU storage through.
+            _ => &[],
+        }
+    }
+}
+
+/// [`CpuF32`] of a contiguous f32 tensor on the CPU.
+fn cpu_f32(t: &Tensor) -> Result<CpuF32<'_>> {
+    let (storage, layout) = t.storage_and_layout();
+    let Some((a, b)) = layout.contiguous_offsets() else {
+        return Err(EngineError::Compute(
+            "blocked attention needs contiguous tensors".into(),
+        ));
+    };
+    if !matches!(&*storage, Storage::Cpu(CpuStorage::F32(_))) {
+        return Err(EngineError::Compute(
+            "blocked attention needs f32 tensors on the CPU".into(),
+        ));
+    }
+    Ok(CpuF32(storage, a..b))
 }
 
 /// Whether attention runs key block by key block on our kernel (on a CPU, for prefill and

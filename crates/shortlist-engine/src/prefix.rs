@@ -142,7 +142,7 @@ impl PrefixCache {
             }
         }
         let n = keys.len() * self.block_tokens;
-        cache.set_len(n)?;
+        cache.set_tokens(&prompt[..n])?;
         self.hit_tokens += n as u64;
         Ok(n)
     }
