@@ -1,6 +1,6 @@
 //! Our quantized matmul (ggml block order, and repacked into eight-row tiles) against candle's
-//! `QMatMul` on the shapes of the two real models, for one activation row (decode) and a 128-row
-//! prefill chunk, with random weights of each block type.
+//! `QMatMul` on the shapes of the two real models, for one activation row (decode), eight (a
+//! batched decode step) and a 128-row prefill chunk, with random weights of each block type.
 //! Interleaved rounds, medians; one JSON line per case.
 //!
 //! `cargo bench -p shortlist-engine --bench qmatmul` (`CANDLE_NUM_THREADS` sets the threads).
@@ -32,7 +32,7 @@ fn main() -> candle_core::Result<()> {
         // Eight-row tiles where the type allows (not Q8_0): what the model runs.
         let packed = QWeight::packed(q.clone()).expect("a type our kernels take");
         let theirs = QMatMul::from_arc(q)?;
-        for m in [1usize, 128] {
+        for m in [1usize, 8, 128] {
             let x = Tensor::randn(0f32, 1.0, (m, k), &dev)?;
             let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
             for _ in 0..ROUNDS {

@@ -162,11 +162,21 @@ struct Layer {
     local: bool,
 }
 
+/// Where a token's embedding row is looked up.
+enum Embedding {
+    /// The GGUF tensor (shared with the output projection when they are tied).
+    Tensor(Arc<QTensor>),
+    /// The output projection's repacked Q8_0 tiles, to which the embedding is tied: the rows are
+    /// held once, in the layout the logits' matmul reads.
+    Output,
+}
+
 /// A loaded model: configuration and weights; no per-request state.
 pub struct Model {
     cfg: ModelConfig,
     device: Device,
-    embed: Arc<QTensor>,
+    embed: Embedding,
+    vocab: usize,
     output: Linear,
     output_norm: Tensor,
     layers: Vec<Layer>,
@@ -451,11 +461,28 @@ impl Model {
             });
         }
         let embed = Arc::new(embed);
-        // Tied embeddings share the quantized tensor rather than loading it twice.
-        let output = if l.has("output.weight") {
-            l.matmul("output.weight", vocab, e)?
+        // Tied embeddings share the quantized tensor rather than loading it twice; a Q8_0 one
+        // is repacked for the logits' matmul (which reads all of it every step, the embedding
+        // lookup a row per token) and its rows are looked up in the tiles.
+        let (output, embed) = if l.has("output.weight") {
+            (
+                l.matmul("output.weight", vocab, e)?,
+                Embedding::Tensor(embed),
+            )
+        } else if embed.dtype() == GgmlDType::Q8_0
+            && kernel_choice(GgmlDType::Q8_0)
+            && packing()
+            && embed.device().is_cpu()
+        {
+            match QWeight::packed(embed.clone()) {
+                Some(w) if w.packed_q8_rows(&[]).is_some() => {
+                    drop(embed);
+                    (Linear::Ours(w), Embedding::Output)
+                }
+                _ => (Linear::new(embed.clone())?, Embedding::Tensor(embed)),
+            }
         } else {
-            Linear::new(embed.clone())?
+            (Linear::new(embed.clone())?, Embedding::Tensor(embed))
         };
         let output_norm = l.vector("output_norm.weight", e)?;
         let gemma = cfg.arch == Architecture::Gemma3;
@@ -503,6 +530,7 @@ impl Model {
             cfg,
             device: device.clone(),
             embed,
+            vocab,
             output,
             output_norm,
             layers,
@@ -527,7 +555,7 @@ impl Model {
 
     /// Vocabulary size (rows of the embedding).
     pub fn vocab_size(&self) -> usize {
-        self.embed.shape().dims()[0]
+        self.vocab
     }
 
     /// Run one step over several sequences. Returns, for each sequence with `want_logits`, the
@@ -565,8 +593,22 @@ impl Model {
             }
             ids.extend_from_slice(s.tokens);
         }
-        let ids = Tensor::new(ids.as_slice(), &self.device)?;
-        let mut x = self.embed.embedding(&ids)?; // (T, e)
+        let mut x = match (&self.embed, &self.output) {
+            (Embedding::Tensor(t), _) => {
+                t.embedding(&Tensor::new(ids.as_slice(), &self.device)?)?
+            }
+            (Embedding::Output, Linear::Ours(w)) => {
+                let rows = w.packed_q8_rows(&ids).ok_or_else(|| {
+                    EngineError::Compute("embedding rows outside the packed output".into())
+                })?;
+                Tensor::from_vec(rows, (total, cfg.n_embd), &self.device)?
+            }
+            (Embedding::Output, Linear::Candle(..)) => {
+                return Err(EngineError::Compute(
+                    "embedding tied to an output projection that holds no tiles".into(),
+                ));
+            }
+        }; // (T, e)
         if cfg.embedding_scale != 1.0 {
             x = (x * f64::from(cfg.embedding_scale))?;
         }

@@ -247,6 +247,40 @@ impl QWeight {
         })
     }
 
+    /// Rows `ids` of the matrix dequantized (`ids.len() × k` floats, row after row), for an
+    /// embedding tied to this output projection: where the weight is Q8_0 repacked into tiles,
+    /// each value is `q · d` as candle dequantizes it, so the same bits. `None` for other
+    /// weights (their rows are looked up in the GGUF tensor), and for an id out of range.
+    pub fn packed_q8_rows(&self, ids: &[u32]) -> Option<Vec<f32>> {
+        let WeightBytes::Packed(p) = &self.bytes else {
+            return None;
+        };
+        if self.wt != WeightType::Q8_0 {
+            return None;
+        }
+        let (kb, tb) = (self.k / BLOCK, crate::qpacked::tile_bytes(self.wt));
+        let rows = crate::qpacked::TILE_ROWS;
+        let mut out = Vec::with_capacity(ids.len() * self.k);
+        for &id in ids {
+            let id = id as usize;
+            if id >= self.n {
+                return None;
+            }
+            let (t, r) = (id / rows, id % rows);
+            for b in 0..kb {
+                let tile = &p[(t * kb + b) * tb..(t * kb + b + 1) * tb];
+                let d = half_at(tile, 2 * r);
+                let codes = &tile[2 * rows..];
+                for g in 0..BLOCK / 4 {
+                    for &q in &codes[32 * g + 4 * r..32 * g + 4 * r + 4] {
+                        out.push(f32::from(q as i8) * d);
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+
     /// The block type.
     pub fn weight_type(&self) -> WeightType {
         self.wt
@@ -1242,6 +1276,39 @@ pub(crate) mod tests {
 
     pub(crate) fn random_rows(m: usize, k: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
         (0..m * k).map(|_| rng.random_range(-2f32..2.0)).collect()
+    }
+
+    /// Rows looked up in Q8_0 tiles are the bits of candle's embedding lookup in the tensor.
+    #[test]
+    fn packed_q8_rows_are_candles_embedding() {
+        use candle_core::{Device, Tensor};
+        let dev = Device::Cpu;
+        let (n, k) = (24, 96);
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let x: Vec<f32> = (0..n * k).map(|_| rng.random_range(-2f32..2.0)).collect();
+        let x = Tensor::from_vec(x, (n, k), &dev).unwrap();
+        let q = Arc::new(QTensor::quantize(&x, GgmlDType::Q8_0).unwrap());
+        let ids = [0u32, 7, 8, 23, 5, 5, 16];
+        let want: Vec<f32> = q
+            .embedding(&Tensor::new(&ids[..], &dev).unwrap())
+            .unwrap()
+            .flatten_all()
+            .unwrap()
+            .to_vec1()
+            .unwrap();
+        let w = QWeight::packed(q).expect("Q8_0 is ours");
+        let Some(got) = w.packed_q8_rows(&ids) else {
+            assert_eq!(
+                Isa::best(),
+                Isa::Scalar,
+                "Q8_0 is packed where the SIMD kernels run"
+            );
+            eprintln!("skipped: no SIMD kernels, so no tiles, on this CPU");
+            return;
+        };
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&got), bits(&want));
+        assert!(w.packed_q8_rows(&[24]).is_none(), "an id past the rows");
     }
 
     #[test]

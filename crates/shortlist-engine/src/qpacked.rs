@@ -1,4 +1,4 @@
-//! The 4- and 5-bit weight types repacked at load time into tiles of eight rows, so that one
+//! The 4-, 5- and 8-bit weight types repacked at load time into tiles of eight rows, so that one
 //! byte dot product instruction (`vpdpbusd`, or `maddubs` + `madd` without VNNI) computes four
 //! multiply-adds for each of the eight rows at once and a block's result for the eight rows lands
 //! in the eight lanes of one register: no horizontal sums, and each unpacked tile serves up to
@@ -16,9 +16,16 @@
 //!
 //! where `u` are the low four bits of the block's unsigned codes and `hb` their fifth bit. Group
 //! `g` of an activation row is then two broadcasts of four bytes: `q[8g..8g+4]` against the low
-//! nibbles and `q[8g+4..8g+8]` against the high ones. Each block's dot product is formed exactly
-//! as in [`crate::qmatmul`] (same integer sums, same order of float accumulation), so the results
-//! equal the unpacked kernels'.
+//! nibbles and `q[8g+4..8g+8]` against the high ones.
+//!
+//! Q8_0 (a model's output projection, often tied to its embedding) keeps its signed codes: after
+//! the eight scales, group `g` (0..8) is 32 bytes, byte `4r + j` = `qs[4g + j]` of row `r`. With
+//! VNNI the codes are made unsigned by adding 128 (`xor 0x80`) and `128 · Σ q` of the activation
+//! block is subtracted; without, the weight's sign moves onto the activation (`sign`, as the
+//! unpacked kernel does). Either way the integer sum is exact.
+//!
+//! Each block's dot product is formed exactly as in [`crate::qmatmul`] (the same integer sums,
+//! the same order of float accumulation), so the results are the unpacked kernels' bits.
 
 use crate::qmatmul::{BLOCK, Isa, QuantRows, SharedOut, WeightType};
 
@@ -31,8 +38,8 @@ pub const fn tile_bytes(wt: WeightType) -> usize {
 }
 
 /// Whether [`pack`] takes weights of type `wt` with `n` rows.
-pub fn packable(wt: WeightType, n: usize) -> bool {
-    !matches!(wt, WeightType::Q8_0) && n.is_multiple_of(TILE_ROWS)
+pub fn packable(_wt: WeightType, n: usize) -> bool {
+    n.is_multiple_of(TILE_ROWS)
 }
 
 /// The 32 unsigned codes (0..=31) of a ggml block: low nibbles and fifth bits.
@@ -73,6 +80,12 @@ pub fn pack(wt: WeightType, w: &[u8], n: usize, k: usize) -> Vec<u8> {
             for r in 0..TILE_ROWS {
                 let blk = &w[((t * TILE_ROWS + r) * kb + b) * bb..][..bb];
                 dst[2 * r..2 * r + 2].copy_from_slice(&blk[..2]);
+                if wt == WeightType::Q8_0 {
+                    for g in 0..8 {
+                        dst[no + 32 * g + 4 * r..][..4].copy_from_slice(&blk[2 + 4 * g..][..4]);
+                    }
+                    continue;
+                }
                 if let Some(o) = wt.min_offset() {
                     dst[mo + 2 * r..mo + 2 * r + 2].copy_from_slice(&blk[o..o + 2]);
                 }
@@ -110,7 +123,15 @@ pub fn dot_packed_ref(
         let ai = r * kb + b;
         let qa = &a.qs[ai * BLOCK..(ai + 1) * BLOCK];
         let mut isum = 0i32;
-        for g in 0..4 {
+        if wt == WeightType::Q8_0 {
+            for g in 0..8 {
+                for jj in 0..4 {
+                    let w = tile[no + 32 * g + 4 * row + jj] as i8;
+                    isum += i32::from(w) * i32::from(qa[4 * g + jj]);
+                }
+            }
+        }
+        for g in 0..if wt == WeightType::Q8_0 { 0 } else { 4 } {
             for jj in 0..4 {
                 let byte = tile[no + 32 * g + 4 * row + jj];
                 let (mut lo, mut hi) = (byte & 0x0f, byte >> 4);
@@ -169,7 +190,7 @@ pub fn matmul_packed(
                         WeightType::Q4_1 => kernels::$f::<1>(p, kb, a, tiles, rs, out, n),
                         WeightType::Q5_0 => kernels::$f::<2>(p, kb, a, tiles, rs, out, n),
                         WeightType::Q5_1 => kernels::$f::<3>(p, kb, a, tiles, rs, out, n),
-                        WeightType::Q8_0 => unreachable!("Q8_0 is not packed"),
+                        WeightType::Q8_0 => kernels::$f::<4>(p, kb, a, tiles, rs, out, n),
                     }
                 };
             }
@@ -385,6 +406,45 @@ mod kernels {
                 let mut isum = [_mm256_setzero_si256(); M];
                 let q: [*const i8; M] =
                     std::array::from_fn(|i| a.qs.as_ptr().add(((r + i) * kb + b) * BLOCK));
+                if wt == WeightType::Q8_0 {
+                    for g in 0..8 {
+                        let v = _mm256_loadu_si256(nib.add(32 * g).cast());
+                        if V {
+                            // w + 128, unsigned; 128 · Σ q is taken off below.
+                            let u = _mm256_xor_si256(v, _mm256_set1_epi8(i8::MIN));
+                            for (s, q) in isum.iter_mut().zip(&q) {
+                                *s = _mm256_dpbusd_epi32(*s, u, bcast4(q.add(4 * g)));
+                            }
+                        } else {
+                            // |w| against the activation with w's sign: pairs of products stay
+                            // within 2 · 128 · 127, so the 16-bit sums cannot saturate.
+                            let u = _mm256_sign_epi8(v, v);
+                            for (s, q) in isum.iter_mut().zip(&q) {
+                                let x = _mm256_sign_epi8(bcast4(q.add(4 * g)), v);
+                                let p = _mm256_maddubs_epi16(u, x);
+                                *s = _mm256_add_epi32(
+                                    *s,
+                                    _mm256_madd_epi16(p, _mm256_set1_epi16(1)),
+                                );
+                            }
+                        }
+                    }
+                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(bp.cast()));
+                    for (i, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
+                        let ai = (r + i) * kb + b;
+                        let s = if V {
+                            _mm256_sub_epi32(s, _mm256_set1_epi32(128 * a.sum[ai]))
+                        } else {
+                            s
+                        };
+                        *acc = _mm256_fmadd_ps(
+                            _mm256_cvtepi32_ps(s),
+                            _mm256_mul_ps(dw, _mm256_set1_ps(a.d[ai])),
+                            *acc,
+                        );
+                    }
+                    continue;
+                }
                 macro_rules! g {
                     ($g:literal) => {{
                         let (lo, hi) = group::<$g>(nib, hb);
@@ -441,11 +501,12 @@ mod tests {
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
 
-    const TYPES: [WeightType; 4] = [
+    const TYPES: [WeightType; 5] = [
         WeightType::Q4_0,
         WeightType::Q4_1,
         WeightType::Q5_0,
         WeightType::Q5_1,
+        WeightType::Q8_0,
     ];
 
     proptest! {
@@ -455,7 +516,7 @@ mod tests {
         /// on the original blocks, for one to nine activation rows and several tiles and blocks.
         #[test]
         fn packed_matmul_equals_reference(
-            ti in 0usize..4, tiles in 1usize..5, m in 1usize..10, kb in 1usize..6, seed in any::<u64>()
+            ti in 0usize..5, tiles in 1usize..5, m in 1usize..10, kb in 1usize..6, seed in any::<u64>()
         ) {
             let wt = TYPES[ti];
             let n = tiles * TILE_ROWS;
@@ -470,6 +531,11 @@ mod tests {
                 matmul_packed(isa, wt, &packed, n, k, &a, &mut got);
                 let bad = mismatch(wt, &w, &a, &got);
                 prop_assert!(bad.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: {bad:?}");
+                // And the bits of the kernels on ggml's block order.
+                let mut unpacked = vec![f32::NAN; m * n];
+                crate::qmatmul::matmul_with(isa, wt, &w, n, k, &a, &mut unpacked);
+                let differ = got.iter().zip(&unpacked).position(|(x, y)| x.to_bits() != y.to_bits());
+                prop_assert!(differ.is_none(), "{isa:?} {wt:?} m={m} n={n} kb={kb}: packed and unpacked differ at {differ:?}");
             }
         }
 
@@ -477,7 +543,7 @@ mod tests {
         /// chunks) is bit for bit that row computed alone.
         #[test]
         fn packed_batched_rows_equal_rows_alone(
-            ti in 0usize..4, tiles in 1usize..12, m in 2usize..140, kb in 1usize..6, seed in any::<u64>()
+            ti in 0usize..5, tiles in 1usize..12, m in 2usize..140, kb in 1usize..6, seed in any::<u64>()
         ) {
             let wt = TYPES[ti];
             let n = tiles * TILE_ROWS;
