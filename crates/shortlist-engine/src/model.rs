@@ -475,7 +475,7 @@ impl Model {
             && embed.device().is_cpu()
         {
             match QWeight::packed(embed.clone()) {
-                Some(w) if w.packed_q8_rows(&[]).is_some() => {
+                Some(w) if w.is_packed() => {
                     drop(embed);
                     (Linear::Ours(w), Embedding::Output)
                 }
@@ -638,8 +638,11 @@ impl Model {
                 Ok((c, si, local))
             })
             .collect::<Result<_>>()?;
+        let blocked = blocked_attention(&self.device);
+        // Masks only for candle's attention; the blocked kernel knows which keys each row sees.
         let masks: Vec<(Option<Tensor>, Option<Tensor>)> = seqs
             .iter()
+            .filter(|_| !blocked)
             .map(|s| {
                 let global = attention_mask(s.cache.len(), s.tokens.len(), None, &self.device)?;
                 let local = match cfg.sliding_window {
@@ -651,7 +654,6 @@ impl Model {
                 Ok((global, local))
             })
             .collect::<Result<_>>()?;
-        let blocked = blocked_attention(&self.device);
         let (groups, shared) = if blocked {
             shared_prefix_groups(seqs)
         } else {
@@ -867,8 +869,6 @@ impl Model {
             .collect();
         let total: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         let out = op.run_batch(&views, groups);
-        drop(views);
-        drop(held);
         Ok(Tensor::from_vec(
             out,
             (total, cfg.n_head * cfg.head_dim),

@@ -205,7 +205,7 @@ impl std::fmt::Debug for QWeight {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QWeight")
             .field("type", &self.wt)
-            .field("packed", &matches!(self.bytes, WeightBytes::Packed(_)))
+            .field("packed", &self.is_packed())
             .field("n", &self.n)
             .field("k", &self.k)
             .finish()
@@ -245,6 +245,11 @@ impl QWeight {
             bytes: WeightBytes::Packed(Arc::new(packed)),
             ..w
         })
+    }
+
+    /// Whether the weight is held as eight-row tiles ([`QWeight::packed`]).
+    pub fn is_packed(&self) -> bool {
+        matches!(self.bytes, WeightBytes::Packed(_))
     }
 
     /// Rows `ids` of the matrix dequantized (`ids.len() × k` floats, row after row), for an
