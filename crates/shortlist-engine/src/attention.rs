@@ -17,9 +17,10 @@
 //! reading eight copies of the same keys and values from memory.
 //!
 //! Every row's sums run in one order whatever the tile holds, so a row's result is the same bits
-//! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers
-//! and the score tiles grow to four rows by four keys in its 32 registers, which changes how
-//! many values one instruction or tile holds and not the order of any sum.
+//! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers,
+//! the scores take two query rows to a 512-bit register (eight rows by four keys in sixteen of
+//! its 32 registers) and the softmax's exponentials go sixteen at a time, which changes how many
+//! values one instruction or tile holds and not the order of any sum.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape};
 
@@ -300,6 +301,7 @@ impl BlockedAttention {
             &tr.q[run.clone()],
             &src.k[kv.clone()],
             &mut st.s[a * KEY_BLOCK..],
+            &mut st.qp,
         );
         for slot in run {
             let row = &mut st.s[slot * KEY_BLOCK..slot * KEY_BLOCK + nk];
@@ -352,10 +354,27 @@ fn max_of(xs: &[f32]) -> f32 {
         .fold(f32::NEG_INFINITY, |m, &x| m.max(x))
 }
 
-/// `x = e^(x - m)` for each of `xs`; returns their sum (eight lanes at a time).
+/// `x = e^(x - m)` for each of `xs`; returns their sum, eight lanes at a time: lane `l` adds
+/// the values at `l`, `l + 8`, `l + 16`, ... in turn, then the lanes are added in order and the
+/// values past the last multiple of eight after them. Where the CPU has AVX-512 the exponentials
+/// are taken sixteen at a time and the sums kept in that order, so the same bits.
 #[inline]
 fn exp_in_place(xs: &mut [f32], m: f32) -> f32 {
-    let mut lanes = [0f32; 8];
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    if avx512() {
+        // SAFETY: the CPU has AVX-512 F (checked at run time).
+        return unsafe { exp_in_place_avx512(xs, m) };
+    }
+    exp_in_place_lanes(xs, m, [0.0; 8])
+}
+
+/// [`exp_in_place`] eight lanes at a time, the lanes' sums so far in `lanes`.
+#[inline(always)]
+fn exp_in_place_lanes(xs: &mut [f32], m: f32, mut lanes: [f32; 8]) -> f32 {
     let mut chunks = xs.chunks_exact_mut(8);
     for c in &mut chunks {
         for (acc, x) in lanes.iter_mut().zip(c.iter_mut()) {
@@ -371,6 +390,27 @@ fn exp_in_place(xs: &mut [f32], m: f32) -> f32 {
     sum
 }
 
+/// [`exp_in_place`] with 512-bit registers: sixteen exponentials at once, their first eight then
+/// their last eight added to the lanes, as two chunks of eight would be.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn exp_in_place_avx512(xs: &mut [f32], m: f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    let mut chunks = xs.chunks_exact_mut(16);
+    for c in &mut chunks {
+        for x in c.iter_mut() {
+            *x = exp(*x - m);
+        }
+        for (acc, x) in lanes.iter_mut().zip(&c[..8]) {
+            *acc += *x;
+        }
+        for (acc, x) in lanes.iter_mut().zip(&c[8..]) {
+            *acc += *x;
+        }
+    }
+    exp_in_place_lanes(chunks.into_remainder(), m, lanes)
+}
+
 /// Running maximum, sum and weighted values of one tile's query rows, and the scores (then
 /// weights) of the key block at hand, `KEY_BLOCK` per row.
 struct TileState {
@@ -379,6 +419,8 @@ struct TileState {
     l: Vec<f32>,
     o: Vec<f32>,
     s: Vec<f32>,
+    /// Query rows interleaved two by two for [`scores_avx512vl`].
+    qp: Vec<f32>,
 }
 
 impl TileState {
@@ -389,6 +431,7 @@ impl TileState {
             l: vec![0.0; QUERY_TILE],
             o: vec![0.0; QUERY_TILE * hd],
             s: vec![0.0; QUERY_TILE * KEY_BLOCK],
+            qp: Vec::new(),
         }
     }
 
@@ -400,8 +443,8 @@ impl TileState {
 }
 
 /// `s[r * KEY_BLOCK + j] = rows[r] · keys[j]` for every query row and every key of the block
-/// (`keys` holds whole rows of `rows[r].len()` values).
-fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32]) {
+/// (`keys` holds whole rows of `rows[r].len()` values); `qp` is scratch.
+fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32], qp: &mut Vec<f32>) {
     let hd = rows.first().map_or(0, |r| r.len());
     if hd == 0 {
         return;
@@ -417,7 +460,7 @@ fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32]) {
         // VL at run time; `hd` is a multiple of 8.
         unsafe {
             if avx512() {
-                scores_avx512vl(rows, keys, nk, hd, s);
+                scores_avx512vl(rows, keys, nk, hd, s, qp);
             } else {
                 scores_blocks::<false>(rows, keys, nk, hd, s);
             }
@@ -431,11 +474,132 @@ fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32]) {
     }
 }
 
-/// [`scores_blocks`] with AVX-512 VL's 32 vector registers: four rows by four keys at a time.
+/// [`scores_blocks`]' dot products with 512-bit registers, two query rows to a register: lanes
+/// 0–7 accumulate one row's products with a key and lanes 8–15 the next row's, eight values of
+/// the head at a time, which is the chain of multiply-adds [`scores_tile`]'s 256-bit
+/// accumulators run lane for lane; each half is then summed by [`hsum8`] as there. The same
+/// bits, with every multiply-add doing sixteen (CPUs with 512-bit units do as many 512-bit
+/// multiply-adds per cycle as 256-bit ones). Eight rows by four keys at a time: sixteen
+/// accumulators, the key vectors broadcast to both halves, the row pairs interleaved once into
+/// `qp`. A lone row takes [`scores_blocks`]' four-by-four 256-bit tiles (half of a pair would
+/// be wasted).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
-fn scores_avx512vl(rows: &[&[f32]], keys: &[f32], nk: usize, hd: usize, s: &mut [f32]) {
-    scores_blocks::<true>(rows, keys, nk, hd, s);
+fn scores_avx512vl(
+    rows: &[&[f32]],
+    keys: &[f32],
+    nk: usize,
+    hd: usize,
+    s: &mut [f32],
+    qp: &mut Vec<f32>,
+) {
+    if rows.len() < 2 {
+        scores_blocks::<true>(rows, keys, nk, hd, s);
+        return;
+    }
+    assert!(rows.iter().all(|q| q.len() == hd) && keys.len() >= nk * hd);
+    let chunks = hd / 8;
+    let mut r = 0;
+    while r < rows.len() {
+        let take = (rows.len() - r).min(8);
+        let pairs = take.div_ceil(2);
+        // Pair p's chunk c: row r + 2p's values 8c..8c + 8, then row r + 2p + 1's (zero when
+        // the rows run out; those scores are dropped).
+        qp.clear();
+        qp.resize(pairs * chunks * 16, 0.0);
+        for (i, q) in rows[r..r + take].iter().enumerate() {
+            for (c, x) in q.chunks_exact(8).enumerate() {
+                qp[((i / 2) * chunks + c) * 16 + (i % 2) * 8..][..8].copy_from_slice(x);
+            }
+        }
+        let mut j = 0;
+        while j < nk {
+            let cols = (nk - j).min(4);
+            macro_rules! tile {
+                ($p:literal, $c:literal) => {{
+                    let kk: [&[f32]; $c] =
+                        std::array::from_fn(|c| &keys[(j + c) * hd..(j + c + 1) * hd]);
+                    // SAFETY: the CPU features are this function's; `qp` holds `$p` pairs of
+                    // `chunks` interleaved chunks, every key `hd` values.
+                    let d = paired_scores_tile::<$p, $c>(qp, kk, chunks);
+                    for i in 0..take {
+                        s[(r + i) * KEY_BLOCK + j..][..$c].copy_from_slice(&d[i * $c..][..$c]);
+                    }
+                }};
+            }
+            match (pairs, cols) {
+                (4, 4) => tile!(4, 4),
+                (4, 3) => tile!(4, 3),
+                (4, 2) => tile!(4, 2),
+                (4, _) => tile!(4, 1),
+                (3, 4) => tile!(3, 4),
+                (3, 3) => tile!(3, 3),
+                (3, 2) => tile!(3, 2),
+                (3, _) => tile!(3, 1),
+                (2, 4) => tile!(2, 4),
+                (2, 3) => tile!(2, 3),
+                (2, 2) => tile!(2, 2),
+                (2, _) => tile!(2, 1),
+                (_, 4) => tile!(1, 4),
+                (_, 3) => tile!(1, 3),
+                (_, 2) => tile!(1, 2),
+                _ => tile!(1, 1),
+            }
+            j += cols;
+        }
+        r += take;
+    }
+}
+
+/// `2P x C` dot products: `P` interleaved row pairs (`qp`, `chunks` sixteen-value chunks each)
+/// with `C` keys, in `P * C` 512-bit accumulators. Returns the sums row by row (`2P * C <= 32`
+/// values; the rest are zero).
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+#[inline]
+fn paired_scores_tile<const P: usize, const C: usize>(
+    qp: &[f32],
+    k: [&[f32]; C],
+    chunks: usize,
+) -> [f32; 32] {
+    use std::arch::x86_64::*;
+    assert!(qp.len() >= P * chunks * 16 && k.iter().all(|x| x.len() == chunks * 8));
+    assert!(P * C <= 16, "at most sixteen accumulators");
+    let mut acc = [[_mm512_setzero_ps(); C]; P];
+    for ch in 0..chunks {
+        // SAFETY: every key holds `8 * chunks` values and `qp` `P` pairs of `chunks` chunks of
+        // sixteen (asserted).
+        let kv: [__m512; C] = std::array::from_fn(|c| unsafe {
+            let x = _mm256_loadu_ps(k[c].as_ptr().add(8 * ch));
+            _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x)))
+        });
+        for (p, acc) in acc.iter_mut().enumerate() {
+            // SAFETY: as above.
+            let qv = unsafe { _mm512_loadu_ps(qp.as_ptr().add((p * chunks + ch) * 16)) };
+            for (a, kv) in acc.iter_mut().zip(&kv) {
+                *a = _mm512_fmadd_ps(qv, *kv, *a);
+            }
+        }
+    }
+    let mut all = [_mm256_setzero_ps(); 32];
+    for (p, acc) in acc.iter().enumerate() {
+        for (c, a) in acc.iter().enumerate() {
+            all[2 * p * C + c] = _mm512_castps512_ps256(*a);
+            all[(2 * p + 1) * C + c] =
+                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)));
+        }
+    }
+    let mut out = [0f32; 32];
+    for (e, sums) in all
+        .chunks_exact(8)
+        .enumerate()
+        .take((2 * P * C).div_ceil(8))
+    {
+        let eight: [__m256; 8] = std::array::from_fn(|i| sums[i]);
+        // SAFETY: `out` holds 32 floats; `e < 4`.
+        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * e), hsum8(eight)) };
+    }
+    out
 }
 
 /// The scores of every row with every key, up to four rows by two keys at a time in registers
@@ -1002,8 +1166,32 @@ mod tests {
         }
     }
 
-    /// Four-by-four score tiles are the bits of four-by-two ones, for tiles of every row count
-    /// and key blocks of every remainder (skipped where the CPU lacks AVX-512 F and VL).
+    /// The softmax's exponentials and their sum are the same bits sixteen at a time as eight
+    /// at a time, for every length's remainder (skipped where the CPU lacks AVX-512 F).
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn exp_in_place_avx512_has_the_bits_of_eight_lanes() {
+        if !is_x86_feature_detected!("avx512f") {
+            eprintln!("skipped: no AVX-512 F on this CPU");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(23);
+        for n in 0..=KEY_BLOCK {
+            let xs: Vec<f32> = (0..n).map(|_| rng.random_range(-30f32..0.0)).collect();
+            let m = xs.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+            let (mut a, mut b) = (xs.clone(), xs);
+            let sa = exp_in_place_lanes(&mut a, m, [0.0; 8]);
+            // SAFETY: AVX-512 F checked above.
+            let sb = unsafe { exp_in_place_avx512(&mut b, m) };
+            let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&a), bits(&b), "{n} values");
+            assert_eq!(sa.to_bits(), sb.to_bits(), "sum of {n} values");
+        }
+    }
+
+    /// AVX-512's score tiles (row pairs in 512-bit registers, a lone row in four-by-four 256-bit
+    /// tiles) are the bits of four-by-two 256-bit ones, for every row count up to a tile's and
+    /// key blocks of every remainder (skipped where the CPU lacks AVX-512 F and VL).
     #[cfg(all(
         target_arch = "x86_64",
         target_feature = "avx2",
@@ -1016,13 +1204,17 @@ mod tests {
             return;
         }
         let mut rng = ChaCha8Rng::seed_from_u64(17);
-        for (n, hd, nk) in [
-            (1, 64, 128),
-            (3, 64, 77),
-            (4, 8, 5),
-            (9, 24, 3),
-            (16, 256, 64),
-        ] {
+        let shapes = (1..=QUERY_TILE).flat_map(|n| {
+            [
+                (n, 64, 128),
+                (n, 64, 77),
+                (n, 8, 5),
+                (n, 24, 3),
+                (n, 256, 66),
+            ]
+        });
+        let mut qp = Vec::new();
+        for (n, hd, nk) in shapes {
             let q: Vec<Vec<f32>> = (0..n)
                 .map(|_| (0..hd).map(|_| rng.random_range(-3f32..3.0)).collect())
                 .collect();
@@ -1033,7 +1225,7 @@ mod tests {
             // is a multiple of 8 and `a`, `b` hold KEY_BLOCK scores per row.
             unsafe {
                 scores_blocks::<false>(&rows, &keys, nk, hd, &mut a);
-                scores_avx512vl(&rows, &keys, nk, hd, &mut b);
+                scores_avx512vl(&rows, &keys, nk, hd, &mut b, &mut qp);
             }
             let bits = |x: &[f32]| x.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&a), bits(&b), "rows {n}, head {hd}, keys {nk}");
