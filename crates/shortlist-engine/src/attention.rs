@@ -442,6 +442,31 @@ impl TileState {
     }
 }
 
+/// `$tile!(A, B)` with the literals for `($a, $b)`, each from 1 to 4:
+/// the register tiles' shapes as constants, one arm per shape.
+macro_rules! four_by_four {
+    ($a:expr, $b:expr, $tile:ident) => {
+        match ($a, $b) {
+            (4, 4) => $tile!(4, 4),
+            (4, 3) => $tile!(4, 3),
+            (4, 2) => $tile!(4, 2),
+            (4, _) => $tile!(4, 1),
+            (3, 4) => $tile!(3, 4),
+            (3, 3) => $tile!(3, 3),
+            (3, 2) => $tile!(3, 2),
+            (3, _) => $tile!(3, 1),
+            (2, 4) => $tile!(2, 4),
+            (2, 3) => $tile!(2, 3),
+            (2, 2) => $tile!(2, 2),
+            (2, _) => $tile!(2, 1),
+            (_, 4) => $tile!(1, 4),
+            (_, 3) => $tile!(1, 3),
+            (_, 2) => $tile!(1, 2),
+            _ => $tile!(1, 1),
+        }
+    };
+}
+
 /// `s[r * KEY_BLOCK + j] = rows[r] · keys[j]` for every query row and every key of the block
 /// (`keys` holds whole rows of `rows[r].len()` values); `qp` is scratch.
 fn scores(rows: &[&[f32]], keys: &[f32], s: &mut [f32], qp: &mut Vec<f32>) {
@@ -519,32 +544,13 @@ fn scores_avx512vl(
                 ($p:literal, $c:literal) => {{
                     let kk: [&[f32]; $c] =
                         std::array::from_fn(|c| &keys[(j + c) * hd..(j + c + 1) * hd]);
-                    // SAFETY: the CPU features are this function's; `qp` holds `$p` pairs of
-                    // `chunks` interleaved chunks, every key `hd` values.
                     let d = paired_scores_tile::<$p, $c>(qp, kk, chunks);
                     for i in 0..take {
                         s[(r + i) * KEY_BLOCK + j..][..$c].copy_from_slice(&d[i * $c..][..$c]);
                     }
                 }};
             }
-            match (pairs, cols) {
-                (4, 4) => tile!(4, 4),
-                (4, 3) => tile!(4, 3),
-                (4, 2) => tile!(4, 2),
-                (4, _) => tile!(4, 1),
-                (3, 4) => tile!(3, 4),
-                (3, 3) => tile!(3, 3),
-                (3, 2) => tile!(3, 2),
-                (3, _) => tile!(3, 1),
-                (2, 4) => tile!(2, 4),
-                (2, 3) => tile!(2, 3),
-                (2, 2) => tile!(2, 2),
-                (2, _) => tile!(2, 1),
-                (_, 4) => tile!(1, 4),
-                (_, 3) => tile!(1, 3),
-                (_, 2) => tile!(1, 2),
-                _ => tile!(1, 1),
-            }
+            four_by_four!(pairs, cols, tile);
             j += cols;
         }
         r += take;
@@ -632,24 +638,7 @@ fn scores_blocks<const WIDE: bool>(
                     }
                 }};
             }
-            match (take, pair) {
-                (4, 4) => tile!(4, 4),
-                (4, 3) => tile!(4, 3),
-                (4, 2) => tile!(4, 2),
-                (4, _) => tile!(4, 1),
-                (3, 4) => tile!(3, 4),
-                (3, 3) => tile!(3, 3),
-                (3, 2) => tile!(3, 2),
-                (3, _) => tile!(3, 1),
-                (2, 4) => tile!(2, 4),
-                (2, 3) => tile!(2, 3),
-                (2, 2) => tile!(2, 2),
-                (2, _) => tile!(2, 1),
-                (_, 4) => tile!(1, 4),
-                (_, 3) => tile!(1, 3),
-                (_, 2) => tile!(1, 2),
-                _ => tile!(1, 1),
-            }
+            four_by_four!(take, pair, tile);
             j += pair;
         }
         r += take;
