@@ -249,25 +249,43 @@ pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
             top: Vec::new(),
         };
     }
-    let mut order: Vec<u32> = (0..logits.len() as u32).collect();
-    let by_logit = |a: &u32, b: &u32| {
-        logits[*b as usize]
-            .total_cmp(&logits[*a as usize])
-            .then(a.cmp(b))
-    };
-    let top = top.min(order.len());
-    if top > 0 && top < order.len() {
-        order.select_nth_unstable_by(top - 1, by_logit);
+    // The `top` most likely in one pass, kept in order (a vocabulary-long list of ids to select
+    // from cost Gemma 3's 262,144-token vocabulary a megabyte and a sort per token). A chunk
+    // whose largest value is below the `top`-th kept one, with no NaN on either side (a NaN's
+    // place in the total order shows in no comparison), holds nothing to keep: ids only grow,
+    // so no later value wins a tie.
+    const CHUNK: usize = 64;
+    let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
+    for (c, chunk) in logits.chunks(CHUNK).enumerate() {
+        if let Some(&(_, kth)) = best.get(top - 1).filter(|k| !k.1.is_nan()) {
+            let (mut m, mut nan) = (f32::NEG_INFINITY, false);
+            for &x in chunk {
+                m = if x > m { x } else { m };
+                nan |= x.is_nan();
+            }
+            if !nan && m < kth {
+                continue;
+            }
+        }
+        for (j, &l) in chunk.iter().enumerate() {
+            let x = ((c * CHUNK + j) as u32, l);
+            if best.len() == top && best.last().is_some_and(|last| by_logit(&x, last).is_ge()) {
+                continue;
+            }
+            let at = best.partition_point(|y| by_logit(y, &x).is_lt());
+            best.insert(at, x);
+            best.truncate(top);
+        }
     }
-    order.truncate(top);
-    order.sort_unstable_by(by_logit);
     TokenLogprobs {
         logprob,
-        top: order
-            .into_iter()
-            .map(|i| (i, lp(logits[i as usize])))
-            .collect(),
+        top: best.into_iter().map(|(i, l)| (i, lp(l))).collect(),
     }
+}
+
+/// Most likely first: the larger logit, then the smaller id.
+fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
+    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
 }
 
 /// Index of the largest logit outside `banned`; the first on ties. `None` when every id is
@@ -403,12 +421,64 @@ mod tests {
         assert!(SamplingParams::greedy(4).with_logprobs(Some(21)).is_err());
     }
 
+    /// [`logprobs`]' alternatives as they were found before the one-pass selection: every id
+    /// sorted by logit (then id), the first `top` kept.
+    fn top_by_sorting(logits: &[f32], top: usize) -> Vec<u32> {
+        let mut order: Vec<u32> = (0..logits.len() as u32).collect();
+        order.sort_unstable_by(|a, b| {
+            by_logit(&(*a, logits[*a as usize]), &(*b, logits[*b as usize]))
+        });
+        order.truncate(top);
+        order
+    }
+
+    /// The total order's corners where a chunk is skipped: +0 above -0 (equal to an IEEE
+    /// comparison), a NaN in a later chunk above everything, a negative NaN below everything.
+    #[test]
+    fn top_logprobs_keep_the_total_order_across_chunks() {
+        let mut zeros = vec![-0.0f32; 64];
+        zeros.push(0.0);
+        assert_eq!(logprobs(&zeros, 0, 1).top[0].0, 64);
+        let mut nan = vec![1.0f32; 130];
+        nan[129] = f32::NAN;
+        assert_eq!(logprobs(&nan, 0, 1).top[0].0, 129);
+        let mut low = vec![-f32::NAN; 64];
+        low.push(f32::NEG_INFINITY);
+        assert_eq!(logprobs(&low, 0, 1).top[0].0, 64);
+        for logits in [zeros, nan, low] {
+            let got: Vec<u32> = logprobs(&logits, 0, 3).top.iter().map(|t| t.0).collect();
+            assert_eq!(got, top_by_sorting(&logits, 3));
+        }
+    }
+
     #[test]
     fn greedy_takes_the_first_maximum() {
         assert_eq!(argmax(&[0.0, 2.0, 2.0, 1.0]), 1);
     }
 
     proptest! {
+        /// The one-pass selection finds the ids a full sort puts first, in its order: ties
+        /// (logits drawn from a few values), infinities and NaNs included.
+        #[test]
+        fn top_logprobs_are_the_sorted_first(
+            picks in prop::collection::vec(0usize..8, 1..300),
+            top in 0usize..=MAX_TOP_LOGPROBS,
+        ) {
+            let values = [-1.5f32, 0.0, 2.25, 2.25, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -0.0];
+            let logits: Vec<f32> = picks.iter().map(|&i| values[i]).collect();
+            let got: Vec<u32> = logprobs(&logits, 0, top).top.iter().map(|t| t.0).collect();
+            prop_assert_eq!(got, top_by_sorting(&logits, top));
+        }
+
+        #[test]
+        fn top_logprobs_of_distinct_logits_are_the_sorted_first(
+            logits in prop::collection::vec(-30f32..30.0, 1..3000),
+            top in 1usize..=MAX_TOP_LOGPROBS,
+        ) {
+            let got: Vec<u32> = logprobs(&logits, 0, top).top.iter().map(|t| t.0).collect();
+            prop_assert_eq!(got, top_by_sorting(&logits, top));
+        }
+
         #[test]
         fn same_seed_same_tokens(logits in prop::collection::vec(-10f32..10.0, 2..50), seed in any::<u64>()) {
             let p = SamplingParams::new(0.8, 0.9, 10, seed, 8, vec![]).unwrap();
