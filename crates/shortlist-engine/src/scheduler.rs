@@ -402,7 +402,8 @@ impl Scheduler {
         self.cost
             .observe(decodes, planned_prefill, t1.saturating_duration_since(t0));
         let vocab = self.model.model().vocab_size();
-        for (&(i, start, len), l) in plan.iter().zip(logits) {
+        let mut choices = choose_all(&self.model, &mut self.running, &plan, &logits);
+        for ((&(i, start, len), l), choice) in plan.iter().zip(logits).zip(&mut choices) {
             let s = &mut self.running[i];
             let decoded = s.next_input.take().is_some();
             if decoded {
@@ -441,10 +442,16 @@ impl Scheduler {
                         s.finish = Some(FinishReason::Cancelled);
                     } else if s.prefilled == s.req.prompt.len() {
                         let last = &l[(len - 1) * vocab..len * vocab];
-                        emit_token(&self.model, s, last, t1, &self.metrics);
+                        let eog = self.model.tokenizer().end_of_generation();
+                        let chosen = choose(s, last, eog);
+                        emit_token(&self.model, s, chosen, t1, &self.metrics);
                     }
                 }
-                _ => emit_token(&self.model, s, &l, t1, &self.metrics),
+                _ => {
+                    if let Some(chosen) = choice.take() {
+                        emit_token(&self.model, s, chosen, t1, &self.metrics);
+                    }
+                }
             }
         }
         self.prefill_tokens_computed += prefill_tokens as u64;
@@ -656,11 +663,13 @@ impl StepCost {
     }
 }
 
-fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, metrics: &Metrics) {
-    let eog = model.tokenizer().end_of_generation();
+/// A sequence's next token, and its log-probabilities where the request asks for them.
+type Chosen = (u32, Option<crate::sampling::TokenLogprobs>);
+
+/// The token `s` takes from `logits` (never one of `eog` before the request may end).
+fn choose(s: &mut Seq, logits: &[f32], eog: &[u32]) -> Chosen {
     let params = &s.req.params;
-    let may_choose_end = params.may_choose_end(s.generated.len());
-    let tok = if may_choose_end {
+    let tok = if params.may_choose_end(s.generated.len()) {
         s.sampler.sample(logits)
     } else {
         s.sampler.sample_except(logits, eog)
@@ -668,6 +677,60 @@ fn emit_token(model: &LoadedModel, s: &mut Seq, logits: &[f32], now: Instant, me
     let logprobs = params
         .logprobs()
         .map(|top| crate::sampling::logprobs(logits, tok, top));
+    (tok, logprobs)
+}
+
+/// Every sequence's [`choose`] for a step's logits (in `plan`'s order), side by side on the
+/// compute threads: each is a pass or two over the vocabulary (Gemma 3: 262,144 logits, and a
+/// log-sum-exp for log-probabilities) that the step's thread otherwise ran alone, sequence after
+/// sequence, while the others waited. A choice depends on its own sequence alone, so the same
+/// tokens. `None` where the step gave no logits, and for a request's prompt log-probabilities
+/// (its token is chosen with them).
+fn choose_all(
+    model: &LoadedModel,
+    running: &mut [Seq],
+    plan: &[(usize, usize, usize)],
+    logits: &[Option<Vec<f32>>],
+) -> Vec<Option<Chosen>> {
+    let eog = model.tokenizer().end_of_generation();
+    let mut job_of = vec![None; running.len()];
+    for (k, (&(i, _, _), l)) in plan.iter().zip(logits).enumerate() {
+        let s = &running[i];
+        let with_prompt = s.req.params.prompt_logprobs().is_some() && s.next_input.is_none();
+        if l.is_some() && !with_prompt {
+            job_of[i] = Some(k);
+        }
+    }
+    let jobs: Vec<(usize, &[f32], Mutex<&mut Seq>)> = running
+        .iter_mut()
+        .zip(&job_of)
+        .filter_map(|(s, k)| {
+            Some((*k)?)
+                .zip(logits[(*k)?].as_deref())
+                .map(|(k, l)| (k, l, Mutex::new(s)))
+        })
+        .collect();
+    let out: Vec<Mutex<Option<Chosen>>> = (0..plan.len()).map(|_| Mutex::new(None)).collect();
+    let run = |range: std::ops::Range<usize>| {
+        for (k, l, s) in &jobs[range] {
+            let chosen = choose(&mut s.lock().unwrap_or_else(|e| e.into_inner()), l, eog);
+            *out[*k].lock().unwrap_or_else(|e| e.into_inner()) = Some(chosen);
+        }
+    };
+    if jobs.len() > 1 {
+        candle_core::utils::barrier_pool().execute_chunked(jobs.len(), run);
+    } else {
+        run(0..jobs.len());
+    }
+    out.into_iter()
+        .map(|m| m.into_inner().unwrap_or_else(|e| e.into_inner()))
+        .collect()
+}
+
+fn emit_token(model: &LoadedModel, s: &mut Seq, chosen: Chosen, now: Instant, metrics: &Metrics) {
+    let eog = model.tokenizer().end_of_generation();
+    let (tok, logprobs) = chosen;
+    let may_choose_end = s.req.params.may_choose_end(s.generated.len());
     let t = secs(s.req.arrival, now);
     if may_choose_end && eog.contains(&tok) {
         s.finish = Some(FinishReason::Stop);
