@@ -693,21 +693,18 @@ fn choose_all(
     logits: &[Option<Vec<f32>>],
 ) -> Vec<Option<Chosen>> {
     let eog = model.tokenizer().end_of_generation();
-    let mut job_of = vec![None; running.len()];
-    for (k, (&(i, _, _), l)) in plan.iter().zip(logits).enumerate() {
-        let s = &running[i];
-        let with_prompt = s.req.params.prompt_logprobs().is_some() && s.next_input.is_none();
-        if l.is_some() && !with_prompt {
-            job_of[i] = Some(k);
-        }
+    let mut step_of = vec![None; running.len()];
+    for (k, &(i, _, _)) in plan.iter().enumerate() {
+        step_of[i] = Some(k);
     }
     let jobs: Vec<(usize, &[f32], Mutex<&mut Seq>)> = running
         .iter_mut()
-        .zip(&job_of)
+        .zip(step_of)
         .filter_map(|(s, k)| {
-            Some((*k)?)
-                .zip(logits[(*k)?].as_deref())
-                .map(|(k, l)| (k, l, Mutex::new(s)))
+            let k = k?;
+            let l = logits[k].as_deref()?;
+            let with_prompt = s.req.params.prompt_logprobs().is_some() && s.next_input.is_none();
+            (!with_prompt).then(|| (k, l, Mutex::new(s)))
         })
         .collect();
     let out: Vec<Mutex<Option<Chosen>>> = (0..plan.len()).map(|_| Mutex::new(None)).collect();
