@@ -542,8 +542,7 @@ fn scores_avx512vl(
             let cols = (nk - j).min(4);
             macro_rules! tile {
                 ($p:literal, $c:literal) => {{
-                    let kk: [&[f32]; $c] =
-                        std::array::from_fn(|c| &keys[(j + c) * hd..(j + c + 1) * hd]);
+                    let kk = &keys[j * hd..(j + $c) * hd];
                     let d = paired_scores_tile::<$p, $c>(qp, kk, chunks);
                     for i in 0..take {
                         s[(r + i) * KEY_BLOCK + j..][..$c].copy_from_slice(&d[i * $c..][..$c]);
@@ -558,25 +557,25 @@ fn scores_avx512vl(
 }
 
 /// `2P x C` dot products: `P` interleaved row pairs (`qp`, `chunks` sixteen-value chunks each)
-/// with `C` keys, in `P * C` 512-bit accumulators. Returns the sums row by row (`2P * C <= 32`
-/// values; the rest are zero).
+/// with the `C` keys of `k` (one after another, `8 * chunks` values each), in `P * C` 512-bit
+/// accumulators. Returns the sums row by row (`2P * C <= 32` values; the rest are zero).
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 #[inline]
 fn paired_scores_tile<const P: usize, const C: usize>(
     qp: &[f32],
-    k: [&[f32]; C],
+    k: &[f32],
     chunks: usize,
 ) -> [f32; 32] {
     use std::arch::x86_64::*;
-    assert!(qp.len() >= P * chunks * 16 && k.iter().all(|x| x.len() == chunks * 8));
+    assert!(qp.len() >= P * chunks * 16 && k.len() == C * chunks * 8);
     assert!(P * C <= 16, "at most sixteen accumulators");
     let mut acc = [[_mm512_setzero_ps(); C]; P];
     for ch in 0..chunks {
-        // SAFETY: every key holds `8 * chunks` values and `qp` `P` pairs of `chunks` chunks of
-        // sixteen (asserted).
+        // SAFETY: `k` holds `C` keys of `8 * chunks` values and `qp` `P` pairs of `chunks`
+        // chunks of sixteen (asserted).
         let kv: [__m512; C] = std::array::from_fn(|c| unsafe {
-            let x = _mm256_loadu_ps(k[c].as_ptr().add(8 * ch));
+            let x = _mm256_loadu_ps(k.as_ptr().add((c * chunks + ch) * 8));
             _mm512_castpd_ps(_mm512_broadcast_f64x4(_mm256_castps_pd(x)))
         });
         for (p, acc) in acc.iter_mut().enumerate() {
@@ -1267,13 +1266,30 @@ mod tests {
             window in proptest::option::of(1usize..300),
             shapes in proptest::collection::vec((0usize..400, 1usize..40, 0usize..400), 1..6),
         ) {
-            let (nh, nkv, hd) = [(4, 1, 16), (9, 3, 64), (4, 1, 256), (2, 2, 24), (8, 2, 128)][heads];
+            let (nh, nkv, hd) =
+                [(4, 1, 16), (9, 3, 64), (4, 1, 256), (2, 2, 24), (8, 2, 128)][heads];
             let mut rng = ChaCha8Rng::seed_from_u64(seed);
             let seqs = batch(&mut rng, nkv, nh, hd, &shapes);
-            let op = BlockedAttention { n_head: nh, n_kv_head: nkv, head_dim: hd, t: 0, pos: 0, window, scale: 0.125 };
+            let op = BlockedAttention {
+                n_head: nh,
+                n_kv_head: nkv,
+                head_dim: hd,
+                t: 0,
+                pos: 0,
+                window,
+                scale: 0.125,
+            };
             let views: Vec<SeqKv<'_>> = seqs
                 .iter()
-                .map(|(q, k, v, cap, pos, t, shared)| SeqKv { q, k, v, capacity: *cap, t: *t, pos: *pos, shared: *shared })
+                .map(|(q, k, v, cap, pos, t, shared)| SeqKv {
+                    q,
+                    k,
+                    v,
+                    capacity: *cap,
+                    t: *t,
+                    pos: *pos,
+                    shared: *shared,
+                })
                 .collect();
             let alone: Vec<u32> = seqs
                 .iter()
@@ -1283,7 +1299,8 @@ mod tests {
                 .map(f32::to_bits)
                 .collect();
             let own: Vec<Vec<usize>> = (0..seqs.len()).map(|i| vec![i]).collect();
-            let side_by_side: Vec<u32> = op.run_batch(&views, &own).into_iter().map(f32::to_bits).collect();
+            let side_by_side: Vec<u32> =
+                op.run_batch(&views, &own).into_iter().map(f32::to_bits).collect();
             let shared: Vec<u32> = op
                 .run_batch(&views, &[(0..seqs.len()).collect()])
                 .into_iter()

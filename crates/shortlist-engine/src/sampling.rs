@@ -464,7 +464,8 @@ mod tests {
             picks in prop::collection::vec(0usize..8, 1..300),
             top in 0usize..=MAX_TOP_LOGPROBS,
         ) {
-            let values = [-1.5f32, 0.0, 2.25, 2.25, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -0.0];
+            let values =
+                [-1.5f32, 0.0, 2.25, 2.25, f32::INFINITY, f32::NEG_INFINITY, f32::NAN, -0.0];
             let logits: Vec<f32> = picks.iter().map(|&i| values[i]).collect();
             let got: Vec<u32> = logprobs(&logits, 0, top).top.iter().map(|t| t.0).collect();
             prop_assert_eq!(got, top_by_sorting(&logits, top));
