@@ -21,7 +21,7 @@ use serde_json::Value;
 use crate::support::{data, shortlist, smollm2, stderr, stdout};
 
 /// Where `scripts/install-llama-server` puts the server (its default version).
-const DEFAULT_LLAMA_SERVER: &str = ".cache/shortlist-tools/llama.cpp-0.3.36/bin/llama-server";
+const DEFAULT_LLAMA_SERVER: &str = ".cache/shortlist-tools/llama.cpp-0.3.36-r2/bin/llama-server";
 
 /// `llama-server`, or `None` with the reason printed; absent and required is a failure.
 fn llama_server() -> Option<PathBuf> {
@@ -67,7 +67,6 @@ impl LlamaServer {
             // (`--jinja`); 2048 tokens of context shared by two slots; the served name.
             .args(["-t", "1", "-tb", "1", "--jinja", "-c", "2048", "-np", "2"])
             .args(["-a", "smollm2", "--no-webui"])
-            .args(amx_workaround())
             .stdout(Stdio::from(out))
             .stderr(Stdio::from(err))
             .spawn()
@@ -89,20 +88,6 @@ impl LlamaServer {
             std::fs::read_to_string(&server.log).unwrap_or_default()
         );
     }
-}
-
-/// `--no-repack` where the CPU has AMX with 8-bit tiles: llama.cpp 0.3.36 built natively there
-/// routes Q4_1 weights through its AMX kernels by repacking them, and those crash
-/// (`SIGSEGV` in `ggml_backend_amx_mul_mat`, measured on a 2-vCPU Intel Xeon with AMX: the
-/// server died after loading, before answering `/health`). Without repacking it runs its
-/// AVX-512 kernels. This test compares answers and the study's path, not llama.cpp's speed.
-fn amx_workaround() -> &'static [&'static str] {
-    let flags = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let amx = flags
-        .lines()
-        .find(|l| l.starts_with("flags"))
-        .is_some_and(|l| l.split_whitespace().any(|f| f == "amx_int8"));
-    if amx { &["--no-repack"] } else { &[] }
 }
 
 impl Drop for LlamaServer {

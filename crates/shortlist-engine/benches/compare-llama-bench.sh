@@ -13,10 +13,9 @@
 #
 # llama-bench runs with its defaults (f16 KV cache, flash attention as its build decides,
 # batch 2048 / micro-batch 512), one repetition per round; ours prefills in 512-token batches
-# with an f32 KV cache, and decodes after an 8-token prompt. Where the CPU has AMX with 8-bit
-# tiles, llama-bench runs with `--repack 0`: llama.cpp 0.3.36's AMX kernels, reached by
-# repacking, crash there (SIGSEGV in `ggml_backend_amx_mul_mat`); the line's `repack` field
-# says which ran.
+# with an f32 KV cache, and decodes after an 8-token prompt. `scripts/install-llama-server`
+# builds llama-bench without AMX kernels (llama.cpp 0.3.36's crash on AMX CPUs when weights
+# are repacked); a build of your own with them may crash there.
 set -euo pipefail
 
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -36,10 +35,6 @@ fi
 
 out="$(mktemp)"
 trap 'rm -f "$out"' EXIT
-repack=()
-if grep -m1 '^flags' /proc/cpuinfo | grep -qw amx_int8; then
-  repack=(--repack 0)
-fi
 max_threads="$(echo "$threads" | tr ',' '\n' | sort -n | tail -n 1)"
 "$MEMBW_BIN" "$max_threads" | while IFS= read -r l; do echo "{\"membw\": $l}"; done | tee -a "$out"
 for model in "$@"; do
@@ -56,7 +51,7 @@ for round in $(seq 1 "$rounds"); do
           done | tee -a "$out"
       load="$(cut -d' ' -f1 /proc/loadavg)"
       # The file's name only: a path of this machine means nothing elsewhere.
-      "$llama_bench" -m "$model" -p "$sizes" -n "$decode" -t "$t" "${repack[@]}" -r 1 -o jsonl 2>/dev/null \
+      "$llama_bench" -m "$model" -p "$sizes" -n "$decode" -t "$t" -r 1 -o jsonl 2>/dev/null \
         | sed 's#"model_filename": "[^"]*/#"model_filename": "#' \
         | while IFS= read -r l; do
             echo "{\"round\": $round, \"model\": \"$name\", \"threads\": $t, \"engine\": \"llama-bench\", \"load\": $load, \"lb\": $l}"
