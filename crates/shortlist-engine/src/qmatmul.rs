@@ -360,26 +360,54 @@ pub enum Isa {
     Avx2,
     /// AVX2 with the AVX-512 VNNI byte dot product on 256-bit registers (`vpdpbusd`).
     Avx2Vnni,
+    /// [`Isa::Avx2Vnni`], and the packed tiles on 512-bit registers (AVX-512 F/BW/VL/VNNI): two
+    /// tiles side by side, each lane's sums in the same order, so the same bits.
+    Avx512Vnni,
 }
 
 impl Isa {
-    /// The best this CPU runs (checked once).
+    /// The best this CPU runs (checked once), or the one `SHORTLIST_ISA` names (`scalar`,
+    /// `avx2`, `avx2-vnni`, `avx512-vnni`) where this CPU runs it, for side-by-side runs.
     pub fn best() -> Self {
         use std::sync::OnceLock;
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
-            #[cfg(target_arch = "x86_64")]
-            if avx2::available() {
-                return if is_x86_feature_detected!("avx512vnni")
-                    && is_x86_feature_detected!("avx512vl")
-                {
-                    Isa::Avx2Vnni
-                } else {
-                    Isa::Avx2
-                };
-            }
-            Isa::Scalar
+            let cpu = Self::cpu_best();
+            let asked = match std::env::var("SHORTLIST_ISA").as_deref() {
+                Ok("scalar") => Isa::Scalar,
+                Ok("avx2") => Isa::Avx2,
+                Ok("avx2-vnni") => Isa::Avx2Vnni,
+                Ok("avx512-vnni") => Isa::Avx512Vnni,
+                _ => cpu,
+            };
+            if cpu.runs(asked) { asked } else { cpu }
         })
+    }
+
+    /// The best instruction set of this CPU.
+    pub(crate) fn cpu_best() -> Self {
+        #[cfg(target_arch = "x86_64")]
+        if avx2::available() {
+            let vnni =
+                is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl");
+            let wide = is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw");
+            return match (vnni, wide) {
+                (true, true) => Isa::Avx512Vnni,
+                (true, false) => Isa::Avx2Vnni,
+                _ => Isa::Avx2,
+            };
+        }
+        Isa::Scalar
+    }
+
+    /// Whether a CPU whose best is `self` runs `other` (each set includes the ones before it).
+    pub fn runs(self, other: Isa) -> bool {
+        other as u8 <= self as u8
+    }
+
+    /// Whether this set has the VNNI byte dot product.
+    pub(crate) fn vnni(self) -> bool {
+        self.runs(Isa::Avx2Vnni) && self != Isa::Avx2
     }
 }
 
@@ -422,7 +450,7 @@ pub fn matmul_with(
             // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
             // `dst[r * n + j]` for its own rows `r` and columns `j`, inside `m * n`.
             unsafe {
-                if isa == Isa::Avx2Vnni {
+                if isa.vnni() {
                     run!(tile_range_vnni)
                 } else {
                     run!(tile_range)
@@ -441,7 +469,7 @@ pub fn matmul_with(
 /// Asserts that this CPU runs `isa`.
 pub(crate) fn assert_runs(isa: Isa) {
     assert!(
-        Isa::best() != Isa::Scalar && (isa == Isa::Avx2 || Isa::best() == Isa::Avx2Vnni),
+        isa != Isa::Scalar && Isa::cpu_best().runs(isa),
         "{isa:?} is not available on this CPU"
     );
 }
@@ -1253,10 +1281,11 @@ pub(crate) mod tests {
 
     /// Every instruction set this CPU runs, so each kernel variant is checked where possible.
     pub(crate) fn available_isas() -> Vec<Isa> {
-        match Isa::best() {
+        match Isa::cpu_best() {
             Isa::Scalar => vec![Isa::Scalar],
             Isa::Avx2 => vec![Isa::Scalar, Isa::Avx2],
             Isa::Avx2Vnni => vec![Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni],
+            Isa::Avx512Vnni => vec![Isa::Scalar, Isa::Avx2, Isa::Avx2Vnni, Isa::Avx512Vnni],
         }
     }
 

@@ -24,6 +24,11 @@
 //! block is subtracted; without, the weight's sign moves onto the activation (`sign`, as the
 //! unpacked kernel does). Either way the integer sum is exact.
 //!
+//! Where the CPU has AVX-512 F/BW/VL/VNNI, two adjacent tiles go side by side in 512-bit
+//! registers (the first tile's rows in lanes 0–7, the second's in 8–15, up to eight activation
+//! rows per pass): each lane runs the same integer sums and float steps as on 256-bit registers,
+//! so the same bits, with half the instructions per multiply-add.
+//!
 //! Each block's dot product is formed exactly as in [`crate::qmatmul`] (the same integer sums,
 //! the same order of float accumulation), so the results are the unpacked kernels' bits.
 
@@ -197,10 +202,10 @@ pub fn matmul_packed(
             // SAFETY: the CPU runs `isa` (asserted above); every item writes the disjoint
             // `dst[r * n + j]` for its own rows `r` and its own tiles' columns `j`.
             unsafe {
-                if isa == Isa::Avx2Vnni {
-                    run!(tiles_vnni)
-                } else {
-                    run!(tiles_avx2)
+                match isa {
+                    Isa::Avx512Vnni => run!(tiles_vnni512),
+                    Isa::Avx2Vnni => run!(tiles_vnni),
+                    _ => run!(tiles_avx2),
                 }
             }
         });
@@ -246,6 +251,208 @@ mod kernels {
     ) {
         // SAFETY: as for this function.
         unsafe { tiles_body::<T, true>(p, kb, a, tiles, rs, out, n) }
+    }
+
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")]
+    pub(super) unsafe fn tiles_vnni512<const T: u8>(
+        p: &[u8],
+        kb: usize,
+        a: &QuantRows,
+        tiles: Range<usize>,
+        rs: Range<usize>,
+        out: SharedOut,
+        n: usize,
+    ) {
+        let tb = tile_bytes(WeightType::from_code(T));
+        assert!(tiles.end * kb * tb <= p.len() && rs.end <= a.rows);
+        assert!(a.blocks == kb && tiles.end * TILE_ROWS <= n);
+        let mut t = tiles.start;
+        while t + 2 <= tiles.end {
+            // SAFETY (all below): tiles `t` and `t + 1` have `kb` blocks inside `p` (asserted),
+            // activation rows come from `rs` ⊆ 0..a.rows, and the columns `8t..8t + 16` are
+            // inside `n`; the CPU runs AVX-512 F/BW/VL/VNNI (this function's features).
+            unsafe {
+                let tp = p.as_ptr().add(t * kb * tb);
+                let mut r = rs.start;
+                while r + 8 <= rs.end {
+                    store2(out, n, r, t, pair::<T, 8>(tp, kb, a, r));
+                    r += 8;
+                }
+                if rs.end - r >= 4 {
+                    store2(out, n, r, t, pair::<T, 4>(tp, kb, a, r));
+                    r += 4;
+                }
+                if rs.end - r >= 2 {
+                    store2(out, n, r, t, pair::<T, 2>(tp, kb, a, r));
+                    r += 2;
+                }
+                if rs.end > r {
+                    store2(out, n, r, t, pair::<T, 1>(tp, kb, a, r));
+                }
+            }
+            t += 2;
+        }
+        if t < tiles.end {
+            // SAFETY: as for this function; the 256-bit kernel on the one tile left.
+            unsafe { tiles_body::<T, true>(p, kb, a, t..tiles.end, rs, out, n) }
+        }
+    }
+
+    /// Row `r + i` of the result gets `acc[i]` at columns `8t..8t + 16`.
+    #[inline(always)]
+    unsafe fn store2<const M: usize>(
+        out: SharedOut,
+        n: usize,
+        r: usize,
+        t: usize,
+        acc: [__m512; M],
+    ) {
+        for (i, v) in acc.iter().enumerate() {
+            // SAFETY: the caller passes rows and columns inside the `(m, n)` output.
+            unsafe { _mm512_storeu_ps(out.0.add((r + i) * n + t * TILE_ROWS), *v) };
+        }
+    }
+
+    /// 32 bytes at `lo` in the low half, 32 at `hi` in the high half.
+    #[inline(always)]
+    unsafe fn load2(lo: *const u8, hi: *const u8) -> __m512i {
+        // SAFETY: the caller passes two pointers to 32 readable bytes each; AVX-512 F is
+        // enabled wherever this is inlined.
+        unsafe {
+            _mm512_inserti64x4::<1>(
+                _mm512_castsi256_si512(_mm256_loadu_si256(lo.cast())),
+                _mm256_loadu_si256(hi.cast()),
+            )
+        }
+    }
+
+    /// Sixteen f16 values, eight at `lo` and eight at `hi`, as f32.
+    #[inline(always)]
+    unsafe fn halves2(lo: *const u8, hi: *const u8) -> __m512 {
+        // SAFETY: the caller passes two pointers to 16 readable bytes each; AVX-512 F is enabled
+        // wherever this is inlined.
+        unsafe {
+            _mm512_cvtph_ps(_mm256_inserti128_si256::<1>(
+                _mm256_castsi128_si256(_mm_loadu_si128(lo.cast())),
+                _mm_loadu_si128(hi.cast()),
+            ))
+        }
+    }
+
+    /// Bit 4 of each byte of `hb` taken from bit `S` (`S` in 0..8), as [`bit4`].
+    #[inline(always)]
+    unsafe fn bit4x2<const S: i32>(hb: __m512i) -> __m512i {
+        // SAFETY: AVX-512 BW is enabled wherever this is inlined.
+        unsafe {
+            let m = _mm512_set1_epi8(0x10);
+            match S {
+                0 => _mm512_and_si512(_mm512_slli_epi16::<4>(hb), m),
+                1 => _mm512_and_si512(_mm512_slli_epi16::<3>(hb), m),
+                2 => _mm512_and_si512(_mm512_slli_epi16::<2>(hb), m),
+                3 => _mm512_and_si512(_mm512_slli_epi16::<1>(hb), m),
+                4 => _mm512_and_si512(hb, m),
+                5 => _mm512_and_si512(_mm512_srli_epi16::<1>(hb), m),
+                6 => _mm512_and_si512(_mm512_srli_epi16::<2>(hb), m),
+                _ => _mm512_and_si512(_mm512_srli_epi16::<3>(hb), m),
+            }
+        }
+    }
+
+    /// Two adjacent tiles (sixteen weight rows, the first tile's in lanes 0–7) against
+    /// activation rows `r..r + M`, over all `kb` blocks: lane for lane the integer sums and the
+    /// float steps of [`tile`], so the same bits.
+    #[inline(always)]
+    unsafe fn pair<const T: u8, const M: usize>(
+        tp: *const u8,
+        kb: usize,
+        a: &QuantRows,
+        r: usize,
+    ) -> [__m512; M] {
+        let wt = WeightType::from_code(T);
+        let tb = tile_bytes(wt);
+        let (mo, no, ho) = offsets(wt);
+        let off = wt.code_offset();
+        // SAFETY (whole body): block `b` of both tiles and of rows `r..r + M` exists (the
+        // caller checks); AVX-512 F/BW/VL/VNNI and F16C are enabled wherever this is inlined.
+        unsafe {
+            let tq = tp.add(kb * tb);
+            let mut acc = [_mm512_setzero_ps(); M];
+            for b in 0..kb {
+                let (b0, b1) = (tp.add(b * tb), tq.add(b * tb));
+                let q: [*const i8; M] =
+                    std::array::from_fn(|i| a.qs.as_ptr().add(((r + i) * kb + b) * BLOCK));
+                let mut isum = [_mm512_setzero_si512(); M];
+                if wt == WeightType::Q8_0 {
+                    for g in 0..8 {
+                        // w + 128, unsigned; 128 · Σ q is taken off below.
+                        let u = _mm512_xor_si512(
+                            load2(b0.add(no + 32 * g), b1.add(no + 32 * g)),
+                            _mm512_set1_epi8(i8::MIN),
+                        );
+                        for (s, q) in isum.iter_mut().zip(&q) {
+                            *s = _mm512_dpbusd_epi32(*s, u, bcast4x2(q.add(4 * g)));
+                        }
+                    }
+                } else {
+                    let hb = wt.qh_offset().map(|_| load2(b0.add(ho), b1.add(ho)));
+                    let low = _mm512_set1_epi8(0x0f);
+                    macro_rules! g {
+                        ($g:literal, $sl:literal, $sh:literal) => {{
+                            let v = load2(b0.add(no + 32 * $g), b1.add(no + 32 * $g));
+                            let mut lo = _mm512_and_si512(v, low);
+                            let mut hi = _mm512_and_si512(_mm512_srli_epi16::<4>(v), low);
+                            if let Some(h) = hb {
+                                lo = _mm512_or_si512(lo, bit4x2::<$sl>(h));
+                                hi = _mm512_or_si512(hi, bit4x2::<$sh>(h));
+                            }
+                            for (s, q) in isum.iter_mut().zip(&q) {
+                                *s = _mm512_dpbusd_epi32(
+                                    _mm512_dpbusd_epi32(*s, lo, bcast4x2(q.add(8 * $g))),
+                                    hi,
+                                    bcast4x2(q.add(8 * $g + 4)),
+                                );
+                            }
+                        }};
+                    }
+                    g!(0, 0, 1);
+                    g!(1, 2, 3);
+                    g!(2, 4, 5);
+                    g!(3, 6, 7);
+                }
+                let dw = halves2(b0, b1);
+                let mw = if wt.min_offset().is_some() {
+                    halves2(b0.add(mo), b1.add(mo))
+                } else {
+                    dw
+                };
+                for (i, (acc, s)) in acc.iter_mut().zip(isum).enumerate() {
+                    let ai = (r + i) * kb + b;
+                    let s = if wt == WeightType::Q8_0 {
+                        _mm512_sub_epi32(s, _mm512_set1_epi32(128 * a.sum[ai]))
+                    } else if off != 0 {
+                        _mm512_add_epi32(s, _mm512_set1_epi32(off * a.sum[ai]))
+                    } else {
+                        s
+                    };
+                    *acc = _mm512_fmadd_ps(
+                        _mm512_cvtepi32_ps(s),
+                        _mm512_mul_ps(dw, _mm512_set1_ps(a.d[ai])),
+                        *acc,
+                    );
+                    if wt.min_offset().is_some() {
+                        *acc = _mm512_fmadd_ps(mw, _mm512_set1_ps(a.s[ai]), *acc);
+                    }
+                }
+            }
+            acc
+        }
+    }
+
+    /// Four activation bytes at `q` in every 32-bit lane of a 512-bit register.
+    #[inline(always)]
+    unsafe fn bcast4x2(q: *const i8) -> __m512i {
+        // SAFETY: the caller passes a pointer to four readable bytes.
+        unsafe { _mm512_set1_epi32(std::ptr::read_unaligned(q.cast::<i32>())) }
     }
 
     /// Every tile of `tiles` against every activation row of `rs`, four rows at a time.
