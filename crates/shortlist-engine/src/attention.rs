@@ -19,8 +19,9 @@
 //! Every row's sums run in one order whatever the tile holds, so a row's result is the same bits
 //! alone or beside others; where the CPU has AVX-512 the weighted values use 512-bit registers,
 //! the scores take two query rows to a 512-bit register (eight rows by four keys in sixteen of
-//! its 32 registers) and the softmax's exponentials go sixteen at a time, which changes how many
-//! values one instruction or tile holds and not the order of any sum.
+//! its 32 registers, each accumulator's two halves summed side by side) and the softmax's
+//! exponentials go sixteen at a time, which changes how many values one instruction or tile
+//! holds and not the order of any sum.
 
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape};
 
@@ -586,25 +587,70 @@ fn paired_scores_tile<const P: usize, const C: usize>(
             }
         }
     }
-    let mut all = [_mm256_setzero_ps(); 32];
+    // Accumulator `k = p * C + c`: lanes 0–7 row 2p's partial sums with key c, 8–15 row 2p + 1's.
+    let mut flat = [_mm512_setzero_ps(); 16];
     for (p, acc) in acc.iter().enumerate() {
-        for (c, a) in acc.iter().enumerate() {
-            all[2 * p * C + c] = _mm512_castps512_ps256(*a);
-            all[(2 * p + 1) * C + c] =
-                _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(*a)));
-        }
+        flat[p * C..][..C].copy_from_slice(acc);
     }
     let mut out = [0f32; 32];
-    for (e, sums) in all
-        .chunks_exact(8)
-        .enumerate()
-        .take((2 * P * C).div_ceil(8))
-    {
-        let eight: [__m256; 8] = std::array::from_fn(|i| sums[i]);
-        // SAFETY: `out` holds 32 floats; `e < 4`.
-        unsafe { _mm256_storeu_ps(out.as_mut_ptr().add(8 * e), hsum8(eight)) };
+    for e in 0..(P * C).div_ceil(8) {
+        let eight: [__m512; 8] = std::array::from_fn(|i| flat[8 * e + i]);
+        let mut sums = [0f32; 16];
+        // SAFETY: `sums` holds sixteen floats.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), hsum8x2(eight)) };
+        for i in 0..8.min(P * C - 8 * e) {
+            let (p, c) = ((8 * e + i) / C, (8 * e + i) % C);
+            out[2 * p * C + c] = sums[i];
+            out[(2 * p + 1) * C + c] = sums[8 + i];
+        }
     }
     out
+}
+
+/// [`hsum8`] on both 256-bit halves of eight 512-bit vectors at once: lane `i` of the result is
+/// the sum of vector `i`'s low half, lane `8 + i` of its high half, each by the same additions
+/// of the same pairs in the same order as [`hsum`] (so the same bits), in half the instructions
+/// per sum.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+#[inline]
+fn hsum8x2(x: [std::arch::x86_64::__m512; 8]) -> std::arch::x86_64::__m512 {
+    use std::arch::x86_64::*;
+    // Step 1, as hsum's `low half + high half` of each 256-bit half: for the pair (a, b), with
+    // 128-bit lanes a = [A.lo, A.hi, B.lo, B.hi], the lanes [A.lo + A.hi, B.lo + B.hi, ...
+    // for b]. `shuffle_f32x4` takes lanes (i0, i1) of its first operand and (i2, i3) of its
+    // second.
+    let half = |a: __m512, b: __m512| {
+        _mm512_add_ps(
+            _mm512_shuffle_f32x4::<0b10_00_10_00>(a, b),
+            _mm512_shuffle_f32x4::<0b11_01_11_01>(a, b),
+        )
+    };
+    let (h01, h23, h45, h67) = (
+        half(x[0], x[1]),
+        half(x[2], x[3]),
+        half(x[4], x[5]),
+        half(x[6], x[7]),
+    );
+    // Steps 2 and 3 within each 128-bit lane, as in hsum8: lane L of `w` sums four-value
+    // vector L of h01 and h23 pairwise, then `r` adds the pairs. Lane 0 of `r` ends up with
+    // the low halves' sums of vectors 0 2 4 6, lane 1 the high halves' of 0 2 4 6, lane 2 the
+    // low halves' of 1 3 5 7, lane 3 the high halves' of 1 3 5 7.
+    let quarter = |a: __m512, b: __m512| {
+        _mm512_add_ps(
+            _mm512_shuffle_ps::<0b01_00_01_00>(a, b),
+            _mm512_shuffle_ps::<0b11_10_11_10>(a, b),
+        )
+    };
+    let (w0, w1) = (quarter(h01, h23), quarter(h45, h67));
+    let r = _mm512_add_ps(
+        _mm512_shuffle_ps::<0b10_00_10_00>(w0, w1),
+        _mm512_shuffle_ps::<0b11_01_11_01>(w0, w1),
+    );
+    _mm512_permutexvar_ps(
+        _mm512_setr_epi32(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15),
+        r,
+    )
 }
 
 /// The scores of every row with every key, up to four rows by two keys at a time in registers
@@ -1111,6 +1157,45 @@ mod tests {
                 let mut got = [0f32; 8];
                 _mm256_storeu_ps(got.as_mut_ptr(), hsum8(v));
                 (got, v.map(|a| hsum(a)))
+            };
+            assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{lanes:?}");
+        }
+    }
+
+    /// `hsum8x2` sums each 256-bit half of its eight vectors with the bits of `hsum`, in the
+    /// documented lanes (skipped where the CPU lacks AVX-512 F/VL).
+    #[cfg(all(
+        target_arch = "x86_64",
+        target_feature = "avx2",
+        target_feature = "fma"
+    ))]
+    #[test]
+    fn hsum8x2_has_the_bits_of_hsum() {
+        use std::arch::x86_64::*;
+        if !avx512() {
+            eprintln!("skipped: no AVX-512 F/VL on this CPU");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(12);
+        for _ in 0..20_000 {
+            let lanes: [[f32; 16]; 8] = std::array::from_fn(|_| {
+                std::array::from_fn(|_| {
+                    let e = rng.random_range(-30i32..30);
+                    rng.random_range(-1f32..1.0) * 2f32.powi(e)
+                })
+            });
+            // SAFETY: the CPU has AVX-512 F/VL (checked above), the build AVX2 and FMA; each
+            // array holds 16 floats.
+            let (got, want) = unsafe {
+                let v: [__m512; 8] = std::array::from_fn(|i| _mm512_loadu_ps(lanes[i].as_ptr()));
+                let mut got = [0f32; 16];
+                _mm512_storeu_ps(got.as_mut_ptr(), hsum8x2(v));
+                let mut want = [0f32; 16];
+                for (i, l) in lanes.iter().enumerate() {
+                    want[i] = hsum(_mm256_loadu_ps(l.as_ptr()));
+                    want[8 + i] = hsum(_mm256_loadu_ps(l.as_ptr().add(8)));
+                }
+                (got, want)
             };
             assert_eq!(got.map(f32::to_bits), want.map(f32::to_bits), "{lanes:?}");
         }
