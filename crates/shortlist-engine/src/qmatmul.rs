@@ -373,14 +373,30 @@ impl Isa {
         static BEST: OnceLock<Isa> = OnceLock::new();
         *BEST.get_or_init(|| {
             let cpu = Self::cpu_best();
-            let asked = match std::env::var("SHORTLIST_ISA").as_deref() {
-                Ok("scalar") => Isa::Scalar,
-                Ok("avx2") => Isa::Avx2,
-                Ok("avx2-vnni") => Isa::Avx2Vnni,
-                Ok("avx512-vnni") => Isa::Avx512Vnni,
-                _ => cpu,
+            let Ok(name) = std::env::var("SHORTLIST_ISA") else {
+                return cpu;
             };
-            if cpu.runs(asked) { asked } else { cpu }
+            let asked = match name.as_str() {
+                "scalar" => Isa::Scalar,
+                "avx2" => Isa::Avx2,
+                "avx2-vnni" => Isa::Avx2Vnni,
+                "avx512-vnni" => Isa::Avx512Vnni,
+                _ => {
+                    tracing::warn!(
+                        value = %name,
+                        "SHORTLIST_ISA is not one of scalar, avx2, avx2-vnni, avx512-vnni; \
+                         using this CPU's best ({cpu:?})"
+                    );
+                    return cpu;
+                }
+            };
+            if !cpu.runs(asked) {
+                tracing::warn!(
+                    "SHORTLIST_ISA={name}: this CPU does not run {asked:?}; using its best ({cpu:?})"
+                );
+                return cpu;
+            }
+            asked
         })
     }
 
@@ -407,7 +423,7 @@ impl Isa {
 
     /// Whether this set has the VNNI byte dot product.
     pub(crate) fn vnni(self) -> bool {
-        self.runs(Isa::Avx2Vnni) && self != Isa::Avx2
+        self.runs(Isa::Avx2Vnni)
     }
 }
 
