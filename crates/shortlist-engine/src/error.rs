@@ -90,6 +90,14 @@ pub enum EngineError {
     /// A tensor operation failed inside the forward pass (a bug or an exhausted resource).
     #[error("compute: {0}")]
     Compute(String),
+    /// The device asked for cannot be used (no CUDA build, no driver, no such GPU, no room).
+    #[error("device {device}: {why}")]
+    Device {
+        /// The device as named (`cuda:0`).
+        device: String,
+        /// What is missing, and what to do.
+        why: String,
+    },
     /// The engine thread is gone or refused the request.
     #[error("engine unavailable: {0}")]
     Unavailable(String),

@@ -31,6 +31,7 @@
 pub mod activation;
 pub mod attention;
 pub mod chat;
+pub mod device;
 pub mod engine;
 pub mod error;
 pub mod fetch;
@@ -41,8 +42,10 @@ pub mod model;
 pub mod prefix;
 pub mod qmatmul;
 pub mod qpacked;
+pub mod reference;
 pub mod sampling;
 pub mod scheduler;
+pub mod speed;
 mod spm;
 pub mod tokenizer;
 pub mod tokenizer_json;

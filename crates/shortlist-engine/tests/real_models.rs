@@ -6,17 +6,10 @@
 
 mod common;
 
-use common::{check_against_llama_cpp, ids, jsonl, model};
+use common::{check_against_llama_cpp, data, model};
 
-use shortlist_engine::engine::{FinishReason, LoadOptions, LoadedModel, load_tokenizer_file};
-use shortlist_engine::model::{KvCache, SeqStep};
-use shortlist_engine::sampling::{SamplingParams, argmax};
-
-/// Logit gap under which two candidates count as tied: the two engines' logits differ by up
-/// to about 0.5 on these quantized models, so a smaller gap can flip the argmax legitimately.
-const NEAR_TIE: f32 = 0.5;
-/// Tokens that must match before a divergence is acceptable at all without a near-tie.
-const MUST_MATCH: usize = 32;
+use shortlist_engine::engine::{LoadOptions, LoadedModel, load_tokenizer_file};
+use shortlist_engine::reference::{check_greedy as check_against_reference, read_greedy_reference};
 
 fn check_tokenizer(model_name: &str, reference: &str) {
     let Some(path) = model(model_name) else {
@@ -48,130 +41,21 @@ fn check_greedy(model_name: &str, reference: &str) {
         },
     )
     .expect("model loads");
-    let eos = m.tokenizer().end_of_generation().to_vec();
-    let mut failures = Vec::new();
-    for r in jsonl(reference) {
-        let name = r["name"].as_str().expect("name");
-        let prompt = ids(&r["prompt_ids"]);
-        let want = ids(&r["ids"]);
-        let ref_margins: Vec<f32> = r["margins"]
-            .as_array()
-            .expect("margins")
-            .iter()
-            .map(|x| x.as_f64().expect("f64") as f32)
-            .collect();
-        // Generate only as far as needed: to the first divergence, or the whole reference.
-        let mut produced = Vec::new();
-        let out = m
-            .generate(&prompt, &SamplingParams::greedy(want.len()), |t| {
-                produced.push(t);
-                want.get(produced.len() - 1) == Some(&t)
-            })
-            .expect("generation runs");
-        teacher_forced(&m, model_name, name, &prompt, &want, &mut failures);
-        let mut got = out.tokens.clone();
-        if out.finish == FinishReason::Stop && got.len() < want.len() {
-            // The end-of-generation token is not part of the text but ends llama.cpp's list.
-            got.push(
-                want.get(got.len())
-                    .copied()
-                    .filter(|t| eos.contains(t))
-                    .unwrap_or(u32::MAX),
-            );
-        }
-        let same = got.iter().zip(&want).take_while(|(a, b)| a == b).count();
-        if same == want.len() {
-            eprintln!("{model_name}/{name}: all {same} tokens equal llama.cpp's");
-            continue;
-        }
-        let ours = out.margins.get(same).copied().unwrap_or(f32::INFINITY);
-        let theirs = ref_margins.get(same).copied().unwrap_or(f32::INFINITY);
-        let tie = ours.min(theirs) < NEAR_TIE;
-        eprintln!(
-            "{model_name}/{name}: {same} tokens equal llama.cpp's, then diverge ({} vs {}) with top-2 gaps ours {ours:.3}, llama.cpp {theirs:.3}: {}",
-            got[same],
-            want[same],
-            if tie {
-                "near-tie, accepted"
-            } else {
-                "NOT a near-tie"
-            }
-        );
-        if same < MUST_MATCH && !tie {
-            failures.push(format!(
-                "{name}: diverged at token {same} without a near-tie"
-            ));
-        }
+    let refs = read_greedy_reference(&data(reference)).expect("reference reads");
+    let report = check_against_reference(&m, &refs).expect("generation runs");
+    for c in &report.cases {
+        eprintln!("{model_name}/{}", c.describe());
     }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-}
-
-/// Feed llama.cpp's own tokens and compare the argmax at every position: a divergence in free
-/// running hides everything after it, this checks all 48 positions. A different argmax is
-/// accepted only when llama.cpp's choice is within `NEAR_TIE` of our best logit.
-fn teacher_forced(
-    m: &LoadedModel,
-    model_name: &str,
-    name: &str,
-    prompt: &[u32],
-    want: &[u32],
-    failures: &mut Vec<String>,
-) {
-    let cfg = m.model().config();
-    let mut cache =
-        KvCache::new(cfg, prompt.len() + want.len(), m.model().device()).expect("cache");
-    let chunks: Vec<&[u32]> = prompt.chunks(256).collect();
-    let mut logits = None;
-    for (i, c) in chunks.iter().enumerate() {
-        let mut step = [SeqStep {
-            tokens: c,
-            cache: &mut cache,
-            want_logits: i + 1 == chunks.len(),
-            all_logits: false,
-        }];
-        logits = m
-            .model()
-            .forward(&mut step)
-            .expect("forward")
-            .pop()
-            .flatten();
-    }
-    let (mut same, mut ties, mut worst) = (0, 0, 0f32);
-    for (i, &t) in want.iter().enumerate() {
-        let l = logits.take().expect("logits");
-        let top = argmax(&l);
-        if top == t {
-            same += 1;
-        } else {
-            let gap = l[top as usize] - l[t as usize];
-            worst = worst.max(gap);
-            if gap < NEAR_TIE {
-                ties += 1;
-            } else {
-                failures.push(format!(
-                    "{name}: position {i}: our argmax {top} beats llama.cpp's {t} by {gap:.3}"
-                ));
-            }
-        }
-        if i + 1 < want.len() {
-            let one = [t];
-            let mut step = [SeqStep {
-                tokens: &one,
-                cache: &mut cache,
-                want_logits: true,
-                all_logits: false,
-            }];
-            logits = m
-                .model()
-                .forward(&mut step)
-                .expect("forward")
-                .pop()
-                .flatten();
-        }
-    }
-    eprintln!(
-        "{model_name}/{name}: teacher-forced on llama.cpp's {} tokens: {same} same argmax, {ties} near-ties (largest gap {worst:.3})",
-        want.len()
+    assert_eq!(report.cases.len(), refs.len());
+    let failures: Vec<String> = report
+        .cases
+        .iter()
+        .flat_map(|c| c.failures.iter().map(move |f| format!("{}: {f}", c.name)))
+        .collect();
+    assert!(
+        report.passed && failures.is_empty(),
+        "{}",
+        failures.join("\n")
     );
 }
 
