@@ -5,10 +5,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde_json::json;
+use shortlist_engine::device::{DeviceSpec, KvFit, gpu_info};
 use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::http::Listener;
+use shortlist_engine::reference::{check_greedy as check_against_reference, read_greedy_reference};
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
+use shortlist_engine::speed::{SpeedPlan, kv_bytes_per_token, measure};
 
 use shortlist_runner::config::Config;
 
@@ -21,6 +24,82 @@ pub(crate) enum Command {
     Tokenize(TokenizeArgs),
     /// Serve a GGUF model over an OpenAI-compatible HTTP API with continuous batching.
     Serve(ServeArgs),
+    /// Greedy generation held to llama.cpp's pinned token ids (tests/data/engine/greedy_ref_*):
+    /// free running and teacher forced, on any device. Exit 1 when a prompt fails.
+    CheckGreedy(CheckGreedyArgs),
+    /// Raw forward-pass speed on a device: prefill of N-token prompts, and decode steps of B
+    /// sequences together (one forward pass per step). Compute throughput, not goodput.
+    Speed(SpeedArgs),
+}
+
+/// Where the model runs: `cpu`, `cuda` or `cuda:N` (default: GPU 0 in a binary built with
+/// `--features cuda` when one is visible, else the CPU).
+#[derive(Debug, clap::Args)]
+pub(crate) struct DeviceArg {
+    /// cpu, cuda or cuda:N (default: GPU 0 when this binary has CUDA and a GPU is visible, else
+    /// the CPU).
+    #[arg(long, value_parser = parse_device)]
+    device: Option<DeviceSpec>,
+}
+
+fn parse_device(s: &str) -> Result<DeviceSpec, String> {
+    s.parse()
+        .map_err(|e: shortlist_engine::EngineError| e.to_string())
+}
+
+impl DeviceArg {
+    /// The device opened, named as the user would name it.
+    pub(crate) fn open(&self) -> anyhow::Result<(DeviceSpec, shortlist_engine::device::Device)> {
+        Ok(match self.device {
+            Some(spec) => (spec, spec.open()?),
+            None => DeviceSpec::default_open(),
+        })
+    }
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckGreedyArgs {
+    /// A GGUF file, a model folder, or the name of a fetched model.
+    #[arg(long)]
+    model: String,
+    /// The pinned reference (JSON lines: name, prompt_ids, ids, margins).
+    #[arg(long)]
+    reference: PathBuf,
+    #[command(flatten)]
+    device: DeviceArg,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct SpeedArgs {
+    /// A GGUF file, a model folder, or the name of a fetched model.
+    #[arg(long)]
+    model: String,
+    #[command(flatten)]
+    device: DeviceArg,
+    /// Prompt lengths to prefill (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "512,2048")]
+    prefill: Vec<usize>,
+    /// Prompt tokens per forward pass during prefill.
+    #[arg(long, default_value_t = 512)]
+    prefill_chunk: usize,
+    /// Sequence counts decoded together (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,64")]
+    batch: Vec<usize>,
+    /// Prompt tokens each decoding sequence holds before the timed steps.
+    #[arg(long, default_value_t = 128)]
+    decode_context: usize,
+    /// Timed decode steps per batch size.
+    #[arg(long, default_value_t = 32)]
+    decode_steps: usize,
+    /// Context window to load the model with.
+    #[arg(long, default_value_t = 4096)]
+    context: usize,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -56,6 +135,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, default_value_t = 256)]
     prefix_cache_mib: usize,
     #[command(flatten)]
+    device: DeviceArg,
+    #[command(flatten)]
     limits: super::limits::LimitArgs,
 }
 
@@ -80,7 +161,7 @@ pub(crate) struct TokenizeArgs {
 pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
     match cmd {
         Command::Serve(_) => "warn,shortlist_engine::http=info",
-        Command::Tokenize(_) => "warn",
+        Command::Tokenize(_) | Command::CheckGreedy(_) | Command::Speed(_) => "warn",
     }
 }
 
@@ -88,7 +169,7 @@ pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
 pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     match cmd {
         Command::Serve(args) => args.threads,
-        Command::Tokenize(_) => None,
+        Command::Tokenize(_) | Command::CheckGreedy(_) | Command::Speed(_) => None,
     }
 }
 
@@ -96,6 +177,8 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve(args, config),
+        Command::CheckGreedy(args) => check_greedy(args),
+        Command::Speed(args) => speed(args),
     }
 }
 
@@ -149,19 +232,35 @@ fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
     let limits = args.limits.limits()?;
     // Listen before loading: a busy port is reported at once, not after the weights are read.
     let listener = Listener::bind(&args.addr, 1)?.with_limits(limits);
+    let (spec, device) = args.device.open()?;
     let opts = LoadOptions {
         context: Some(args.context.unwrap_or(8192)),
-        ..LoadOptions::default()
+        device,
     };
     // The engine's errors name the model file already.
     let model = LoadedModel::open(&path, &opts)?;
+    let on = match gpu_info(model.model().device())? {
+        Some(gpu) => {
+            // The KV cache and the prefix cache live in the GPU's memory: refuse to start with
+            // more than fits, rather than fail a request later.
+            KvFit {
+                kv_bytes_per_token: kv_bytes_per_token(&model),
+                kv_tokens: args.kv_budget_tokens as u64,
+                prefix_cache_bytes: (args.prefix_cache_mib << 20) as u64,
+                free_bytes: gpu.free_bytes,
+                usable_fraction: 0.9,
+            }
+            .check(spec)?;
+            format!("{spec}: {}", gpu.describe())
+        }
+        None => format!("{threads} compute threads"),
+    };
     eprintln!(
-        "loaded {} in {:.2} s: {} MiB of weights, context {}, {} compute threads, tokenizer from {}",
+        "loaded {} in {:.2} s: {} MiB of weights, context {}, {on}, tokenizer from {}",
         model.name(),
         model.load_time().as_secs_f64(),
         model.model().weight_bytes() >> 20,
         model.context(),
-        threads,
         model.tokenizer_source()
     );
     let cfg = SchedulerConfig {
@@ -182,5 +281,97 @@ fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
     listener
         .serve_until(engine, std::future::pending())
         .with_context(|| format!("serving on {addr}"))?;
+    Ok(Outcome::Success)
+}
+
+fn check_greedy(args: CheckGreedyArgs) -> anyhow::Result<Outcome> {
+    let path = resolve_model(&args.model)?;
+    let refs = read_greedy_reference(&args.reference)?;
+    let (spec, device) = args.device.open()?;
+    if !spec.is_cuda() {
+        check_cpu_features()?;
+    }
+    let longest = refs
+        .iter()
+        .map(|r| r.prompt.len() + r.want.len())
+        .max()
+        .unwrap_or(0);
+    let model = LoadedModel::open(
+        &path,
+        &LoadOptions {
+            context: Some(longest.max(2048)),
+            device,
+        },
+    )?;
+    let report = check_against_reference(&model, &refs)?;
+    if args.json {
+        print_json(&json!({
+            "model": model.name(),
+            "device": spec.to_string(),
+            "gpu": gpu_info(model.model().device())?,
+            "reference": args.reference.display().to_string(),
+            "report": report,
+        }))?;
+    } else {
+        for c in &report.cases {
+            println!("{}", c.describe());
+        }
+        println!(
+            "{}: {} of {} prompts pass on {spec}",
+            model.name(),
+            report
+                .cases
+                .iter()
+                .filter(|c| c.failures.is_empty())
+                .count(),
+            report.cases.len()
+        );
+    }
+    Ok(if report.passed {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+fn speed(args: SpeedArgs) -> anyhow::Result<Outcome> {
+    let path = resolve_model(&args.model)?;
+    let (spec, device) = args.device.open()?;
+    if !spec.is_cuda() {
+        check_cpu_features()?;
+    }
+    let model = LoadedModel::open(
+        &path,
+        &LoadOptions {
+            context: Some(args.context),
+            device,
+        },
+    )?;
+    let plan = SpeedPlan {
+        prefill: args.prefill,
+        prefill_chunk: args.prefill_chunk,
+        batches: args.batch,
+        decode_context: args.decode_context,
+        decode_steps: args.decode_steps,
+    };
+    let report = measure(&model, &spec.to_string(), &plan, |what| {
+        eprintln!("{}: {what} on {spec}", model.name());
+    })?;
+    if args.json {
+        print_json(&serde_json::to_value(&report)?)?;
+    } else {
+        for p in &report.prefill {
+            println!(
+                "prefill {:>5} tokens: {:>9.1} tok/s ({:.3} s)",
+                p.tokens, p.tokens_per_s, p.seconds
+            );
+        }
+        for d in &report.decode {
+            println!(
+                "decode batch {:>3}: {:>9.1} tok/s ({:.2} ms a step)",
+                d.batch, d.tokens_per_s, d.step_ms
+            );
+        }
+    }
     Ok(Outcome::Success)
 }

@@ -1,0 +1,227 @@
+//! Where the engine runs (`--device`): the code path a GPU takes, held to llama.cpp on the CPU;
+//! the clear refusal of a GPU by a binary built without CUDA; and the raw speed command that the
+//! GPU check (`scripts/gpu-check`) runs.
+
+use std::path::PathBuf;
+
+use serde_json::Value;
+
+use crate::support::{data, shortlist, smollm2, stderr, stdout};
+
+/// A model of the models folder, or `None` with the reason printed.
+fn model(file: &str) -> Option<PathBuf> {
+    let dir = smollm2()?.parent()?.to_path_buf();
+    let path = dir.join(file);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!("SKIPPED: {} is absent", path.display());
+        None
+    }
+}
+
+/// On a GPU the forward pass runs on candle's ops throughout (quantized matmuls, attention with
+/// masks, activations), not on our CPU kernels. `SHORTLIST_KERNELS=candle` runs that same code on
+/// the CPU: its greedy tokens must pass the check against llama.cpp's pinned ids on both models,
+/// as the GPU's must in `scripts/gpu-check`.
+#[test]
+fn the_gpu_code_path_matches_llama_cpp_on_the_cpu() {
+    for (file, reference) in [
+        (
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "greedy_ref_smollm2.jsonl",
+        ),
+        ("gemma-3-270m-q4_k_m.gguf", "greedy_ref_gemma3.jsonl"),
+    ] {
+        let Some(path) = model(file) else { continue };
+        let reference = data(&format!("engine/{reference}"));
+        let out = shortlist()
+            .env("SHORTLIST_KERNELS", "candle")
+            .args([
+                "engine",
+                "check-greedy",
+                "--device",
+                "cpu",
+                "--json",
+                "--model",
+            ])
+            .arg(&path)
+            .arg("--reference")
+            .arg(&reference)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
+        let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+        assert_eq!(v["device"], "cpu");
+        assert!(v["gpu"].is_null());
+        let cases = v["report"]["cases"].as_array().expect("cases");
+        let pinned = std::fs::read_to_string(&reference)
+            .expect("reference")
+            .lines()
+            .count();
+        assert_eq!(cases.len(), pinned, "{file}");
+        assert_eq!(v["report"]["passed"], true, "{file}: {}", stdout(&out));
+        for c in cases {
+            assert!(
+                c["failures"].as_array().expect("failures").is_empty(),
+                "{c}"
+            );
+            // Teacher forcing saw every reference token, and most argmaxes agree.
+            let n = c["reference_tokens"].as_u64().expect("n");
+            let same = c["forced_same"].as_u64().expect("same");
+            assert_eq!(
+                same + c["forced_near_ties"].as_u64().expect("ties"),
+                n,
+                "{c}"
+            );
+            assert!(same * 10 >= n * 9, "{file}: {c}");
+        }
+    }
+}
+
+/// A wrong reference is a failed check (exit 1), not a pass: the check can fail.
+#[test]
+fn check_greedy_fails_on_a_reference_it_does_not_match() {
+    let Some(path) = smollm2() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let line = std::fs::read_to_string(data("engine/greedy_ref_smollm2.jsonl"))
+        .expect("reference")
+        .lines()
+        .next()
+        .expect("a line")
+        .to_owned();
+    let mut v: Value = serde_json::from_str(&line).expect("json");
+    // The first answer token replaced by one far from any near-tie: id 0.
+    v["ids"][0] = 0.into();
+    let bad = dir.path().join("bad.jsonl");
+    std::fs::write(&bad, format!("{v}\n")).expect("write");
+    let out = shortlist()
+        .args([
+            "engine",
+            "check-greedy",
+            "--device",
+            "cpu",
+            "--json",
+            "--model",
+        ])
+        .arg(&path)
+        .arg("--reference")
+        .arg(&bad)
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+    assert_eq!(v["report"]["passed"], false);
+    let failures = v["report"]["cases"][0]["failures"]
+        .as_array()
+        .expect("failures");
+    assert!(
+        failures
+            .iter()
+            .any(|f| f.as_str().is_some_and(|f| f.contains("position 0"))),
+        "{failures:?}"
+    );
+}
+
+/// Without the `cuda` feature, every command that takes `--device` refuses a GPU with the reason
+/// and the way out, before loading anything; a malformed device is a usage error.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn a_gpu_is_refused_clearly_by_a_binary_without_cuda() {
+    let Some(path) = smollm2() else { return };
+    let path = path.to_string_lossy().into_owned();
+    let reference = data("engine/greedy_ref_smollm2.jsonl");
+    let reference = reference.to_string_lossy();
+    for args in [
+        vec!["engine", "serve", "--model", &path, "--addr", "127.0.0.1:0"],
+        vec!["engine", "speed", "--model", &path],
+        vec![
+            "engine",
+            "check-greedy",
+            "--model",
+            &path,
+            "--reference",
+            &reference,
+        ],
+    ] {
+        let out = shortlist()
+            .args(&args)
+            .args(["--device", "cuda:1"])
+            .output()
+            .expect("runs");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("device cuda:1: this binary was built without CUDA support")
+                && err.contains("--features cuda")
+                && err.contains("--device cpu"),
+            "{args:?}: {err}"
+        );
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = shortlist()
+        .args(["engine", "speed", "--model", &path, "--device", "cuda:one"])
+        .output()
+        .expect("runs");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("`one` is not a GPU number"), "{err}");
+}
+
+/// `engine speed`: one prefill per asked length and one decode measurement per batch size, each
+/// step of a batch one forward pass over all its sequences.
+#[test]
+fn engine_speed_reports_prefill_and_batched_decode() {
+    let Some(path) = smollm2() else { return };
+    let out = shortlist()
+        .args(["engine", "speed", "--device", "cpu", "--json", "--model"])
+        .arg(&path)
+        .args([
+            "--prefill",
+            "64,200",
+            "--batch",
+            "1,3",
+            "--decode-steps",
+            "2",
+        ])
+        .args(["--decode-context", "16"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+    assert_eq!(v["device"], "cpu");
+    // SmolLM2: 30 layers, 3 KV heads of 64, keys and values in f32.
+    assert_eq!(v["kv_bytes_per_token"], 2 * 30 * 3 * 64 * 4);
+    assert!(v["weight_bytes"].as_u64().expect("bytes") > 50_000_000);
+    let prefill: Vec<u64> = v["prefill"]
+        .as_array()
+        .expect("prefill")
+        .iter()
+        .map(|p| p["tokens"].as_u64().expect("tokens"))
+        .collect();
+    assert_eq!(prefill, [64, 200]);
+    let decode = v["decode"].as_array().expect("decode");
+    assert_eq!(decode.len(), 2);
+    for (d, batch) in decode.iter().zip([1, 3]) {
+        assert_eq!(d["batch"], batch);
+        assert_eq!(d["steps"], 2);
+        let (tps, secs) = (
+            d["tokens_per_s"].as_f64().unwrap(),
+            d["seconds"].as_f64().unwrap(),
+        );
+        assert!(tps > 0.0 && secs > 0.0, "{d}");
+        assert!((tps * secs - f64::from(batch * 2)).abs() < 1e-6, "{d}");
+    }
+    let out = shortlist()
+        .args(["engine", "speed", "--device", "cpu", "--model"])
+        .arg(&path)
+        .args(["--prefill", "999999"])
+        .output()
+        .expect("runs");
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("must be 1 to the context"),
+        "{}",
+        stderr(&out)
+    );
+}
