@@ -159,6 +159,67 @@ fn a_gpu_is_refused_clearly_by_a_binary_without_cuda() {
         );
         assert!(!err.contains("panicked"), "{err}");
     }
+    // The quality and load commands refuse it the same way, whether named by `--device` or by
+    // SHORTLIST_DEVICE.
+    let set = data("study/mini.yaml");
+    let set = set.to_string_lossy();
+    let trace = data("loadgen/small.trace.jsonl");
+    let trace = trace.to_string_lossy();
+    let engine = format!("engine:{path}");
+    for (env, args) in [
+        (
+            None,
+            vec![
+                "eval",
+                "run",
+                "--evalset",
+                &set,
+                "--candidate",
+                &path,
+                "--device",
+                "cuda:1",
+            ],
+        ),
+        (
+            Some("cuda:1"),
+            vec!["eval", "run", "--evalset", &set, "--candidate", &path],
+        ),
+        (
+            None,
+            vec![
+                "bench", "--target", &engine, "--trace", &trace, "-o", "r.jsonl", "--device",
+                "cuda:1",
+            ],
+        ),
+    ] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut cmd = shortlist();
+        cmd.current_dir(dir.path()).args(&args);
+        if let Some(device) = env {
+            cmd.env("SHORTLIST_DEVICE", device);
+        }
+        let out = cmd.output().expect("runs");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("built without CUDA support") && err.contains("--device cpu"),
+            "{args:?}: {err}"
+        );
+        if env.is_some() {
+            assert!(err.contains("SHORTLIST_DEVICE"), "{err}");
+        }
+    }
+    let out = shortlist()
+        .env("SHORTLIST_DEVICE", "tpu")
+        .args(["engine", "speed", "--model", &path])
+        .output()
+        .expect("runs");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("SHORTLIST_DEVICE") && err.contains("cuda:N"),
+        "{err}"
+    );
     let out = shortlist()
         .args(["engine", "speed", "--model", &path, "--device", "cuda:one"])
         .output()
@@ -224,4 +285,83 @@ fn engine_speed_reports_prefill_and_batched_decode() {
         "{}",
         stderr(&out)
     );
+}
+
+/// A study's candidate placed on a GPU that this binary cannot use: the job fails with the
+/// reason and is not retried, and no case is run on the CPU in its place.
+#[cfg(not(feature = "cuda"))]
+#[test]
+fn a_study_candidate_on_a_gpu_is_refused_not_moved_to_the_cpu() {
+    let Some(path) = smollm2() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let set_path = data("study/mini.yaml");
+    let yaml = std::fs::read_to_string(&set_path).expect("set");
+    let set = shortlist_evals::EvalSet::from_yaml("mini.yaml", &yaml).expect("parses");
+    let text = std::fs::read_to_string(data("study/mini.study.toml"))
+        .expect("study")
+        .replace("@EVALSET@", &set_path.display().to_string())
+        .replace("@SHA256@", set.sha256())
+        .replace("@SOURCE@", &format!("gguf:{}", path.display()))
+        .replace(
+            "price_per_device_hour = 0.05",
+            "price_per_device_hour = 0.05\ndevice = \"cuda:0\"",
+        );
+    let study = d.join("mini.study.toml");
+    std::fs::write(&study, text).expect("write");
+    let url = format!("sqlite://{}?mode=rwc", d.join("shortlist.db").display());
+    let sl = |args: &[&str]| {
+        shortlist()
+            .env("DATABASE_URL", &url)
+            .current_dir(d)
+            .args(args)
+            .output()
+            .expect("runs")
+    };
+    for args in [
+        vec!["study", "create", study.to_str().expect("utf-8")],
+        vec!["study", "lock", "mini"],
+    ] {
+        let out = sl(&args);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    }
+    // The run ends with an incomplete record (exit 1): its quality and load jobs failed.
+    let out = sl(&["study", "run", "mini"]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("device cuda:0 (named by candidate `smol` device)")
+            && err.contains("built without CUDA support"),
+        "{err}"
+    );
+    let out = sl(&["study", "status", "mini", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let status: Value = serde_json::from_str(&stdout(&out)).expect("json");
+    let generation = &status["generations"][0];
+    for kind in ["quality", "load"] {
+        let job = generation["jobs"]
+            .as_array()
+            .expect("jobs")
+            .iter()
+            .find(|j| j["kind"] == kind)
+            .expect("the job");
+        // Failed as bad input: not retried on this worker, nor run elsewhere.
+        assert_eq!(job["state"], "failed", "{job}");
+        assert_eq!(job["attempts"], 1, "{job}");
+        assert!(
+            job["last_error"]
+                .as_str()
+                .is_some_and(|e| e.contains("built without CUDA support")),
+            "{job}"
+        );
+    }
+    // Only the memory fit ran (it needs no device): no quality, load or sweep run was started,
+    // so nothing ran on the CPU in the GPU's place.
+    let runs: Vec<&str> = generation["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .map(|r| r["kind"].as_str().expect("kind"))
+        .collect();
+    assert_eq!(runs, ["fit"], "{generation}");
 }

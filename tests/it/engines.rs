@@ -334,6 +334,7 @@ fn llama_cpp_server_and_the_engine_side_by_side_on_the_same_gguf() {
         home: d.to_path_buf(),
         threads: 1,
         worker: "engines-test".to_owned(),
+        device: None,
     };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

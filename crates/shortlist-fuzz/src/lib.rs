@@ -383,6 +383,7 @@ pub fn web_upload(data: &[u8]) {
                 home: dir.join("shortlist-fuzz-no-home"),
                 threads: 1,
                 worker: "fuzz".to_owned(),
+                device: None,
             };
             (store.clone(), StudyService::new(store, config))
         }));

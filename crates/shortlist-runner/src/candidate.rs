@@ -456,10 +456,13 @@ fn transport_error(e: &reqwest::Error) -> String {
     }
 }
 
-/// Open the generator a spec names.
-pub fn open(spec: &CandidateSpec) -> Result<Box<dyn Generator>, RunError> {
+/// Open the generator a spec names; a local model on `device`.
+pub fn open(
+    spec: &CandidateSpec,
+    device: &shortlist_engine::device::Device,
+) -> Result<Box<dyn Generator>, RunError> {
     Ok(match spec {
-        CandidateSpec::Gguf(path) => Box::new(EngineGenerator::open(path)?),
+        CandidateSpec::Gguf(path) => Box::new(EngineGenerator::open_on(path, device)?),
         CandidateSpec::Endpoint { url, model } => Box::new(EndpointGenerator::new(url, model)?),
     })
 }

@@ -21,6 +21,10 @@ pub struct Config {
     pub threads: usize,
     /// The name this process's worker claims jobs under.
     pub worker: String,
+    /// Where local candidates run when their study does not say: `SHORTLIST_DEVICE` (`cpu`,
+    /// `cuda`, `cuda:N`), checked when a candidate is placed; none: GPU 0 in a CUDA build that
+    /// sees one, else the CPU ([`crate::placement`]).
+    pub device: Option<String>,
 }
 
 /// Cores this process may use (at least 1).
@@ -51,6 +55,7 @@ impl Config {
                 .unwrap_or(cores.saturating_sub(1))
                 .max(1),
             worker: format!("{}-{}", hostname(), std::process::id()),
+            device: var("SHORTLIST_DEVICE"),
         }
     }
 
@@ -112,6 +117,7 @@ mod tests {
             home: PathBuf::from("/home/u"),
             threads: 1,
             worker: "w".to_owned(),
+            device: None,
         }
     }
 

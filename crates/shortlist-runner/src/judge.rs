@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 
+use shortlist_engine::device::Device;
 use shortlist_evals::results::{CaseResult, score_case};
 use shortlist_evals::score::Outcome;
 use shortlist_evals::score::judge::{GatePolicy, JudgeCalibration, JudgeCheck, JudgeGate};
@@ -93,7 +94,8 @@ pub fn open_judges(
             ));
         }
         let loading = std::time::Instant::now();
-        let generator = crate::candidate::open(&spec)?;
+        // Judges run on the CPU: a GPU, where there is one, is the candidates'.
+        let generator = crate::candidate::open(&spec, &Device::Cpu)?;
         on_ready(&name, &generator.name(), loading.elapsed().as_secs_f64());
         judges.insert(name, generator);
     }
@@ -149,7 +151,7 @@ impl Judges {
     pub fn open(specs: &[(String, CandidateSpec)]) -> Result<Self, RunError> {
         let mut judges = Self::default();
         for (name, spec) in specs {
-            judges.insert(name.clone(), crate::candidate::open(spec)?);
+            judges.insert(name.clone(), crate::candidate::open(spec, &Device::Cpu)?);
         }
         Ok(judges)
     }

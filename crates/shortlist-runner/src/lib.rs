@@ -38,6 +38,7 @@ pub mod fingerprint;
 pub mod identity;
 pub mod jobs;
 pub mod judge;
+pub mod placement;
 pub mod progress;
 pub mod prompt;
 pub mod quality;

@@ -15,6 +15,7 @@ use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 
 use crate::candidate::CandidateSpec;
 use crate::error::{RunError, ServiceError};
+use crate::placement::Placement;
 
 /// A candidate being served.
 #[derive(Debug)]
@@ -32,13 +33,15 @@ pub struct Served {
 }
 
 impl Served {
-    /// Serve `spec` (`source` names it in messages); the engine gets `threads` compute threads.
-    /// An endpoint is asked what it is (blocking HTTP, a few seconds at most), so call this on a
-    /// thread of its own, as the load job does, never on the async runtime.
+    /// Serve `spec` (`source` names it in messages); a GGUF model goes to `placement` (the CPU
+    /// when `None`) and the engine gets `threads` compute threads. An endpoint is asked what it
+    /// is (blocking HTTP, a few seconds at most), so call this on a thread of its own, as the
+    /// load job does, never on the async runtime.
     pub fn start(
         spec: &CandidateSpec,
         source: &str,
         threads: usize,
+        placement: Option<&Placement>,
     ) -> Result<Served, ServiceError> {
         match spec {
             CandidateSpec::Endpoint { url, model } => Ok(Served {
@@ -49,17 +52,38 @@ impl Served {
                 stop: None,
                 thread: None,
             }),
-            CandidateSpec::Gguf(path) => Served::gguf(path, source, threads),
+            CandidateSpec::Gguf(path) => {
+                let cpu = Placement::cpu();
+                Served::gguf(path, source, threads, placement.unwrap_or(&cpu))
+            }
         }
     }
 
-    fn gguf(path: &Path, source: &str, threads: usize) -> Result<Served, ServiceError> {
+    fn gguf(
+        path: &Path,
+        source: &str,
+        threads: usize,
+        placement: &Placement,
+    ) -> Result<Served, ServiceError> {
         check_cpu_features().map_err(RunError::Engine)?;
-        let loaded = LoadedModel::open(path, &LoadOptions::default()).map_err(RunError::Engine)?;
+        let options = LoadOptions {
+            device: placement.device.clone(),
+            ..LoadOptions::default()
+        };
+        let loaded = LoadedModel::open(path, &options).map_err(RunError::Engine)?;
         let model = loaded.name().to_owned();
         let load_s = loaded.load_time().as_secs_f64();
-        let engine = EngineHandle::spawn(Arc::new(loaded), SchedulerConfig::default(), 1024)
-            .map_err(RunError::Engine)?;
+        let defaults = SchedulerConfig::default();
+        let config = SchedulerConfig {
+            kv_budget_tokens: crate::placement::kv_budget(
+                &loaded,
+                defaults.kv_budget_tokens,
+                defaults.prefix_cache_bytes,
+            )?,
+            ..defaults
+        };
+        let engine =
+            EngineHandle::spawn(Arc::new(loaded), config, 1024).map_err(RunError::Engine)?;
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, address) = std::sync::mpsc::channel();
         let shutdown = async move {
@@ -79,8 +103,9 @@ impl Served {
             url: format!("http://{address}"),
             model,
             backend: format!(
-                "shortlist-engine {} in-process (candle, CPU, {threads} compute thread{}), OpenAI-compatible HTTP on loopback",
+                "shortlist-engine {} in-process (candle, {}, {threads} compute thread{}), OpenAI-compatible HTTP on loopback",
                 env!("CARGO_PKG_VERSION"),
+                placement.describe(),
                 if threads == 1 { "" } else { "s" }
             ),
             load_s,

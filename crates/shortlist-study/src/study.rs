@@ -207,6 +207,21 @@ pub struct CandidateRef {
     /// The declared fallback if this candidate fails in production.
     #[serde(default)]
     pub fallback: Option<String>,
+    /// Where a local candidate runs: `cpu`, `cuda` (GPU 0) or `cuda:N`; none: the worker's
+    /// device (`SHORTLIST_DEVICE`, else GPU 0 in a CUDA build that sees one, else the CPU).
+    /// Left out of the wire form when unset, so a study written before it keeps its lock hash.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+}
+
+/// Whether `s` names a device as a candidate's `device` may: `cpu`, `cuda`, `gpu` or `cuda:N`.
+pub fn is_device_name(s: &str) -> bool {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "cpu" | "cuda" | "gpu" => true,
+        other => other
+            .strip_prefix("cuda:")
+            .is_some_and(|n| n.parse::<usize>().is_ok()),
+    }
 }
 
 /// A checked study: its wire form with the parsed SLO and disqualifier rules beside it.
@@ -411,6 +426,22 @@ impl Study {
                     &format!("candidate[{i}].price_per_device_hour"),
                     "must be ≥ 0".to_owned(),
                 ));
+            }
+            if let Some(device) = &c.device {
+                if !is_device_name(device) {
+                    return Err(bad(
+                        &format!("candidate[{i}].device"),
+                        format!("`{device}`: expected cpu, cuda or cuda:N"),
+                    ));
+                }
+                if c.source.starts_with("http://") || c.source.starts_with("https://") {
+                    return Err(bad(
+                        &format!("candidate[{i}].device"),
+                        "an endpoint runs where it is served; `device` places a local (gguf:) \
+                         candidate"
+                            .to_owned(),
+                    ));
+                }
             }
         }
         let rules = file

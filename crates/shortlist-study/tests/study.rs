@@ -259,3 +259,52 @@ fn record_snapshot() {
         ".record_sha256" => "[record hash]",
     });
 }
+
+#[test]
+fn a_candidate_device_is_checked_and_locked_only_when_set() {
+    let without = Study::from_toml("s.study.toml", STUDY)
+        .unwrap()
+        .lock("2026-11-29T10:00:00Z");
+    // Unset, it is not in the wire form: studies written before it keep their lock hash.
+    assert!(
+        !without.canonical.contains("\"device\":null"),
+        "{}",
+        without.canonical
+    );
+    let on_gpu = STUDY.replace(
+        "price_per_device_hour = 0.1",
+        "price_per_device_hour = 0.1\ndevice = \"cuda:0\"",
+    );
+    let with = Study::from_toml("s.study.toml", &on_gpu)
+        .unwrap()
+        .lock("2026-11-29T10:00:00Z");
+    assert_eq!(
+        with.study.file().candidates[0].device.as_deref(),
+        Some("cuda:0")
+    );
+    assert_ne!(with.sha256, without.sha256);
+
+    let bad = [
+        (
+            on_gpu.replace("\"cuda:0\"", "\"cuda:first\""),
+            "candidate[0].device",
+        ),
+        (
+            on_gpu.replace("\"cuda:0\"", "\"tpu\""),
+            "expected cpu, cuda or cuda:N",
+        ),
+        (
+            on_gpu.replace(
+                "gguf:SmolLM2-135M-Instruct.Q4_1.gguf",
+                "http://127.0.0.1:8000#m",
+            ),
+            "an endpoint runs where it is served",
+        ),
+    ];
+    for (text, expected) in bad {
+        let err = Study::from_toml("s.study.toml", &text)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains(expected), "expected `{expected}` in: {err}");
+    }
+}

@@ -25,6 +25,7 @@ use shortlist_runner::candidate::CandidateSpec;
 use shortlist_runner::capacity::{
     LoadTarget, calibrate_for, calibration_tokens, describe_calibration, refuses,
 };
+use shortlist_runner::config::Config;
 use shortlist_runner::serving::Served;
 
 use super::Outcome;
@@ -69,6 +70,9 @@ pub(crate) struct TargetArgs {
     /// or `none`.
     #[arg(long, default_value = "id", value_parser = RequestIds::parse)]
     pub request_ids: RequestIds,
+    /// Where an `engine:MODEL` target runs.
+    #[command(flatten)]
+    pub device: super::engine::DeviceArg,
 }
 
 #[derive(Debug, clap::Args)]
@@ -147,8 +151,9 @@ fn parse_instant(text: &str) -> Result<std::time::SystemTime, String> {
 /// long as the returned value).
 pub(crate) fn load_target(
     args: &TargetArgs,
-    threads: usize,
+    config: &Config,
 ) -> anyhow::Result<(LoadTarget, Option<Served>)> {
+    let threads = config.threads;
     let spec = args.target.as_str();
     if spec == "sim" || spec.starts_with("sim:") {
         return Ok((LoadTarget::Sim(SimConfig::parse(spec)?), None));
@@ -161,7 +166,13 @@ pub(crate) fn load_target(
         }
         let path = super::engine::resolve_model(model)?;
         // The engine's errors name the file themselves.
-        let served = Served::start(&CandidateSpec::Gguf(path.clone()), model, threads)?;
+        let placement = args.device.place(config)?;
+        let served = Served::start(
+            &CandidateSpec::Gguf(path.clone()),
+            model,
+            threads,
+            Some(&placement),
+        )?;
         eprintln!("loaded {} in {:.2} s", served.model, served.load_s);
         let target = OpenAiTarget::new(&served.url, &args.model, args.ignore_eos)?
             .with_request_ids(args.request_ids);
@@ -279,7 +290,7 @@ pub(crate) fn run(
             }
         }
     };
-    let (target, _served) = load_target(&args.target, config.threads)?;
+    let (target, _served) = load_target(&args.target, config)?;
     let workload = Arc::new(workload);
     let output = RunOutput {
         path: Some(args.output.clone()),

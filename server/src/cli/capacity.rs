@@ -112,7 +112,7 @@ pub(crate) fn run(
         std::fs::create_dir_all(dir)
             .with_context(|| format!("{}: cannot create", dir.display()))?;
     }
-    let (target, _served) = load_target(&args.target, config.threads)?;
+    let (target, _served) = load_target(&args.target, config)?;
     let options = StepOptions {
         timeout: step_timeout(&args.target)?,
         retries: args.target.retries,

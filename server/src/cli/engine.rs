@@ -5,13 +5,14 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde_json::json;
-use shortlist_engine::device::{DeviceSpec, KvFit, gpu_info};
+use shortlist_engine::device::{Device, DeviceSpec, KvFit, gpu_info};
 use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::http::Listener;
 use shortlist_engine::reference::{check_greedy as check_against_reference, read_greedy_reference};
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 use shortlist_engine::speed::{SpeedPlan, kv_bytes_per_token, measure};
+use shortlist_runner::placement::Placement;
 
 use shortlist_runner::config::Config;
 
@@ -34,7 +35,7 @@ pub(crate) enum Command {
 
 /// Where the model runs: `cpu`, `cuda` or `cuda:N` (default: GPU 0 in a binary built with
 /// `--features cuda` when one is visible, else the CPU).
-#[derive(Debug, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub(crate) struct DeviceArg {
     /// cpu, cuda or cuda:N (default: GPU 0 when this binary has CUDA and a GPU is visible, else
     /// the CPU).
@@ -48,12 +49,20 @@ fn parse_device(s: &str) -> Result<DeviceSpec, String> {
 }
 
 impl DeviceArg {
-    /// The device opened, named as the user would name it.
-    pub(crate) fn open(&self) -> anyhow::Result<(DeviceSpec, shortlist_engine::device::Device)> {
-        Ok(match self.device {
-            Some(spec) => (spec, spec.open()?),
-            None => DeviceSpec::default_open(),
-        })
+    /// The device opened, named as the user would name it: `--device`, else `SHORTLIST_DEVICE`,
+    /// else the default.
+    pub(crate) fn open(&self, config: &Config) -> anyhow::Result<(DeviceSpec, Device)> {
+        let p = self.place(config)?;
+        Ok((p.spec, p.device))
+    }
+
+    /// [`DeviceArg::open`], with what the device is.
+    pub(crate) fn place(&self, config: &Config) -> anyhow::Result<Placement> {
+        let named = self.device.map(|d| d.to_string());
+        Ok(Placement::resolve(&[
+            ("--device", named.as_deref()),
+            ("SHORTLIST_DEVICE", config.device.as_deref()),
+        ])?)
     }
 }
 
@@ -177,8 +186,8 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve(args, config),
-        Command::CheckGreedy(args) => check_greedy(args),
-        Command::Speed(args) => speed(args),
+        Command::CheckGreedy(args) => check_greedy(args, config),
+        Command::Speed(args) => speed(args, config),
     }
 }
 
@@ -232,7 +241,7 @@ fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
     let limits = args.limits.limits()?;
     // Listen before loading: a busy port is reported at once, not after the weights are read.
     let listener = Listener::bind(&args.addr, 1)?.with_limits(limits);
-    let (spec, device) = args.device.open()?;
+    let (spec, device) = args.device.open(config)?;
     let opts = LoadOptions {
         context: Some(args.context.unwrap_or(8192)),
         device,
@@ -284,10 +293,10 @@ fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-fn check_greedy(args: CheckGreedyArgs) -> anyhow::Result<Outcome> {
+fn check_greedy(args: CheckGreedyArgs, config: &Config) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
     let refs = read_greedy_reference(&args.reference)?;
-    let (spec, device) = args.device.open()?;
+    let (spec, device) = args.device.open(config)?;
     if !spec.is_cuda() {
         check_cpu_features()?;
     }
@@ -334,9 +343,9 @@ fn check_greedy(args: CheckGreedyArgs) -> anyhow::Result<Outcome> {
     })
 }
 
-fn speed(args: SpeedArgs) -> anyhow::Result<Outcome> {
+fn speed(args: SpeedArgs, config: &Config) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
-    let (spec, device) = args.device.open()?;
+    let (spec, device) = args.device.open(config)?;
     if !spec.is_cuda() {
         check_cpu_features()?;
     }

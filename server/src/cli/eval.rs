@@ -146,14 +146,15 @@ pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     }
 }
 
-/// `threads`: the compute threads `main` resolved (and gave candle) for this process.
-pub fn run(cmd: Command, threads: usize) -> anyhow::Result<Outcome> {
+/// `config`: the compute threads `main` resolved (and gave candle) for this process, and the
+/// device setting.
+pub fn run(cmd: Command, config: &shortlist_runner::config::Config) -> anyhow::Result<Outcome> {
     match cmd {
         Command::Import(a) => run_import(a),
         Command::Show(a) => run_show(a),
         Command::Score(a) => run_score(a),
         Command::Compare(a) => run_compare(a),
-        Command::Run(a) => super::quality::run(a, threads),
+        Command::Run(a) => super::quality::run(a, config),
         Command::CalibrateJudge(a) => super::quality::calibrate_judge(a),
     }
 }

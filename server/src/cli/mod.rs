@@ -130,7 +130,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args, &config),
         Command::Capacity(args) => capacity::run(args, &config),
         Command::Mock(cmd) => mock::run(cmd),
-        Command::Eval(cmd) => eval::run(cmd, config.threads),
+        Command::Eval(cmd) => eval::run(cmd, &config),
         Command::Engine(cmd) => engine::run(cmd, &config),
         Command::Models(cmd) => models::run(cmd),
         Command::Report(args) => report::run(args),

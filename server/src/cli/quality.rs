@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context as _;
+use shortlist_engine::device::Device;
 use shortlist_evals::EvalSet;
 use shortlist_evals::score::judge::{
     GatePolicy, JudgeCalibration, calibration_items, parse_labels,
 };
 use shortlist_runner::candidate::{CandidateSpec, Decoding, open};
+use shortlist_runner::config::Config;
 use shortlist_runner::judge::{
     JUDGE_MAX_TOKENS, Judges, calibrate, open_judges, parse_judge_arg, parse_judge_args,
 };
@@ -67,6 +69,9 @@ pub(crate) struct RunArgs {
     /// bar (≥ 20 items, κ ≥ 0.6) for its judge, rubric and model; otherwise it is advisory.
     #[arg(long = "judge-calibration", value_name = "FILE")]
     judge_calibrations: Vec<PathBuf>,
+    /// Where a local (GGUF) candidate runs; judges run on the CPU.
+    #[command(flatten)]
+    device: super::engine::DeviceArg,
     /// Print the results as one JSON document.
     #[arg(long)]
     json: bool,
@@ -132,8 +137,9 @@ fn open_judges_reporting(
     Ok(judges)
 }
 
-/// `threads`: the local engine's compute threads, as `main` resolved them.
-pub(crate) fn run(a: RunArgs, threads: usize) -> anyhow::Result<Outcome> {
+/// `config`: the local engine's compute threads, as `main` resolved them, and the device setting.
+pub(crate) fn run(a: RunArgs, config: &Config) -> anyhow::Result<Outcome> {
+    let threads = config.threads;
     let source = a.evalset.display().to_string();
     let set = EvalSet::from_yaml(&source, &read_text(&a.evalset)?)?;
     let spec = CandidateSpec::parse(&a.candidate)?;
@@ -172,14 +178,20 @@ pub(crate) fn run(a: RunArgs, threads: usize) -> anyhow::Result<Outcome> {
     let judge_specs = parse_judge_args(&a.judges)?;
     let calibrations = load_calibrations(&a.judge_calibrations)?;
     let loading = Instant::now();
+    let placement = match &spec {
+        CandidateSpec::Gguf(_) => Some(a.device.place(config)?),
+        CandidateSpec::Endpoint { .. } => None,
+    };
+    let device = placement.as_ref().map_or(Device::Cpu, |p| p.device.clone());
     let mut generator =
-        open(&spec).with_context(|| format!("opening candidate {}", a.candidate))?;
-    let threads = match &spec {
-        CandidateSpec::Gguf(_) => format!(
-            ", {threads} compute thread{}",
+        open(&spec, &device).with_context(|| format!("opening candidate {}", a.candidate))?;
+    let threads = match &placement {
+        Some(p) => format!(
+            " on {}, {threads} compute thread{}",
+            p.describe(),
             if threads == 1 { "" } else { "s" }
         ),
-        CandidateSpec::Endpoint { .. } => String::new(),
+        None => String::new(),
     };
     eprintln!(
         "candidate {} ready in {:.1} s{threads}",
@@ -262,7 +274,9 @@ pub(crate) fn calibrate_judge(a: CalibrateArgs) -> anyhow::Result<Outcome> {
         .map(|(case, l)| (*case, l.output.as_str(), l.human))
         .collect();
     let loading = Instant::now();
-    let mut judge = open(&spec).with_context(|| format!("opening judge {}", a.judge))?;
+    // Judges run on the CPU, as in `eval run`.
+    let mut judge =
+        open(&spec, &Device::Cpu).with_context(|| format!("opening judge {}", a.judge))?;
     eprintln!(
         "judge {name} = {} ready in {:.1} s; {} labelled replies, rubric {}",
         judge.name(),

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use shortlist_engine::device::Device;
 use shortlist_engine::engine::{LoadOptions, LoadedModel};
 use shortlist_engine::metrics::Metrics;
 use shortlist_engine::sampling::SamplingParams;
@@ -56,26 +57,44 @@ struct InFlight {
 }
 
 impl EngineGenerator {
-    /// Load the model.
+    /// Load the model on the CPU.
     pub fn open(path: &std::path::Path) -> Result<Self, RunError> {
-        Self::open_with(path, SchedulerConfig::default().prefix_cache_bytes)
+        Self::open_on(path, &Device::Cpu)
     }
 
-    /// Load the model with no prefix cache: every case computes its whole prompt on a fresh
-    /// KV cache. Slower; it shows that cached prefixes change no answer.
+    /// Load the model on `device` (the CPU, or a GPU in a CUDA build).
+    pub fn open_on(path: &std::path::Path, device: &Device) -> Result<Self, RunError> {
+        Self::open_with(path, device, SchedulerConfig::default().prefix_cache_bytes)
+    }
+
+    /// Load the model on the CPU with no prefix cache: every case computes its whole prompt on
+    /// a fresh KV cache. Slower; it shows that cached prefixes change no answer.
     pub fn open_fresh(path: &std::path::Path) -> Result<Self, RunError> {
-        Self::open_with(path, 0)
+        Self::open_with(path, &Device::Cpu, 0)
     }
 
-    fn open_with(path: &std::path::Path, prefix_cache_bytes: usize) -> Result<Self, RunError> {
-        let model = Arc::new(LoadedModel::open(path, &LoadOptions::default())?);
+    fn open_with(
+        path: &std::path::Path,
+        device: &Device,
+        prefix_cache_bytes: usize,
+    ) -> Result<Self, RunError> {
+        let options = LoadOptions {
+            device: device.clone(),
+            ..LoadOptions::default()
+        };
+        let model = Arc::new(LoadedModel::open(path, &options)?);
         let name = model.name().to_owned();
         let config = SchedulerConfig {
             prefix_cache_bytes,
             max_running: MAX_CONCURRENCY,
             max_waiting: MAX_CONCURRENCY,
-            // Room for every sequence in flight at the model's whole context.
-            kv_budget_tokens: model.context() * MAX_CONCURRENCY,
+            // Room for every sequence in flight at the model's whole context (on a GPU, as
+            // many as its free memory holds).
+            kv_budget_tokens: crate::placement::kv_budget(
+                &model,
+                model.context() * MAX_CONCURRENCY,
+                prefix_cache_bytes,
+            )?,
             // Steps are sized by tokens: quality has no latency target.
             step_time_target: None,
             ..SchedulerConfig::default()

@@ -24,6 +24,7 @@ use crate::capacity::{
     analyze_stored, flagged_by_calibration, next_rate,
 };
 use crate::error::ServiceError;
+use crate::placement::Placement;
 use crate::progress::{LoadStepProgress, Phase};
 use crate::serving::Served;
 use crate::time::{at_ms, now_ms};
@@ -73,6 +74,8 @@ pub(super) struct Lazy<'a> {
     workload: shortlist_loadgen::workload::Workload,
     slo: shortlist_measure::slo::Slo,
     host: String,
+    /// Where a GGUF candidate runs; `None` for an endpoint.
+    placement: Option<Placement>,
     state: Option<(Served, Sweep)>,
 }
 
@@ -97,9 +100,12 @@ impl<'a> Lazy<'a> {
         } else {
             None
         };
+        let spec = CandidateSpec::parse(&ctx.config.expand_source(&c.source))?;
+        let placement = ctx.place(&c, &spec)?;
         Ok(Lazy {
             ctx,
-            spec: CandidateSpec::parse(&ctx.config.expand_source(&c.source))?,
+            spec,
+            placement,
             source: c.source.clone(),
             workload: study_workload(&file.workload, trace.as_deref())?,
             slo: locked.study.slo().clone(),
@@ -119,7 +125,12 @@ impl<'a> Lazy<'a> {
 
     pub(super) fn sweep(&mut self) -> Result<(&Served, &mut Sweep), ServiceError> {
         if self.state.is_none() {
-            let served = Served::start(&self.spec, &self.source, self.ctx.config.threads)?;
+            let served = Served::start(
+                &self.spec,
+                &self.source,
+                self.ctx.config.threads,
+                self.placement.as_ref(),
+            )?;
             // `ignore_eos`: each request generates the output length the workload names, as
             // vLLM-style servers (and ours) honour it; a model that would stop early must not
             // make the load lighter than the product's.
@@ -453,7 +464,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         Plan::Search { bisections, .. } => 3 + u64::from(*bisections),
     };
 
-    let load_run = ctx.start_run(RunKind::Load, "target")?;
+    let load_run = ctx.start_run_on(RunKind::Load, "target", lazy.placement.as_ref())?;
     let stored = ctx.block(ctx.store.load_results(load_run.id))?;
     let target_report: Report = match stored.iter().find(|r| r.label == "target") {
         Some(r) => analyze_stored("target", &records_text(&r.records)?, &slo, &host)?,
@@ -470,7 +481,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         return Ok(Finished::Released);
     }
 
-    let sweep_run = ctx.start_run(RunKind::Sweep, "sweep")?;
+    let sweep_run = ctx.start_run_on(RunKind::Sweep, "sweep", lazy.placement.as_ref())?;
     let stored = ctx.block(ctx.store.load_results(sweep_run.id))?;
     let verdict = |report: &Report, rate: f64| {
         let step = StepResult {

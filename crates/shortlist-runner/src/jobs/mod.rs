@@ -21,8 +21,11 @@ use shortlist_store::runs::{Executor, Run, RunKind, RunSpec};
 use shortlist_study::study::{CandidateRef, LockedStudy};
 use tokio::runtime::Handle;
 
+use crate::candidate::CandidateSpec;
 use crate::config::Config;
 use crate::error::ServiceError;
+use crate::fingerprint::MachineFingerprint;
+use crate::placement::Placement;
 use crate::progress::ProgressSink;
 
 /// What a job does.
@@ -206,6 +209,45 @@ impl JobContext {
     /// The run of this job's generation and candidate of `kind` and `label`, created if new and
     /// marked running by this worker.
     pub fn start_run(&self, kind: RunKind, label: &str) -> Result<Run, ServiceError> {
+        self.start_run_on(kind, label, None)
+    }
+
+    /// Where candidate `c` (parsed as `spec`) runs: `None` for an endpoint (it runs where it is
+    /// served), else its `device`, the worker's `SHORTLIST_DEVICE`, or the default, opened.
+    pub fn place(
+        &self,
+        c: &CandidateRef,
+        spec: &CandidateSpec,
+    ) -> Result<Option<Placement>, ServiceError> {
+        if matches!(spec, CandidateSpec::Endpoint { .. }) {
+            return Ok(None);
+        }
+        let placement = Placement::resolve(&[
+            (
+                &format!("candidate `{}` device", c.name),
+                c.device.as_deref(),
+            ),
+            ("SHORTLIST_DEVICE", self.config.device.as_deref()),
+        ])?;
+        Ok(Some(placement))
+    }
+
+    /// [`JobContext::start_run`], the run stamped with the device its local candidate runs on
+    /// (the worker's fingerprint with the backend and GPU of `placement`).
+    pub fn start_run_on(
+        &self,
+        kind: RunKind,
+        label: &str,
+        placement: Option<&Placement>,
+    ) -> Result<Run, ServiceError> {
+        let mut executor = self.executor.clone();
+        if let Some(placement) = placement
+            && let Ok(machine) =
+                serde_json::from_value::<MachineFingerprint>(executor.machine.clone())
+        {
+            executor.machine =
+                serde_json::to_value(placement.stamp(machine)).unwrap_or(executor.machine);
+        }
         let run = self.block(self.store.open_run(&RunSpec {
             study: self.payload.study.clone(),
             study_version: self.payload.version,
@@ -214,7 +256,7 @@ impl JobContext {
             kind,
             label: label.to_owned(),
         }))?;
-        self.block(self.store.start_run(run.id, &self.executor))?;
+        self.block(self.store.start_run(run.id, &executor))?;
         Ok(run)
     }
 }

@@ -13,6 +13,7 @@
 //! run is finished by the shard that stores its last case.
 
 use serde_json::Value as Json;
+use shortlist_engine::device::Device;
 use shortlist_evals::results::CaseOutcome;
 use shortlist_store::runs::{CaseResult as StoredCase, RunKind};
 
@@ -35,7 +36,9 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let locked = ctx.locked()?;
     let c = ctx.candidate(&locked)?;
     let set = ctx.block(stored_set(&ctx.store, &locked))?;
-    let run = ctx.start_run(RunKind::Quality, "quality")?;
+    let spec = CandidateSpec::parse(&ctx.config.expand_source(&c.source))?;
+    let placement = ctx.place(&c, &spec)?;
+    let run = ctx.start_run_on(RunKind::Quality, "quality", placement.as_ref())?;
     let shard = ctx.payload.shard;
     let mine: std::collections::BTreeSet<&str> = set
         .cases()
@@ -92,9 +95,9 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let mut errors = Vec::new();
     let mut released = false;
     if !pending.is_empty() {
-        let spec = CandidateSpec::parse(&ctx.config.expand_source(&c.source))?;
         let concurrency = quality_concurrency(&locked, &spec, &c.name, &c.source);
-        let mut generator = open(&spec)?;
+        let device = placement.map_or(Device::Cpu, |p| p.device);
+        let mut generator = open(&spec, &device)?;
         let decoding = Decoding {
             max_tokens: ctx.payload.max_tokens,
             sampling: None,

@@ -482,6 +482,7 @@ impl StudyService {
             config_sha256: None,
             price_per_device_hour: price_per_device_hour.unwrap_or(0.0),
             fallback: None,
+            device: None,
         };
         let mut config = super::create::candidate_config(&self.config, &c).map_err(bad)?;
         if let Some(dir) = folder {

@@ -314,13 +314,18 @@ pub(super) fn candidate_config(
         }
         CandidateSpec::Endpoint { .. } => None,
     };
-    Ok(json!({
+    let mut stored = json!({
         "name": c.name,
         "source": c.source,
         "price_per_device_hour": c.price_per_device_hour,
         "fallback": c.fallback,
         "gguf": facts,
-    }))
+    });
+    // Only when set: a candidate stored before `device` existed keeps its configuration hash.
+    if let Some(device) = &c.device {
+        stored["device"] = json!(device);
+    }
+    Ok(stored)
 }
 
 /// Before a lock: every GGUF candidate's file is still where the study says.
