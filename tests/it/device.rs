@@ -365,3 +365,70 @@ fn a_study_candidate_on_a_gpu_is_refused_not_moved_to_the_cpu() {
         .collect();
     assert_eq!(runs, ["fit"], "{generation}");
 }
+
+/// `scripts/gpu-check dry-run`: the script that a GPU machine will run, run here on the CPU with
+/// this build's binary and small sizes, so that it cannot rot while no GPU is lent. Its summary
+/// must hold a passing greedy check of both models, both speed reports and a load step whose
+/// output tokens are exactly those asked for.
+#[test]
+fn the_gpu_check_script_runs_dry_on_the_cpu() {
+    let Some(smollm2) = smollm2() else { return };
+    let out_dir = tempfile::tempdir().expect("tempdir");
+    let out = std::process::Command::new(crate::support::repo_root().join("scripts/gpu-check"))
+        .arg("dry-run")
+        .env("SHORTLIST_BIN", env!("CARGO_BIN_EXE_shortlist"))
+        .env(
+            "SHORTLIST_MODELS_DIR",
+            smollm2.parent().expect("models folder"),
+        )
+        .env("OUT", out_dir.path())
+        .env("RATES", "2")
+        .env("REQUESTS", "4")
+        .output()
+        .expect("the script runs");
+    let log = std::fs::read_to_string(out_dir.path().join("log.txt")).unwrap_or_default();
+    assert_eq!(out.status.code(), Some(0), "{}\n{log}", stderr(&out));
+    let summary: Value = serde_json::from_str(
+        &std::fs::read_to_string(out_dir.path().join("summary.json")).expect("a summary"),
+    )
+    .expect("the summary is JSON");
+    assert_eq!(summary["device"], "cpu");
+    let greedy = summary["greedy"].as_array().expect("greedy");
+    assert_eq!(greedy.len(), 2, "{summary}");
+    for g in greedy {
+        assert_eq!(g["passed"], true, "{g}");
+        assert_eq!(g["prompts"], 5, "{g}");
+    }
+    let speed = summary["speed"].as_array().expect("speed");
+    assert_eq!(speed.len(), 2, "{summary}");
+    for s in speed {
+        assert!(
+            s["prefill_tok_s"]["512"].as_f64().is_some_and(|t| t > 0.0),
+            "{s}"
+        );
+        assert!(
+            s["decode_tok_s"]["8"].as_f64().is_some_and(|t| t > 0.0),
+            "{s}"
+        );
+        assert!(s["decode_b1_of_bandwidth_bound"].as_f64().is_some(), "{s}");
+    }
+    let bench = summary["bench"].as_array().expect("bench");
+    assert_eq!(bench.len(), 1, "{summary}");
+    let step = &bench[0];
+    assert_eq!(step["offered_rps"], 2.0, "{step}");
+    assert_eq!(step["loop"], "open", "{step}");
+    assert_eq!(step["requests"], 4, "{step}");
+    assert_eq!(step["output_tokens_requested"], 800, "{step}");
+    assert_eq!(step["output_tokens_generated"], 800, "{step}");
+    let (good, through) = (
+        step["goodput_rps"].as_f64().expect("goodput"),
+        step["throughput_rps"].as_f64().expect("throughput"),
+    );
+    assert!(good <= through, "{step}");
+    assert!(
+        step["ttft_population"]
+            .as_str()
+            .is_some_and(|p| !p.is_empty()),
+        "{step}"
+    );
+}

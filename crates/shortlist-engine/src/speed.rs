@@ -156,7 +156,11 @@ pub fn measure(
     }
     let mut decode = Vec::new();
     for &b in &plan.batches {
-        progress(&format!("decode of {b} sequences together"));
+        progress(&if b == 1 {
+            "decode of 1 sequence".to_owned()
+        } else {
+            format!("decode of {b} sequences together")
+        });
         let cap = decode_tokens;
         let mut caches = (0..b)
             .map(|_| KvCache::new(cfg, cap, dev))
