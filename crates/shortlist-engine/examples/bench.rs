@@ -75,18 +75,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let prompt = &all[..n.min(all.len())];
         let mut cache = KvCache::new(cfg, prompt.len() + 1, dev)?;
         let t = Instant::now();
-        let chunks: Vec<&[u32]> = prompt.chunks(512).collect();
-        for (i, c) in chunks.iter().enumerate() {
-            let mut step = [SeqStep {
-                tokens: c,
-                cache: &mut cache,
-                want_logits: i + 1 == chunks.len(),
-                all_logits: false,
-            }];
-            let l = m.model().forward(&mut step)?;
-            if let Some(Some(l)) = l.first() {
-                argmax(l);
-            }
+        if let Some(l) = m.model().prefill(prompt, &mut cache, 512)? {
+            argmax(&l);
         }
         let s = t.elapsed().as_secs_f64();
         println!(

@@ -466,19 +466,10 @@ impl LoadedModel {
         reuse.tokens.truncate(keep);
         reuse.last_reused = keep;
         reuse.reused_tokens += keep as u64;
-        let mut logits = None;
-        let chunks: Vec<&[u32]> = prompt[keep..].chunks(DEFAULT_PREFILL_CHUNK).collect();
-        for (i, chunk) in chunks.iter().enumerate() {
-            let want = i + 1 == chunks.len();
-            let mut step = [SeqStep {
-                tokens: chunk,
-                cache: &mut *cache,
-                want_logits: want,
-                all_logits: false,
-            }];
-            logits = self.model.forward(&mut step)?.pop().flatten();
-            reuse.tokens.extend_from_slice(chunk);
-        }
+        let mut logits = self
+            .model
+            .prefill(&prompt[keep..], cache, DEFAULT_PREFILL_CHUNK)?;
+        reuse.tokens.extend_from_slice(&prompt[keep..]);
         let mut sampler = params.sampler();
         let mut detok = Detokenizer::default();
         let mut out = Generation {

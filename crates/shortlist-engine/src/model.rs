@@ -558,6 +558,28 @@ impl Model {
         self.vocab
     }
 
+    /// Feed `tokens` of one sequence to `cache`, at most `chunk` tokens per forward pass; the
+    /// logits of the last token (none for an empty `tokens`).
+    pub fn prefill(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        chunk: usize,
+    ) -> Result<Option<Vec<f32>>> {
+        let chunks: Vec<&[u32]> = tokens.chunks(chunk.max(1)).collect();
+        let mut logits = None;
+        for (i, c) in chunks.iter().enumerate() {
+            let mut step = [SeqStep {
+                tokens: c,
+                cache: &mut *cache,
+                want_logits: i + 1 == chunks.len(),
+                all_logits: false,
+            }];
+            logits = self.forward(&mut step)?.pop().flatten();
+        }
+        Ok(logits)
+    }
+
     /// Run one step over several sequences. Returns, for each sequence with `want_logits`, the
     /// logits of its last new token (`vocab` floats), for each with `all_logits` those of all
     /// its new tokens, in input order; `None` for the others.

@@ -185,17 +185,7 @@ pub fn check_greedy(m: &LoadedModel, refs: &[GreedyReference]) -> Result<GreedyR
 fn teacher_forced(m: &LoadedModel, r: &GreedyReference) -> Result<GreedyCase> {
     let cfg = m.model().config();
     let mut cache = KvCache::new(cfg, r.prompt.len() + r.want.len(), m.model().device())?;
-    let chunks: Vec<&[u32]> = r.prompt.chunks(256).collect();
-    let mut logits = None;
-    for (i, c) in chunks.iter().enumerate() {
-        let mut step = [SeqStep {
-            tokens: c,
-            cache: &mut cache,
-            want_logits: i + 1 == chunks.len(),
-            all_logits: false,
-        }];
-        logits = m.model().forward(&mut step)?.pop().flatten();
-    }
+    let mut logits = m.model().prefill(&r.prompt, &mut cache, 256)?;
     let mut case = GreedyCase {
         name: r.name.clone(),
         prompt_tokens: r.prompt.len(),

@@ -134,18 +134,9 @@ pub fn measure(
         let prompt = &all[..n];
         let mut cache = KvCache::new(cfg, n, dev)?;
         let t = Instant::now();
-        let chunks: Vec<&[u32]> = prompt.chunks(plan.prefill_chunk.max(1)).collect();
-        for (i, c) in chunks.iter().enumerate() {
-            let mut step = [SeqStep {
-                tokens: c,
-                cache: &mut cache,
-                want_logits: i + 1 == chunks.len(),
-                all_logits: false,
-            }];
-            // Reading the logits back waits for the device to finish.
-            if let Some(Some(l)) = m.model().forward(&mut step)?.first() {
-                argmax(l);
-            }
+        // Reading the logits back waits for the device to finish.
+        if let Some(l) = m.model().prefill(prompt, &mut cache, plan.prefill_chunk)? {
+            argmax(&l);
         }
         let seconds = t.elapsed().as_secs_f64();
         prefill.push(PrefillSpeed {
