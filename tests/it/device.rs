@@ -20,6 +20,32 @@ fn model(file: &str) -> Option<PathBuf> {
     }
 }
 
+/// `engine check-greedy --device cpu --json` of `model` against `reference`, with
+/// `SHORTLIST_KERNELS` set to `kernels` when given.
+fn check_greedy_on_cpu(
+    model: &std::path::Path,
+    reference: &std::path::Path,
+    kernels: Option<&str>,
+) -> std::process::Output {
+    let mut cmd = shortlist();
+    if let Some(kernels) = kernels {
+        cmd.env("SHORTLIST_KERNELS", kernels);
+    }
+    cmd.args([
+        "engine",
+        "check-greedy",
+        "--device",
+        "cpu",
+        "--json",
+        "--model",
+    ])
+    .arg(model)
+    .arg("--reference")
+    .arg(reference)
+    .output()
+    .expect("runs")
+}
+
 /// On a GPU the forward pass runs on candle's ops throughout (quantized matmuls, attention with
 /// masks, activations), not on our CPU kernels. `SHORTLIST_KERNELS=candle` runs that same code on
 /// the CPU: its greedy tokens must pass the check against llama.cpp's pinned ids on both models,
@@ -35,21 +61,7 @@ fn the_gpu_code_path_matches_llama_cpp_on_the_cpu() {
     ] {
         let Some(path) = model(file) else { continue };
         let reference = data(&format!("engine/{reference}"));
-        let out = shortlist()
-            .env("SHORTLIST_KERNELS", "candle")
-            .args([
-                "engine",
-                "check-greedy",
-                "--device",
-                "cpu",
-                "--json",
-                "--model",
-            ])
-            .arg(&path)
-            .arg("--reference")
-            .arg(&reference)
-            .output()
-            .expect("runs");
+        let out = check_greedy_on_cpu(&path, &reference, Some("candle"));
         assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
         let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
         assert_eq!(v["device"], "cpu");
@@ -95,20 +107,7 @@ fn check_greedy_fails_on_a_reference_it_does_not_match() {
     v["ids"][0] = 0.into();
     let bad = dir.path().join("bad.jsonl");
     std::fs::write(&bad, format!("{v}\n")).expect("write");
-    let out = shortlist()
-        .args([
-            "engine",
-            "check-greedy",
-            "--device",
-            "cpu",
-            "--json",
-            "--model",
-        ])
-        .arg(&path)
-        .arg("--reference")
-        .arg(&bad)
-        .output()
-        .expect("runs");
+    let out = check_greedy_on_cpu(&path, &bad, None);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
     assert_eq!(v["report"]["passed"], false);
