@@ -254,7 +254,30 @@ pub struct KvFit {
     pub usable_fraction: f64,
 }
 
+/// Share of a GPU's free memory (after the weights) that the caches may take.
+pub const KV_USABLE_FRACTION: f64 = 0.9;
+
 impl KvFit {
+    /// The fit of `kv_tokens` and `prefix_cache_bytes` on the GPU that `m` was loaded on, with
+    /// the memory free now (after the weights), and that GPU; `None` on the CPU.
+    pub fn on_gpu_of(
+        m: &crate::engine::LoadedModel,
+        kv_tokens: u64,
+        prefix_cache_bytes: u64,
+    ) -> Result<Option<(GpuInfo, KvFit)>> {
+        let Some(gpu) = gpu_info(m.model().device())? else {
+            return Ok(None);
+        };
+        let fit = KvFit {
+            kv_bytes_per_token: m.model().config().kv_bytes_per_token() as u64,
+            kv_tokens,
+            prefix_cache_bytes,
+            free_bytes: gpu.free_bytes,
+            usable_fraction: KV_USABLE_FRACTION,
+        };
+        Ok(Some((gpu, fit)))
+    }
+
     /// Bytes the caches need.
     pub fn needed_bytes(&self) -> u64 {
         self.kv_bytes_per_token.saturating_mul(self.kv_tokens) + self.prefix_cache_bytes

@@ -68,12 +68,6 @@ pub struct SpeedReport {
     pub decode: Vec<DecodeSpeed>,
 }
 
-/// Bytes of keys and values one cached token takes (f32, all layers).
-pub fn kv_bytes_per_token(m: &LoadedModel) -> u64 {
-    let c = m.model().config();
-    (2 * c.n_layer * c.n_kv_head * c.head_dim * std::mem::size_of::<f32>()) as u64
-}
-
 /// Run `plan` on `m`, calling `progress` with a line before each measurement.
 pub fn measure(
     m: &LoadedModel,
@@ -208,7 +202,7 @@ pub fn measure(
         device: device_name.to_owned(),
         gpu: gpu_info(dev)?,
         weight_bytes: m.model().weight_bytes() as u64,
-        kv_bytes_per_token: kv_bytes_per_token(m),
+        kv_bytes_per_token: m.model().config().kv_bytes_per_token() as u64,
         prefill,
         decode,
     })

@@ -8,7 +8,6 @@
 use shortlist_engine::EngineError;
 use shortlist_engine::device::{Device, DeviceSpec, GpuInfo, KvFit, gpu_info};
 use shortlist_engine::engine::LoadedModel;
-use shortlist_engine::speed::kv_bytes_per_token;
 
 use crate::error::RunError;
 use crate::fingerprint::MachineFingerprint;
@@ -104,15 +103,10 @@ pub fn kv_budget(
     wanted: usize,
     prefix_cache_bytes: usize,
 ) -> Result<usize, RunError> {
-    let Some(gpu) = gpu_info(model.model().device())? else {
+    let Some((gpu, fit)) =
+        KvFit::on_gpu_of(model, model.context() as u64, prefix_cache_bytes as u64)?
+    else {
         return Ok(wanted);
-    };
-    let fit = KvFit {
-        kv_bytes_per_token: kv_bytes_per_token(model),
-        kv_tokens: model.context() as u64,
-        prefix_cache_bytes: prefix_cache_bytes as u64,
-        free_bytes: gpu.free_bytes,
-        usable_fraction: 0.9,
     };
     // One sequence at the whole context must fit; more is a matter of admission.
     fit.check(DeviceSpec::Cuda(gpu.ordinal))?;

@@ -5,13 +5,13 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use serde_json::json;
-use shortlist_engine::device::{Device, DeviceSpec, KvFit, gpu_info};
+use shortlist_engine::device::{DeviceSpec, KvFit};
 use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::http::Listener;
 use shortlist_engine::reference::{check_greedy as check_against_reference, read_greedy_reference};
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
-use shortlist_engine::speed::{SpeedPlan, kv_bytes_per_token, measure};
+use shortlist_engine::speed::{SpeedPlan, measure};
 use shortlist_runner::placement::Placement;
 
 use shortlist_runner::config::Config;
@@ -49,14 +49,29 @@ fn parse_device(s: &str) -> Result<DeviceSpec, String> {
 }
 
 impl DeviceArg {
-    /// The device opened, named as the user would name it: `--device`, else `SHORTLIST_DEVICE`,
-    /// else the default.
-    pub(crate) fn open(&self, config: &Config) -> anyhow::Result<(DeviceSpec, Device)> {
-        let p = self.place(config)?;
-        Ok((p.spec, p.device))
+    /// The model at `path` loaded with `context` on the device named; on the CPU, our kernels'
+    /// instruction set checked first.
+    pub(crate) fn load(
+        &self,
+        config: &Config,
+        path: &Path,
+        context: usize,
+    ) -> anyhow::Result<(Placement, LoadedModel)> {
+        let placement = self.place(config)?;
+        if !placement.spec.is_cuda() {
+            check_cpu_features()?;
+        }
+        let options = LoadOptions {
+            context: Some(context),
+            device: placement.device.clone(),
+        };
+        // The engine's errors name the model file already.
+        let model = LoadedModel::open(path, &options)?;
+        Ok((placement, model))
     }
 
-    /// [`DeviceArg::open`], with what the device is.
+    /// The device opened, with what it is: `--device`, else `SHORTLIST_DEVICE`, else the
+    /// default.
     pub(crate) fn place(&self, config: &Config) -> anyhow::Result<Placement> {
         let named = self.device.map(|d| d.to_string());
         Ok(Placement::resolve(&[
@@ -235,31 +250,25 @@ fn tokenize(args: TokenizeArgs) -> anyhow::Result<Outcome> {
 }
 
 fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
-    check_cpu_features()?;
     let threads = config.threads;
     let path = resolve_model(&args.model)?;
     let limits = args.limits.limits()?;
     // Listen before loading: a busy port is reported at once, not after the weights are read.
     let listener = Listener::bind(&args.addr, 1)?.with_limits(limits);
-    let (spec, device) = args.device.open(config)?;
-    let opts = LoadOptions {
-        context: Some(args.context.unwrap_or(8192)),
-        device,
-    };
-    // The engine's errors name the model file already.
-    let model = LoadedModel::open(&path, &opts)?;
-    let on = match gpu_info(model.model().device())? {
-        Some(gpu) => {
+    let (placement, model) = args
+        .device
+        .load(config, &path, args.context.unwrap_or(8192))?;
+    let spec = placement.spec;
+    let fit = KvFit::on_gpu_of(
+        &model,
+        args.kv_budget_tokens as u64,
+        (args.prefix_cache_mib << 20) as u64,
+    )?;
+    let on = match fit {
+        Some((gpu, fit)) => {
             // The KV cache and the prefix cache live in the GPU's memory: refuse to start with
             // more than fits, rather than fail a request later.
-            KvFit {
-                kv_bytes_per_token: kv_bytes_per_token(&model),
-                kv_tokens: args.kv_budget_tokens as u64,
-                prefix_cache_bytes: (args.prefix_cache_mib << 20) as u64,
-                free_bytes: gpu.free_bytes,
-                usable_fraction: 0.9,
-            }
-            .check(spec)?;
+            fit.check(spec)?;
             format!("{spec}: {}", gpu.describe())
         }
         None => format!("{threads} compute threads"),
@@ -296,28 +305,19 @@ fn serve(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
 fn check_greedy(args: CheckGreedyArgs, config: &Config) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
     let refs = read_greedy_reference(&args.reference)?;
-    let (spec, device) = args.device.open(config)?;
-    if !spec.is_cuda() {
-        check_cpu_features()?;
-    }
     let longest = refs
         .iter()
         .map(|r| r.prompt.len() + r.want.len())
         .max()
         .unwrap_or(0);
-    let model = LoadedModel::open(
-        &path,
-        &LoadOptions {
-            context: Some(longest.max(2048)),
-            device,
-        },
-    )?;
+    let (placement, model) = args.device.load(config, &path, longest.max(2048))?;
+    let spec = placement.spec;
     let report = check_against_reference(&model, &refs)?;
     if args.json {
         print_json(&json!({
             "model": model.name(),
             "device": spec.to_string(),
-            "gpu": gpu_info(model.model().device())?,
+            "gpu": placement.gpu,
             "reference": args.reference.display().to_string(),
             "report": report,
         }))?;
@@ -345,17 +345,8 @@ fn check_greedy(args: CheckGreedyArgs, config: &Config) -> anyhow::Result<Outcom
 
 fn speed(args: SpeedArgs, config: &Config) -> anyhow::Result<Outcome> {
     let path = resolve_model(&args.model)?;
-    let (spec, device) = args.device.open(config)?;
-    if !spec.is_cuda() {
-        check_cpu_features()?;
-    }
-    let model = LoadedModel::open(
-        &path,
-        &LoadOptions {
-            context: Some(args.context),
-            device,
-        },
-    )?;
+    let (placement, model) = args.device.load(config, &path, args.context)?;
+    let spec = placement.spec;
     let plan = SpeedPlan {
         prefill: args.prefill,
         prefill_chunk: args.prefill_chunk,
