@@ -634,38 +634,33 @@ impl Model {
         if cfg.embedding_scale != 1.0 {
             x = (x * f64::from(cfg.embedding_scale))?;
         }
-        // Rotary tables for exactly the positions this step touches, per sequence and base.
-        let ropes: Vec<SeqRope> = seqs
+        // Rotary tables for exactly the positions this step touches, one row per new token (its
+        // position in its own sequence): every row of the step is rotated in one call per layer.
+        let positions: Vec<usize> = seqs
             .iter()
-            .map(|s| {
-                let (c, si) = rope_table(
-                    cfg.rope_base,
-                    cfg.head_dim,
-                    s.cache.len(),
-                    s.tokens.len(),
-                    &self.device,
-                )?;
-                let local = if cfg.sliding_window.is_some() && cfg.rope_base_local != cfg.rope_base
-                {
-                    Some(rope_table(
-                        cfg.rope_base_local,
-                        cfg.head_dim,
-                        s.cache.len(),
-                        s.tokens.len(),
-                        &self.device,
-                    )?)
-                } else {
-                    None
-                };
-                Ok((c, si, local))
-            })
-            .collect::<Result<_>>()?;
+            .flat_map(|s| s.cache.len()..s.cache.len() + s.tokens.len())
+            .collect();
+        let rope_global = rope_table(cfg.rope_base, cfg.head_dim, &positions, &self.device)?;
+        let rope_local = if cfg.sliding_window.is_some() && cfg.rope_base_local != cfg.rope_base {
+            Some(rope_table(
+                cfg.rope_base_local,
+                cfg.head_dim,
+                &positions,
+                &self.device,
+            )?)
+        } else {
+            None
+        };
         let blocked = blocked_attention(&self.device);
-        // Masks only for candle's attention; the blocked kernel knows which keys each row sees.
+        // Masks only for candle's attention, and only for prompt chunks: a decode row sees every
+        // key from the start of its window on. The blocked kernel knows which keys each row sees.
         let masks: Vec<(Option<Tensor>, Option<Tensor>)> = seqs
             .iter()
             .filter(|_| !blocked)
             .map(|s| {
+                if s.tokens.len() == 1 {
+                    return Ok((None, None));
+                }
                 let global = attention_mask(s.cache.len(), s.tokens.len(), None, &self.device)?;
                 let local = match cfg.sliding_window {
                     Some(w) => {
@@ -683,26 +678,35 @@ impl Model {
         };
         for (il, layer) in self.layers.iter().enumerate() {
             let h = candle_nn::ops::rms_norm(&x, &layer.attn_norm, cfg.rms_eps)?;
-            let q = layer.wq.forward(&h)?;
-            let k = layer.wk.forward(&h)?;
-            let v = layer.wv.forward(&h)?;
+            let (q, k) = self.rotate(
+                layer,
+                layer.wq.forward(&h)?,
+                layer.wk.forward(&h)?,
+                match (&rope_local, layer.local) {
+                    (Some(local), true) => local,
+                    _ => &rope_global,
+                },
+            )?;
+            // candle's attention takes its queries scaled; the blocked kernel scales them itself.
+            let q = if blocked {
+                q
+            } else {
+                (q * f64::from(cfg.attention_scale))?
+            };
+            let v = layer
+                .wv
+                .forward(&h)?
+                .reshape((total, cfg.n_kv_head, cfg.head_dim))?;
             let mut qs = Vec::with_capacity(seqs.len());
             let mut row = 0;
-            for (si, s) in seqs.iter_mut().enumerate() {
+            for s in seqs.iter_mut() {
                 let t = s.tokens.len();
-                let (cos, sin) = match (&ropes[si].2, layer.local) {
-                    (Some((c, sn)), true) => (c, sn),
-                    _ => (&ropes[si].0, &ropes[si].1),
-                };
-                qs.push(self.append_kv(
+                qs.push(Self::append_kv(
                     il,
-                    layer,
                     s,
                     q.narrow(0, row, t)?,
                     k.narrow(0, row, t)?,
                     v.narrow(0, row, t)?,
-                    cos,
-                    sin,
                 )?);
                 row += t;
             }
@@ -791,35 +795,31 @@ impl Model {
         Ok(result)
     }
 
-    /// One sequence's new tokens in one layer: normalizes and rotates their queries and keys,
-    /// writes their keys and values into the sequence's cache at its current length (advanced
-    /// by the caller after the last layer), and returns the queries `(1, n_head, t, head_dim)`.
-    #[allow(clippy::too_many_arguments)] // One call site; a struct would only rename the same values.
-    fn append_kv(
+    /// Every new token's queries and keys in one layer, normalized (Gemma 3) and rotated at its
+    /// own position, all rows of the step at once: `q (T, n_head * head_dim)` and `k (T,
+    /// n_kv_head * head_dim)` give `(T, n_head, 1, head_dim)` and `(T, n_kv_head, 1, head_dim)`,
+    /// each row a batch of its own for the rotation tables `(T, 1, head_dim / 2)`. A row's values
+    /// are those of rotating its sequence alone: the same products of the same table entries.
+    fn rotate(
         &self,
-        il: usize,
         layer: &Layer,
-        s: &mut SeqStep<'_>,
         q: Tensor,
         k: Tensor,
-        v: Tensor,
-        cos: &Tensor,
-        sin: &Tensor,
-    ) -> Result<Tensor> {
+        (cos, sin): &(Tensor, Tensor),
+    ) -> Result<(Tensor, Tensor)> {
         let cfg = &self.cfg;
-        let (t, hd, nh, nkv) = (s.tokens.len(), cfg.head_dim, cfg.n_head, cfg.n_kv_head);
-        let pos = s.cache.len();
-        let mut q = q.reshape((t, nh, hd))?;
-        let mut k = k.reshape((t, nkv, hd))?;
+        let (total, hd) = (q.dim(0)?, cfg.head_dim);
+        let mut q = q.reshape((total, cfg.n_head, hd))?;
+        let mut k = k.reshape((total, cfg.n_kv_head, hd))?;
         if let Some(w) = &layer.q_norm {
             q = candle_nn::ops::rms_norm(&q.contiguous()?, w, cfg.rms_eps)?;
         }
         if let Some(w) = &layer.k_norm {
             k = candle_nn::ops::rms_norm(&k.contiguous()?, w, cfg.rms_eps)?;
         }
-        let q = q.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
-        let k = k.transpose(0, 1)?.contiguous()?.unsqueeze(0)?;
-        let (q, k) = match cfg.arch {
+        let q = q.reshape((total, cfg.n_head, 1, hd))?.contiguous()?;
+        let k = k.reshape((total, cfg.n_kv_head, 1, hd))?.contiguous()?;
+        Ok(match cfg.arch {
             // llama.cpp's llama GGUF permutes Q/K so that rotation pairs are adjacent.
             Architecture::Llama => (
                 candle_nn::rotary_emb::rope_i(&q, cos, sin)?,
@@ -829,12 +829,31 @@ impl Model {
                 candle_nn::rotary_emb::rope(&q, cos, sin)?,
                 candle_nn::rotary_emb::rope(&k, cos, sin)?,
             ),
-        };
-        let k = k.squeeze(0)?.contiguous()?;
-        let v = v.reshape((t, nkv, hd))?.transpose(0, 1)?.contiguous()?;
+        })
+    }
+
+    /// One sequence's rotated keys `(t, n_kv_head, 1, head_dim)` and values `(t, n_kv_head,
+    /// head_dim)` in layer `il`, written into its cache at its current length (advanced by the
+    /// caller after the last layer); gives its queries `(t, n_head, 1, head_dim)` as `(1,
+    /// n_head, t, head_dim)`. A decode row (`t` = 1) is already in that layout: no copy.
+    fn append_kv(
+        il: usize,
+        s: &mut SeqStep<'_>,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+    ) -> Result<Tensor> {
+        let pos = s.cache.len();
+        let (t, nkv, _, hd) = k.dims4()?;
+        let k = k.reshape((t, nkv, hd))?.transpose(0, 1)?.contiguous()?;
+        let v = v.transpose(0, 1)?.contiguous()?;
         s.cache.k[il].slice_set(&k, 1, pos)?;
         s.cache.v[il].slice_set(&v, 1, pos)?;
-        Ok(q.contiguous()?)
+        let (_, nh, _, _) = q.dims4()?;
+        Ok(q.reshape((t, nh, hd))?
+            .transpose(0, 1)?
+            .contiguous()?
+            .unsqueeze(0)?)
     }
 
     /// Attention of every sequence's new tokens in one layer on our blocked kernel, in one
@@ -899,7 +918,7 @@ impl Model {
     }
 
     /// Attention of one sequence's new tokens in one layer through candle's ops (`q` from
-    /// [`Model::append_kv`]), for devices our kernel does not run on.
+    /// [`Model::append_kv`], already scaled), for devices our kernel does not run on.
     fn attend_full(
         &self,
         il: usize,
@@ -921,14 +940,7 @@ impl Model {
         let mask = mask
             .map(|m| m.narrow(1, m.dim(1)? - (end - start), end - start))
             .transpose()?;
-        full_attention(
-            q,
-            &kk,
-            &vv,
-            mask.as_ref(),
-            cfg.n_kv_head,
-            cfg.attention_scale,
-        )
+        full_attention(q, &kk, &vv, mask.as_ref(), cfg.n_kv_head)
     }
 }
 
@@ -1021,21 +1033,22 @@ fn blocked_attention(device: &Device) -> bool {
     device.is_cpu() && kernels().1
 }
 
-/// Attention through candle's ops, holding the score matrix: `q (1, n_head, t, head_dim)`,
-/// `kk`/`vv (n_kv_head, L, head_dim)`, `mask (t, L)`; gives `(t, n_head * head_dim)`.
+/// Attention through candle's ops, holding the score matrix: `q (1, n_head, t, head_dim)`
+/// already multiplied by the attention scale, `kk`/`vv (n_kv_head, L, head_dim)` (views into a
+/// cache: the matrix products read them in place), `mask (t, L)`; gives `(t, n_head *
+/// head_dim)`.
 fn full_attention(
     q: &Tensor,
     kk: &Tensor,
     vv: &Tensor,
     mask: Option<&Tensor>,
     nkv: usize,
-    scale: f32,
 ) -> Result<Tensor> {
     let (_, nh, t, hd) = q.dims4()?;
     let g = nh / nkv;
     let l = kk.dim(1)?;
     // Heads sharing a KV head are stacked as rows, so no key or value is copied per head.
-    let q = (q.squeeze(0)? * f64::from(scale))?.reshape((nkv, g * t, hd))?;
+    let q = q.squeeze(0)?.reshape((nkv, g * t, hd))?;
     let scores = q.matmul(&kk.t()?)?; // (nkv, g*t, L)
     let scores = match mask {
         Some(m) => scores
@@ -1045,7 +1058,7 @@ fn full_attention(
         None => scores,
     };
     let probs = candle_nn::ops::softmax_last_dim(&scores)?;
-    let out = probs.matmul(&vv.contiguous()?)?; // (nkv, g*t, hd)
+    let out = probs.matmul(vv)?; // (nkv, g*t, hd)
     let out = out
         .reshape((nh, t, hd))?
         .transpose(0, 1)?
@@ -1054,21 +1067,18 @@ fn full_attention(
     Ok(out)
 }
 
-/// Per sequence: cos and sin for the global RoPE base, and for the local base when it differs.
-type SeqRope = (Tensor, Tensor, Option<(Tensor, Tensor)>);
-
-/// Cos and sin tables `(len, head_dim / 2)` for positions `start..start+len`.
+/// Cos and sin tables `(positions.len(), 1, head_dim / 2)`, a row for each position: a batch
+/// of one row per token for candle's rotations.
 fn rope_table(
     base: f32,
     head_dim: usize,
-    start: usize,
-    len: usize,
+    positions: &[usize],
     device: &Device,
 ) -> Result<(Tensor, Tensor)> {
     let half = head_dim / 2;
-    let mut cos = Vec::with_capacity(len * half);
-    let mut sin = Vec::with_capacity(len * half);
-    for p in start..start + len {
+    let mut cos = Vec::with_capacity(positions.len() * half);
+    let mut sin = Vec::with_capacity(positions.len() * half);
+    for &p in positions {
         for i in 0..half {
             let freq = f64::from(base).powf(-((2 * i) as f64) / head_dim as f64);
             let a = p as f64 * freq;
@@ -1076,9 +1086,10 @@ fn rope_table(
             sin.push(a.sin() as f32);
         }
     }
+    let shape = (positions.len(), 1, half);
     Ok((
-        Tensor::from_vec(cos, (len, half), device)?,
-        Tensor::from_vec(sin, (len, half), device)?,
+        Tensor::from_vec(cos, shape, device)?,
+        Tensor::from_vec(sin, shape, device)?,
     ))
 }
 
@@ -1161,12 +1172,11 @@ mod tests {
                 .unwrap()
                 .map(|m| m.narrow(1, start, end - start).unwrap());
             let want = full_attention(
-                &q,
+                &(&q * f64::from(scale)).unwrap(),
                 &k.narrow(1, start, end - start).unwrap(),
                 &v.narrow(1, start, end - start).unwrap(),
                 mask.as_ref(),
                 nkv,
-                scale,
             )
             .unwrap();
             let op = BlockedAttention {
