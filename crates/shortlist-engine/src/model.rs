@@ -652,15 +652,11 @@ impl Model {
             None
         };
         let blocked = blocked_attention(&self.device);
-        // Masks only for candle's attention, and only for prompt chunks: a decode row sees every
-        // key from the start of its window on. The blocked kernel knows which keys each row sees.
+        // Masks only for candle's attention; the blocked kernel knows which keys each row sees.
         let masks: Vec<(Option<Tensor>, Option<Tensor>)> = seqs
             .iter()
             .filter(|_| !blocked)
             .map(|s| {
-                if s.tokens.len() == 1 {
-                    return Ok((None, None));
-                }
                 let global = attention_mask(s.cache.len(), s.tokens.len(), None, &self.device)?;
                 let local = match cfg.sliding_window {
                     Some(w) => {
@@ -1076,11 +1072,13 @@ fn rope_table(
     device: &Device,
 ) -> Result<(Tensor, Tensor)> {
     let half = head_dim / 2;
+    let freqs: Vec<f64> = (0..half)
+        .map(|i| f64::from(base).powf(-((2 * i) as f64) / head_dim as f64))
+        .collect();
     let mut cos = Vec::with_capacity(positions.len() * half);
     let mut sin = Vec::with_capacity(positions.len() * half);
     for &p in positions {
-        for i in 0..half {
-            let freq = f64::from(base).powf(-((2 * i) as f64) / head_dim as f64);
+        for freq in &freqs {
             let a = p as f64 * freq;
             cos.push(a.cos() as f32);
             sin.push(a.sin() as f32);
@@ -1094,22 +1092,23 @@ fn rope_table(
 }
 
 /// Additive mask `(t, pos + t)` for `t` new tokens after `pos` cached ones: 0 where a query may
-/// see a key (causal, and within `window` when given), -inf elsewhere. `None` when nothing is
-/// masked (a single decode token with no window cut).
+/// see a key (causal, and within `window` when given), -inf elsewhere. Attention reads the keys
+/// from the first new token's window start on (all keys without a window), so a single new
+/// token needs no mask: `None`.
 fn attention_mask(
     pos: usize,
     t: usize,
     window: Option<usize>,
     device: &Device,
 ) -> Result<Option<Tensor>> {
+    if t == 1 {
+        return Ok(None);
+    }
     let l = pos + t;
     let visible = |i: usize, j: usize| {
         let p = pos + i;
         j <= p && window.is_none_or(|w| p - j < w)
     };
-    if t == 1 && window.is_none_or(|w| w >= l) {
-        return Ok(None);
-    }
     let mut m = Vec::with_capacity(t * l);
     for i in 0..t {
         for j in 0..l {
