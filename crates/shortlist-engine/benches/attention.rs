@@ -3,9 +3,10 @@
 //! steps after 64 to 2,048 cached tokens. Interleaved rounds, medians; one JSON line per case, with the
 //! multiply-adds per second each reaches over the query-key pairs a causal mask lets through.
 //!
-//! Then one decode step of eight sequences that hold a 1,400-token prefix in common (a quality
-//! run's system prompt) and 100 tokens of their own each, in one call: each reading its own copy
-//! of the prefix's keys and values, against the prefix read once for the group (the same bits).
+//! Then one decode step of 5, 8 and 16 sequences that hold a 1,400-token prefix in common (a
+//! quality run's system prompt) and 100 tokens of their own each, in one call: each reading its
+//! own copy of the prefix's keys and values, against the prefix read once for the group (the
+//! same bits).
 //!
 //! `cargo bench -p shortlist-engine --bench attention` (`CANDLE_NUM_THREADS` sets the threads).
 
@@ -105,74 +106,92 @@ fn main() -> candle_core::Result<()> {
     shared_prefix_decode(&dev)
 }
 
-/// Eight sequences' decode step over `PREFIX` shared and `OWN` own cached tokens: own copies
-/// against one shared read.
+/// A decode step of 5, 8 and 16 sequences over `PREFIX` shared and `OWN` own cached tokens:
+/// own copies against one shared read.
 fn shared_prefix_decode(dev: &Device) -> candle_core::Result<()> {
-    const SEQS: usize = 8;
     const PREFIX: usize = 1400;
     const OWN: usize = 100;
-    for (name, nh, nkv, hd) in [("smollm2", 9, 3, 64), ("gemma3", 4, 1, 256)] {
-        let cap = PREFIX + OWN + 1;
-        let a = BlockedAttention {
-            n_head: nh,
-            n_kv_head: nkv,
-            head_dim: hd,
-            t: 0,
-            pos: 0,
-            window: None,
-            scale: 1.0 / (hd as f32).sqrt(),
-        };
-        let rand = |n: usize| -> candle_core::Result<Vec<f32>> {
-            Tensor::randn(0f32, 1.0, n, dev)?.to_vec1::<f32>()
-        };
-        let first = (rand(nkv * cap * hd)?, rand(nkv * cap * hd)?);
-        let mut seqs = Vec::new();
-        for _ in 0..SEQS {
-            let (mut k, mut v) = (rand(nkv * cap * hd)?, rand(nkv * cap * hd)?);
-            for h in 0..nkv {
-                let r = h * cap * hd..(h * cap + PREFIX) * hd;
-                k[r.clone()].copy_from_slice(&first.0[r.clone()]);
-                v[r.clone()].copy_from_slice(&first.1[r]);
-            }
-            seqs.push((rand(nh * hd)?, k, v));
-        }
-        let views: Vec<SeqKv<'_>> = seqs
-            .iter()
-            .map(|(q, k, v)| SeqKv {
-                q,
-                k,
-                v,
-                capacity: cap,
-                t: 1,
-                pos: PREFIX + OWN,
-                shared: PREFIX,
-            })
-            .collect();
-        let own: Vec<Vec<usize>> = (0..SEQS).map(|i| vec![i]).collect();
-        let shared = vec![(0..SEQS).collect::<Vec<_>>()];
-        let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
-        assert_eq!(
-            bits(a.run_batch(&views, &own)),
-            bits(a.run_batch(&views, &shared)),
-            "the same bits either way"
-        );
-        let (mut apart, mut together) = (Vec::new(), Vec::new());
-        for _ in 0..ROUNDS {
-            apart.push(time(0.1, &mut || drop(a.run_batch(&views, &own))));
-            together.push(time(0.1, &mut || drop(a.run_batch(&views, &shared))));
-        }
-        let (apart, together) = (median(apart), median(together));
-        let pairs = SEQS * (PREFIX + OWN + 1);
-        let gmac = |s: f64| (2 * nh * hd * pairs) as f64 / s / 1e9;
-        println!(
-            "{}",
-            serde_json::json!({
-                "case": format!("{name}-decode-8-sharing-{PREFIX}"),
-                "own_copies_us": apart * 1e6, "shared_us": together * 1e6,
-                "own_copies_gmac_s": gmac(apart), "shared_gmac_s": gmac(together),
-                "speedup": apart / together,
-            })
-        );
+    for (name, nh, nkv, hd, seqs) in [
+        ("smollm2", 9, 3, 64, 5),
+        ("smollm2", 9, 3, 64, 8),
+        ("smollm2", 9, 3, 64, 16),
+        ("gemma3", 4, 1, 256, 8),
+        ("gemma3", 4, 1, 256, 16),
+    ] {
+        shared_prefix_step(dev, name, (nh, nkv, hd), seqs, PREFIX, OWN)?;
     }
+    Ok(())
+}
+
+/// One step of `n` sequences over `prefix` shared and `own` own cached tokens.
+fn shared_prefix_step(
+    dev: &Device,
+    name: &str,
+    (nh, nkv, hd): (usize, usize, usize),
+    n: usize,
+    prefix: usize,
+    own: usize,
+) -> candle_core::Result<()> {
+    let cap = prefix + own + 1;
+    let a = BlockedAttention {
+        n_head: nh,
+        n_kv_head: nkv,
+        head_dim: hd,
+        t: 0,
+        pos: 0,
+        window: None,
+        scale: 1.0 / (hd as f32).sqrt(),
+    };
+    let rand = |n: usize| -> candle_core::Result<Vec<f32>> {
+        Tensor::randn(0f32, 1.0, n, dev)?.to_vec1::<f32>()
+    };
+    let first = (rand(nkv * cap * hd)?, rand(nkv * cap * hd)?);
+    let mut seqs = Vec::new();
+    for _ in 0..n {
+        let (mut k, mut v) = (rand(nkv * cap * hd)?, rand(nkv * cap * hd)?);
+        for h in 0..nkv {
+            let r = h * cap * hd..(h * cap + prefix) * hd;
+            k[r.clone()].copy_from_slice(&first.0[r.clone()]);
+            v[r.clone()].copy_from_slice(&first.1[r]);
+        }
+        seqs.push((rand(nh * hd)?, k, v));
+    }
+    let views: Vec<SeqKv<'_>> = seqs
+        .iter()
+        .map(|(q, k, v)| SeqKv {
+            q,
+            k,
+            v,
+            capacity: cap,
+            t: 1,
+            pos: prefix + own,
+            shared: prefix,
+        })
+        .collect();
+    let apart_groups: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
+    let shared = vec![(0..n).collect::<Vec<_>>()];
+    let bits = |x: Vec<f32>| x.into_iter().map(f32::to_bits).collect::<Vec<_>>();
+    assert_eq!(
+        bits(a.run_batch(&views, &apart_groups)),
+        bits(a.run_batch(&views, &shared)),
+        "the same bits either way"
+    );
+    let (mut apart, mut together) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        apart.push(time(0.1, &mut || drop(a.run_batch(&views, &apart_groups))));
+        together.push(time(0.1, &mut || drop(a.run_batch(&views, &shared))));
+    }
+    let (apart, together) = (median(apart), median(together));
+    let pairs = n * (prefix + own + 1);
+    let gmac = |s: f64| (2 * nh * hd * pairs) as f64 / s / 1e9;
+    println!(
+        "{}",
+        serde_json::json!({
+            "case": format!("{name}-decode-{n}-sharing-{prefix}"),
+            "own_copies_us": apart * 1e6, "shared_us": together * 1e6,
+            "own_copies_gmac_s": gmac(apart), "shared_gmac_s": gmac(together),
+            "speedup": apart / together,
+        })
+    );
     Ok(())
 }

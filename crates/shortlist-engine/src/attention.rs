@@ -116,6 +116,17 @@ impl BlockedAttention {
     /// query rows instead of once per sequence. Each row's sums run in the same order whatever
     /// the grouping, so the same bits.
     pub fn run_batch(&self, seqs: &[SeqKv<'_>], groups: &[Vec<usize>]) -> Vec<f32> {
+        self.run_batch_tiled(seqs, groups, None)
+    }
+
+    /// [`Self::run_batch`] with tiles of at most `most` query rows (`1..=QUERY_TILE`), or as
+    /// [`tile_rows_for`] chooses for the pool's threads.
+    fn run_batch_tiled(
+        &self,
+        seqs: &[SeqKv<'_>],
+        groups: &[Vec<usize>],
+        most: Option<usize>,
+    ) -> Vec<f32> {
         let (nh, nkv, hd) = (self.n_head, self.n_kv_head, self.head_dim);
         assert!(
             nkv > 0 && nh.is_multiple_of(nkv),
@@ -138,11 +149,19 @@ impl BlockedAttention {
         }
         assert!(seen.iter().all(|&x| x), "a sequence in no group");
         // Per group: its query rows (per KV head) and how many tiles they split into, evenly.
+        let group_rows: Vec<usize> = groups
+            .iter()
+            .map(|group| group.iter().map(|&i| g * seqs[i].t).sum())
+            .collect();
+        let most = most.unwrap_or_else(|| {
+            let threads = candle_core::utils::barrier_pool().n_workers() + 1;
+            tile_rows_for(&group_rows, nkv, threads)
+        });
+        assert!((1..=QUERY_TILE).contains(&most), "tiles of {most} rows");
         let mut plan = Vec::with_capacity(groups.len());
         let mut items = 0;
-        for group in groups {
-            let rows: usize = group.iter().map(|&i| g * seqs[i].t).sum();
-            let tiles = rows.div_ceil(QUERY_TILE);
+        for &rows in &group_rows {
+            let tiles = rows.div_ceil(most);
             plan.push((items, rows, tiles));
             items += nkv * tiles;
         }
@@ -339,6 +358,31 @@ impl BlockedAttention {
     }
 }
 
+/// Most query rows per tile for groups of `rows` query rows per KV head on `threads` threads:
+/// [`QUERY_TILE`], or half as many where the step then ends sooner. A decode step has few rows,
+/// so few items that the threads take whole: SmolLM2's 48 rows per KV head at batch 16 make
+/// nine 16-row items, five for one thread and four for the other, against eighteen of eight
+/// rows, nine each. Estimated as the items a thread takes at most times the rows of the largest
+/// (rows cost alike in a decode step; a prefill's many items balance either way and keep the
+/// larger tiles, which read each key block for more rows).
+fn tile_rows_for(rows: &[usize], nkv: usize, threads: usize) -> usize {
+    let finish = |most: usize| {
+        let items: usize = rows.iter().map(|r| nkv * r.div_ceil(most)).sum();
+        let largest = rows
+            .iter()
+            .map(|&r| r.div_ceil(r.div_ceil(most).max(1)))
+            .max()
+            .unwrap_or(0);
+        items.div_ceil(threads.max(1)) * largest
+    };
+    let half = QUERY_TILE / 2;
+    if finish(half) < finish(QUERY_TILE) {
+        half
+    } else {
+        QUERY_TILE
+    }
+}
+
 /// The largest of `xs` (`-inf` for none), eight lanes at a time so that it vectorizes.
 #[inline]
 fn max_of(xs: &[f32]) -> f32 {
@@ -392,24 +436,32 @@ fn exp_in_place_lanes(xs: &mut [f32], m: f32, mut lanes: [f32; 8]) -> f32 {
 }
 
 /// [`exp_in_place`] with 512-bit registers: sixteen exponentials at once, their first eight then
-/// their last eight added to the lanes, as two chunks of eight would be.
+/// their last eight added to the lanes, as two chunks of eight would be. The lanes stay in a
+/// register: added from the stored values in eight-value pieces, the compiler reloaded each
+/// sixteen-value store in 64-bit pieces, which the CPU cannot forward from the store (a stall
+/// per piece, about 40% of this function's time in `perf annotate`).
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx512f")]
+#[target_feature(enable = "avx2,avx512f")]
 fn exp_in_place_avx512(xs: &mut [f32], m: f32) -> f32 {
-    let mut lanes = [0f32; 8];
+    use std::arch::x86_64::*;
+    let mut lanes = _mm256_setzero_ps();
     let mut chunks = xs.chunks_exact_mut(16);
     for c in &mut chunks {
         for x in c.iter_mut() {
             *x = exp(*x - m);
         }
-        for (acc, x) in lanes.iter_mut().zip(&c[..8]) {
-            *acc += *x;
-        }
-        for (acc, x) in lanes.iter_mut().zip(&c[8..]) {
-            *acc += *x;
-        }
+        // SAFETY: `c` holds sixteen floats.
+        let e = unsafe { _mm512_loadu_ps(c.as_ptr()) };
+        lanes = _mm256_add_ps(lanes, _mm512_castps512_ps256(e));
+        lanes = _mm256_add_ps(
+            lanes,
+            _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(e))),
+        );
     }
-    exp_in_place_lanes(chunks.into_remainder(), m, lanes)
+    let mut sums = [0f32; 8];
+    // SAFETY: `sums` holds eight floats.
+    unsafe { _mm256_storeu_ps(sums.as_mut_ptr(), lanes) };
+    exp_in_place_lanes(chunks.into_remainder(), m, sums)
 }
 
 /// Running maximum, sum and weighted values of one tile's query rows, and the scores (then
@@ -544,10 +596,8 @@ fn scores_avx512vl(
             macro_rules! tile {
                 ($p:literal, $c:literal) => {{
                     let kk = &keys[j * hd..(j + $c) * hd];
-                    let d = paired_scores_tile::<$p, $c>(qp, kk, chunks);
-                    for i in 0..take {
-                        s[(r + i) * KEY_BLOCK + j..][..$c].copy_from_slice(&d[i * $c..][..$c]);
-                    }
+                    let out = &mut s[r * KEY_BLOCK + j..];
+                    paired_scores_tile::<$p, $c>(qp, kk, chunks, out, take);
                 }};
             }
             four_by_four!(pairs, cols, tile);
@@ -559,7 +609,9 @@ fn scores_avx512vl(
 
 /// `2P x C` dot products: `P` interleaved row pairs (`qp`, `chunks` sixteen-value chunks each)
 /// with the `C` keys of `k` (one after another, `8 * chunks` values each), in `P * C` 512-bit
-/// accumulators. Returns the sums row by row (`2P * C <= 32` values; the rest are zero).
+/// accumulators. Writes the first `rows` rows' sums to `s`, row `i`'s at `s[i * KEY_BLOCK..]`.
+/// With four keys each 128-bit lane of [`hsum8x2`]'s result holds one row's four sums, stored
+/// as they are; other shapes go through a scalar copy.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
 #[inline]
@@ -567,10 +619,13 @@ fn paired_scores_tile<const P: usize, const C: usize>(
     qp: &[f32],
     k: &[f32],
     chunks: usize,
-) -> [f32; 32] {
+    s: &mut [f32],
+    rows: usize,
+) {
     use std::arch::x86_64::*;
     assert!(qp.len() >= P * chunks * 16 && k.len() == C * chunks * 8);
     assert!(P * C <= 16, "at most sixteen accumulators");
+    assert!(rows <= 2 * P && (rows == 0 || s.len() >= (rows - 1) * KEY_BLOCK + C));
     let mut acc = [[_mm512_setzero_ps(); C]; P];
     for ch in 0..chunks {
         // SAFETY: `k` holds `C` keys of `8 * chunks` values and `qp` `P` pairs of `chunks`
@@ -592,19 +647,42 @@ fn paired_scores_tile<const P: usize, const C: usize>(
     for (p, acc) in acc.iter().enumerate() {
         flat[p * C..][..C].copy_from_slice(acc);
     }
-    let mut out = [0f32; 32];
     for e in 0..(P * C).div_ceil(8) {
         let eight: [__m512; 8] = std::array::from_fn(|i| flat[8 * e + i]);
-        let mut sums = [0f32; 16];
-        // SAFETY: `sums` holds sixteen floats.
-        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), hsum8x2(eight)) };
+        let sums = hsum8x2(eight);
+        if C == 4 {
+            // Lane `i` of `sums` is accumulator 8e + i's low half, lane 8 + i its high half:
+            // 128-bit lanes 0 to 3 are rows 4e, 4e + 2, 4e + 1 and 4e + 3, keys 0 to 3 each.
+            let lanes = [
+                _mm512_extractf32x4_ps::<0>(sums),
+                _mm512_extractf32x4_ps::<1>(sums),
+                _mm512_extractf32x4_ps::<2>(sums),
+                _mm512_extractf32x4_ps::<3>(sums),
+            ];
+            for (lane, row) in lanes
+                .into_iter()
+                .zip([4 * e, 4 * e + 2, 4 * e + 1, 4 * e + 3])
+            {
+                if row < rows {
+                    // SAFETY: row `row < rows` holds four scores at `s[row * KEY_BLOCK..]`
+                    // (asserted).
+                    unsafe { _mm_storeu_ps(s.as_mut_ptr().add(row * KEY_BLOCK), lane) };
+                }
+            }
+            continue;
+        }
+        let mut out = [0f32; 16];
+        // SAFETY: `out` holds sixteen floats.
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), sums) };
         for i in 0..8.min(P * C - 8 * e) {
             let (p, c) = ((8 * e + i) / C, (8 * e + i) % C);
-            out[2 * p * C + c] = sums[i];
-            out[(2 * p + 1) * C + c] = sums[8 + i];
+            for (half, row) in [(0, 2 * p), (8, 2 * p + 1)] {
+                if row < rows {
+                    s[row * KEY_BLOCK + c] = out[half + i];
+                }
+            }
         }
     }
-    out
 }
 
 /// [`hsum8`] on both 256-bit halves of eight 512-bit vectors at once: lane `i` of the result is
@@ -938,12 +1016,13 @@ fn weighted_values_rows<const R: usize>(
     }
 }
 
-/// The output pointer shared by the workers; each writes only its own rows.
+/// The output pointer shared by the workers; each writes only its own rows (here, and its own
+/// pieces in [`crate::activation::GatedActivation::apply_parallel`]).
 #[derive(Clone, Copy)]
-struct SharedOut(*mut f32);
+pub(crate) struct SharedOut(pub(crate) *mut f32);
 impl SharedOut {
     /// The element `i` on; a method, so closures capture the whole `Sync` wrapper.
-    fn at(self, i: usize) -> *mut f32 {
+    pub(crate) fn at(self, i: usize) -> *mut f32 {
         self.0.wrapping_add(i)
     }
 }
@@ -1393,7 +1472,47 @@ mod tests {
                 .collect();
             proptest::prop_assert!(alone == side_by_side, "alone against side by side");
             proptest::prop_assert!(alone == shared, "alone against a shared prefix");
+            for most in [1, 5, 8, QUERY_TILE] {
+                let tiled: Vec<u32> = op
+                    .run_batch_tiled(&views, &[(0..seqs.len()).collect()], Some(most))
+                    .into_iter()
+                    .map(f32::to_bits)
+                    .collect();
+                proptest::prop_assert!(alone == tiled, "alone against tiles of {} rows", most);
+            }
         }
+    }
+
+    #[test]
+    fn decode_steps_take_smaller_tiles_where_the_threads_finish_sooner() {
+        // SmolLM2 (3 KV heads of 3 query heads), two threads.
+        let at_batch = |b: usize| tile_rows_for(&[3 * b], 3, 2);
+        assert_eq!(
+            at_batch(16),
+            8,
+            "nine 16-row items split 5/4, eighteen 8-row ones 9/9"
+        );
+        assert_eq!(
+            at_batch(5),
+            8,
+            "three 15-row items split 2/1, six of 7-8 rows 3/3"
+        );
+        assert_eq!(
+            at_batch(8),
+            QUERY_TILE,
+            "six 12-row items already split 3/3"
+        );
+        assert_eq!(
+            at_batch(1),
+            QUERY_TILE,
+            "three rows make one tile per KV head either way"
+        );
+        // A 512-token prefill chunk: many items balance with either size; the larger stays.
+        assert_eq!(tile_rows_for(&[3 * 512], 3, 2), QUERY_TILE);
+        // Gemma 3 (one KV head of four), batch 16 on two threads: four items either way.
+        assert_eq!(tile_rows_for(&[4 * 16], 1, 2), QUERY_TILE);
+        // One thread: nothing to balance.
+        assert_eq!(tile_rows_for(&[3 * 16], 3, 1), QUERY_TILE);
     }
 
     #[test]
