@@ -180,7 +180,7 @@ pub struct MemoryBudget {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct QualitySettings {
-    /// Cases in flight at once (1 to 64); by default 8, fewer when the memory fit holds fewer
+    /// Cases in flight at once (1 to 64); by default 32, fewer when the memory fit holds fewer
     /// sequences of the study's context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub concurrency: Option<u32>,

@@ -48,7 +48,7 @@ pub(crate) struct RunArgs {
     /// Cases in flight at once (1 to 64): a local model batches them in its scheduler and
     /// shares their common prompt prefix; an endpoint gets as many concurrent requests. A case's
     /// answer does not depend on it.
-    #[arg(long, default_value_t = 8, value_parser = clap::value_parser!(u64).range(1..=64))]
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u64).range(1..=64))]
     concurrency: u64,
     /// Run only every K-th case (the 1st, (K+1)-th, …): a quick spread over the set's categories.
     #[arg(long, value_name = "K", value_parser = clap::value_parser!(u64).range(1..))]

@@ -264,4 +264,4 @@ pub(crate) fn quality_concurrency(
 }
 
 /// Cases in flight when the study does not say and the memory allows.
-pub(crate) const DEFAULT_CONCURRENCY: usize = 8;
+pub(crate) const DEFAULT_CONCURRENCY: usize = 32;
