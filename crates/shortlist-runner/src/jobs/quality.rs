@@ -23,7 +23,7 @@ use super::fit::fit_at;
 use super::{Finished, JobContext, stored_set};
 use crate::candidate::{AskPolicy, Asked, CandidateSpec, Decoding, MAX_CONCURRENCY, open};
 use crate::error::ServiceError;
-use crate::identity::read_gguf;
+use crate::identity::{GgufFacts, read_gguf};
 use crate::judge::Judges;
 use crate::progress::{CaseCounts, Phase};
 use crate::prompt::ChatRequest;
@@ -251,10 +251,7 @@ pub(crate) fn quality_concurrency(
     }
     match spec {
         CandidateSpec::Gguf(path) => match read_gguf(path, name, source) {
-            Ok(facts) => (1..=DEFAULT_CONCURRENCY)
-                .rev()
-                .find(|&n| fit_at(locked, &facts, n as u64).fits)
-                .unwrap_or(1),
+            Ok(facts) => local_concurrency(locked, &facts),
             Err(_) => 1,
         },
         CandidateSpec::Endpoint { .. } => {
@@ -263,5 +260,79 @@ pub(crate) fn quality_concurrency(
     }
 }
 
-/// Cases in flight when the study does not say and the memory allows.
+/// Cases in flight when the study does not say and the memory allows: on the demo study's
+/// quality stage 32 ran 1.15x faster than 8 on both models (`benches/RESULTS.md`, 2026-12-05).
 pub(crate) const DEFAULT_CONCURRENCY: usize = 32;
+
+/// [`DEFAULT_CONCURRENCY`] for a local model, or the most sequences of the study's context its
+/// memory fit holds (at least 1).
+fn local_concurrency(locked: &LockedStudy, facts: &GgufFacts) -> usize {
+    (1..=DEFAULT_CONCURRENCY)
+        .rev()
+        .find(|&n| fit_at(locked, facts, n as u64).fits)
+        .unwrap_or(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use shortlist_study::memory::KvLayout;
+    use shortlist_study::study::Study;
+
+    use super::*;
+
+    /// The demo study (16 GiB, 4,096-token context, serving concurrency 4), locked.
+    fn demo(extra: &str) -> LockedStudy {
+        let text = include_str!("../../../../studies/support-assistant.study.toml");
+        Study::from_toml("support-assistant.study.toml", &format!("{extra}{text}"))
+            .unwrap()
+            .lock("2026-12-05T00:00:00Z")
+    }
+
+    /// A model of `weights` bytes whose every layer caches `kv_heads` heads of 64 f16 values.
+    fn facts(weights: u64, layers: u32, kv_heads: u32) -> GgufFacts {
+        GgufFacts {
+            identity: Default::default(),
+            weights_bytes: weights,
+            kv: KvLayout {
+                full_layers: layers,
+                sliding_layers: 0,
+                sliding_window: 0,
+                kv_heads,
+                head_dim: 64,
+                bytes_per_element: 2,
+            },
+            dtypes: Default::default(),
+        }
+    }
+
+    #[test]
+    fn a_local_model_gets_the_default_or_what_its_memory_holds() {
+        let locked = demo("");
+        // SmolLM2's shape: 32 sequences of 4,096 tokens are ~3 GB of the 16 GiB.
+        assert_eq!(local_concurrency(&locked, &facts(100 << 20, 30, 3)), 32);
+        // A cache of 640 KiB per token (2.5 GiB a sequence): a few sequences fit, and exactly as
+        // many as the fit says.
+        let wide = facts(1 << 30, 80, 32);
+        let n = local_concurrency(&locked, &wide);
+        assert!((2..DEFAULT_CONCURRENCY).contains(&n), "{n}");
+        assert!(fit_at(&locked, &wide, n as u64).fits);
+        assert!(!fit_at(&locked, &wide, n as u64 + 1).fits);
+        // Weights beyond the device: one case at a time (the fit job reports the misfit).
+        assert_eq!(local_concurrency(&locked, &facts(64 << 30, 30, 3)), 1);
+    }
+
+    #[test]
+    fn the_study_or_the_endpoint_can_say_fewer() {
+        let no_file = CandidateSpec::Gguf("/nonexistent/model.gguf".into());
+        let endpoint = CandidateSpec::parse("http://127.0.0.1:9/v1#m").unwrap();
+        let said = demo("");
+        // An endpoint's memory cannot be read: the study's serving concurrency (4 here).
+        assert_eq!(quality_concurrency(&said, &endpoint, "e", "http://…"), 4);
+        // A file that cannot be read: one at a time (the fit job says why).
+        assert_eq!(quality_concurrency(&said, &no_file, "m", "gguf:…"), 1);
+        // The study's own `quality.concurrency` wins, for a file or an endpoint alike.
+        let five = demo("quality = { concurrency = 5 }\n");
+        assert_eq!(quality_concurrency(&five, &no_file, "m", "gguf:…"), 5);
+        assert_eq!(quality_concurrency(&five, &endpoint, "e", "http://…"), 5);
+    }
+}
