@@ -4,7 +4,7 @@
 
 use candle_core::{CpuStorage, CustomOp2, Layout, Shape};
 
-use crate::attention::SharedOut;
+use crate::qmatmul::SharedOut;
 
 /// The activation applied to the gate before it multiplies `up`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

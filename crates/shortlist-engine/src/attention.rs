@@ -26,6 +26,7 @@
 use candle_core::{CpuStorage, CustomOp3, Layout, Shape};
 
 use crate::activation::exp;
+use crate::qmatmul::SharedOut;
 
 /// Most keys per block.
 const KEY_BLOCK: usize = 128;
@@ -1015,22 +1016,6 @@ fn weighted_values_rows<const R: usize>(
         }
     }
 }
-
-/// The output pointer shared by the workers; each writes only its own rows (here, and its own
-/// pieces in [`crate::activation::GatedActivation::apply_parallel`]).
-#[derive(Clone, Copy)]
-pub(crate) struct SharedOut(pub(crate) *mut f32);
-impl SharedOut {
-    /// The element `i` on; a method, so closures capture the whole `Sync` wrapper.
-    pub(crate) fn at(self, i: usize) -> *mut f32 {
-        self.0.wrapping_add(i)
-    }
-}
-
-// SAFETY: the workers write disjoint rows (see `run`), and the buffer outlives the call.
-unsafe impl Send for SharedOut {}
-// SAFETY: as above.
-unsafe impl Sync for SharedOut {}
 
 /// `a · b`. With AVX2/FMA compiled in (`.cargo/config.toml` builds for x86-64-v3) and a length
 /// that is a multiple of 32: four vector accumulators, so the multiply-adds of a head are not

@@ -516,10 +516,18 @@ const W_CHUNK: usize = 32;
 /// Activation rows per prefill work item.
 const A_CHUNK: usize = 64;
 
-/// The output pointer shared by the workers; each writes only its own elements.
+/// The output pointer shared by the workers; each writes only its own elements (here and in
+/// `qpacked`, its own rows in `attention`, its own pieces in `activation`).
 #[derive(Clone, Copy)]
 pub(crate) struct SharedOut(pub(crate) *mut f32);
-// SAFETY: the workers write disjoint elements (see `matmul`), and the pointer outlives the call.
+impl SharedOut {
+    /// The element `i` on; a method, so closures capture the whole `Sync` wrapper.
+    pub(crate) fn at(self, i: usize) -> *mut f32 {
+        self.0.wrapping_add(i)
+    }
+}
+// SAFETY: the workers write disjoint elements (see each caller), and the pointer outlives the
+// call.
 unsafe impl Send for SharedOut {}
 // SAFETY: as above.
 unsafe impl Sync for SharedOut {}
