@@ -1,7 +1,8 @@
 //! Our blocked attention against candle's ops (score matrix, mask, softmax, second matmul) on the
-//! two real models' head shapes, for prefill chunks of 512 and 2,048 tokens and single decode
-//! steps after 64 to 2,048 cached tokens. Interleaved rounds, medians; one JSON line per case, with the
-//! multiply-adds per second each reaches over the query-key pairs a causal mask lets through.
+//! two real models' head shapes, for prefill chunks of 512 and 2,048 tokens, the last 512-token
+//! chunk of a 4,096-token prompt, and single decode steps after 64 to 2,048 cached tokens.
+//! Interleaved rounds, medians; one JSON line per case, with the multiply-adds per second each
+//! reaches over the query-key pairs a causal mask lets through.
 //!
 //! Then one decode step of 5, 8 and 16 sequences that hold a 1,400-token prefix in common (a
 //! quality run's system prompt) and 100 tokens of their own each, in one call: each reading its
@@ -60,6 +61,8 @@ fn main() -> candle_core::Result<()> {
         ("gemma3-prefill-512", 4, 1, 256, 512, 0),
         ("smollm2-prefill-2048", 9, 3, 64, 2048, 0),
         ("gemma3-prefill-2048", 4, 1, 256, 2048, 0),
+        ("smollm2-prefill-512-at-3584", 9, 3, 64, 512, 3584),
+        ("gemma3-prefill-512-at-3584", 4, 1, 256, 512, 3584),
         ("smollm2-decode-at-64", 9, 3, 64, 1, 64),
         ("smollm2-decode-at-512", 9, 3, 64, 1, 512),
         ("gemma3-decode-at-64", 4, 1, 256, 1, 64),

@@ -203,6 +203,14 @@ pub struct Sampler {
 
 /// Index of the largest logit; the first on ties (as llama.cpp's greedy sampler).
 pub fn argmax(logits: &[f32]) -> u32 {
+    match first_max(logits) {
+        Some(i) => i as u32,
+        None => argmax_scalar(logits),
+    }
+}
+
+/// [`argmax`] one logit after another: the reference, and the way where a logit is NaN.
+fn argmax_scalar(logits: &[f32]) -> u32 {
     let mut best = 0;
     for (i, &l) in logits.iter().enumerate() {
         if l > logits[best] {
@@ -210,6 +218,90 @@ pub fn argmax(logits: &[f32]) -> u32 {
         }
     }
     best as u32
+}
+
+/// The largest of `logits` (NaN-free) and whether any is NaN, in eight lanes that the compiler
+/// keeps in a register: a vocabulary-long pass at register speed instead of a compare and a
+/// branch per logit (Gemma 3: 262,144 logits per token for every sequence of a step).
+fn max_and_nan(logits: &[f32]) -> (f32, bool) {
+    let mut lanes = [f32::NEG_INFINITY; 8];
+    let mut nan = [false; 8];
+    let chunks = logits.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..8 {
+            lanes[j] = if c[j] > lanes[j] { c[j] } else { lanes[j] };
+            nan[j] |= c[j].is_nan();
+        }
+    }
+    let mut max = f32::NEG_INFINITY;
+    let mut any_nan = nan.iter().any(|&n| n);
+    for &x in lanes.iter().chain(rest) {
+        max = if x > max { x } else { max };
+        any_nan |= x.is_nan();
+    }
+    (max, any_nan)
+}
+
+/// The first index holding the largest logit, where no logit is NaN (`None` where one is, or
+/// `logits` is empty): what [`argmax_scalar`] returns, since it moves only to a strictly larger
+/// logit and `==` holds between the zeros of either sign as `>` does not.
+fn first_max(logits: &[f32]) -> Option<usize> {
+    let (max, nan) = max_and_nan(logits);
+    if nan {
+        return None;
+    }
+    logits.iter().position(|&l| l == max)
+}
+
+/// `ln Σ e^l` over `logits`: the largest logit `m` plus the log of `Σ e^(l - m)`, each term taken
+/// by the engine's f32 exponential ([`crate::activation::exp`], within 4e-7 of the exact value,
+/// the same bits on every instruction set, and vectorized, where `f64::exp` is a library call
+/// per logit) and summed in f64 in eight lanes (lane `j` adds the terms at `j`, `j + 8`, ...,
+/// then the lanes in order, then the terms past the last multiple of eight), so the sum's
+/// rounding stays far below the terms' own error. NaN where a logit is NaN; `+inf` where one is.
+pub fn log_sum_exp(logits: &[f32]) -> f64 {
+    let (max, nan) = max_and_nan(logits);
+    if nan {
+        return f64::NAN;
+    }
+    if max.is_infinite() {
+        // All -inf (no probability anywhere) or a +inf (all of it there): the limit.
+        return f64::from(max);
+    }
+    #[cfg(target_arch = "x86_64")]
+    if std::is_x86_feature_detected!("avx512f") {
+        // SAFETY: the CPU has AVX-512 F (checked just above).
+        return f64::from(max) + unsafe { sum_exp_avx512(logits, max) }.ln();
+    }
+    f64::from(max) + sum_exp(logits, max).ln()
+}
+
+/// `Σ e^(l - max)` for [`log_sum_exp`].
+#[inline(always)]
+fn sum_exp(logits: &[f32], max: f32) -> f64 {
+    let exp = crate::activation::exp;
+    let mut lanes = [0f64; 8];
+    let chunks = logits.chunks_exact(8);
+    let rest = chunks.remainder();
+    for c in chunks {
+        for j in 0..8 {
+            lanes[j] += f64::from(exp(c[j] - max));
+        }
+    }
+    let mut sum: f64 = lanes.iter().sum();
+    for &l in rest {
+        sum += f64::from(exp(l - max));
+    }
+    sum
+}
+
+/// [`sum_exp`] compiled for 512-bit registers: each value's operations and each lane's order
+/// are the same, so the same bits.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+fn sum_exp_avx512(logits: &[f32], max: f32) -> f64 {
+    sum_exp(logits, max)
 }
 
 /// A generated token's log-probability under the model's distribution (softmax of the logits,
@@ -236,9 +328,7 @@ fn alternatives(top: Option<usize>, field: &'static str) -> Result<Option<usize>
 
 /// The log-probabilities of `token` and of the `top` most likely tokens, from `logits`.
 pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
-    let lse = f64::from(max) + sum.ln();
+    let lse = log_sum_exp(logits);
     let lp = |l: f32| (f64::from(l) - lse) as f32;
     let logprob = logits
         .get(token as usize)
@@ -254,21 +344,16 @@ pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
     // whose largest value is below the `top`-th kept one, with no NaN on either side (a NaN's
     // place in the total order shows in no comparison), holds nothing to keep: ids only grow,
     // so no later value wins a tie.
-    const CHUNK: usize = 64;
     let mut best: Vec<(u32, f32)> = Vec::with_capacity(top + 1);
-    for (c, chunk) in logits.chunks(CHUNK).enumerate() {
+    for (c, chunk) in logits.chunks(TOP_CHUNK).enumerate() {
         if let Some(&(_, kth)) = best.get(top - 1).filter(|k| !k.1.is_nan()) {
-            let (mut m, mut nan) = (f32::NEG_INFINITY, false);
-            for &x in chunk {
-                m = if x > m { x } else { m };
-                nan |= x.is_nan();
-            }
+            let (m, nan) = max_and_nan(chunk);
             if !nan && m < kth {
                 continue;
             }
         }
         for (j, &l) in chunk.iter().enumerate() {
-            let x = ((c * CHUNK + j) as u32, l);
+            let x = ((c * TOP_CHUNK + j) as u32, l);
             if best.len() == top && best.last().is_some_and(|last| by_logit(&x, last).is_ge()) {
                 continue;
             }
@@ -283,6 +368,9 @@ pub fn logprobs(logits: &[f32], token: u32, top: usize) -> TokenLogprobs {
     }
 }
 
+/// Logits per chunk that [`logprobs`] skips whole when its largest is below the alternatives kept.
+const TOP_CHUNK: usize = 256;
+
 /// Most likely first: the larger logit, then the smaller id.
 fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
     b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
@@ -291,6 +379,15 @@ fn by_logit(a: &(u32, f32), b: &(u32, f32)) -> std::cmp::Ordering {
 /// Index of the largest logit outside `banned`; the first on ties. `None` when every id is
 /// banned.
 fn argmax_except(logits: &[f32], banned: &[u32]) -> Option<u32> {
+    // The first maximum overall, where it is not banned, is the first among the others too.
+    if let Some(i) = first_max(logits).filter(|&i| !banned.contains(&(i as u32))) {
+        return Some(i as u32);
+    }
+    argmax_except_scalar(logits, banned)
+}
+
+/// [`argmax_except`] one logit after another.
+fn argmax_except_scalar(logits: &[f32], banned: &[u32]) -> Option<u32> {
     let mut best: Option<usize> = None;
     for (i, &l) in logits.iter().enumerate() {
         if banned.contains(&(i as u32)) {
@@ -436,15 +533,16 @@ mod tests {
     /// comparison), a NaN in a later chunk above everything, a negative NaN below everything.
     #[test]
     fn top_logprobs_keep_the_total_order_across_chunks() {
-        let mut zeros = vec![-0.0f32; 64];
+        let c = TOP_CHUNK;
+        let mut zeros = vec![-0.0f32; c];
         zeros.push(0.0);
-        assert_eq!(logprobs(&zeros, 0, 1).top[0].0, 64);
-        let mut nan = vec![1.0f32; 130];
-        nan[129] = f32::NAN;
-        assert_eq!(logprobs(&nan, 0, 1).top[0].0, 129);
-        let mut low = vec![-f32::NAN; 64];
+        assert_eq!(logprobs(&zeros, 0, 1).top[0].0, c as u32);
+        let mut nan = vec![1.0f32; 2 * c + 2];
+        nan[2 * c + 1] = f32::NAN;
+        assert_eq!(logprobs(&nan, 0, 1).top[0].0, 2 * c as u32 + 1);
+        let mut low = vec![-f32::NAN; c];
         low.push(f32::NEG_INFINITY);
-        assert_eq!(logprobs(&low, 0, 1).top[0].0, 64);
+        assert_eq!(logprobs(&low, 0, 1).top[0].0, c as u32);
         for logits in [zeros, nan, low] {
             let got: Vec<u32> = logprobs(&logits, 0, 3).top.iter().map(|t| t.0).collect();
             assert_eq!(got, top_by_sorting(&logits, 3));
@@ -454,6 +552,35 @@ mod tests {
     #[test]
     fn greedy_takes_the_first_maximum() {
         assert_eq!(argmax(&[0.0, 2.0, 2.0, 1.0]), 1);
+        // Past the eight lanes, and the zeros of either sign equal.
+        let mut zeros = vec![-1.0f32; 19];
+        zeros[11] = -0.0;
+        zeros[17] = 0.0;
+        assert_eq!(argmax(&zeros), 11);
+        assert_eq!(argmax(&[]), 0);
+        assert_eq!(argmax(&[f32::NEG_INFINITY; 9]), 0);
+    }
+
+    /// `ln Σ e^l` the slow way: f64's exponential of each logit's distance to the largest, summed
+    /// one after another (how [`logprobs`] normalized before).
+    fn log_sum_exp_f64(logits: &[f32]) -> f64 {
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let sum: f64 = logits.iter().map(|&l| f64::from(l - max).exp()).sum();
+        f64::from(max) + sum.ln()
+    }
+
+    #[test]
+    fn log_sum_exp_at_the_edges() {
+        assert!(log_sum_exp(&[1.0, f32::NAN, 2.0]).is_nan());
+        assert_eq!(log_sum_exp(&[1.0, f32::INFINITY]), f64::INFINITY);
+        assert_eq!(log_sum_exp(&[f32::NEG_INFINITY; 3]), f64::NEG_INFINITY);
+        assert_eq!(log_sum_exp(&[]), f64::NEG_INFINITY);
+        // One certain token: its log-probability is 0 (to the f32 it is reported in).
+        let lp = logprobs(&[0.0, -200.0, -300.0, f32::NEG_INFINITY], 0, 1);
+        assert_eq!(lp.logprob, 0.0);
+        // A uniform vocabulary of Gemma 3's size.
+        let flat = vec![0.5f32; 262_144];
+        assert!((log_sum_exp(&flat) - (0.5 + (262_144f64).ln())).abs() < 1e-9);
     }
 
     proptest! {
@@ -478,6 +605,51 @@ mod tests {
         ) {
             let got: Vec<u32> = logprobs(&logits, 0, top).top.iter().map(|t| t.0).collect();
             prop_assert_eq!(got, top_by_sorting(&logits, top));
+        }
+
+        /// The lane-wise argmax is the one-by-one one: ties, zeros of both signs, infinities
+        /// and NaNs (where it falls back) included; and so with banned ids.
+        #[test]
+        fn argmax_in_lanes_is_the_first_maximum(
+            picks in prop::collection::vec(0usize..9, 0..80),
+            banned in prop::collection::vec(0u32..80, 0..4),
+        ) {
+            let values = [-1.5f32, 0.0, -0.0, 2.25, 2.25, f32::INFINITY, f32::NEG_INFINITY,
+                f32::NAN, 7.0];
+            let logits: Vec<f32> = picks.iter().map(|&i| values[i]).collect();
+            prop_assert_eq!(argmax(&logits), argmax_scalar(&logits));
+            prop_assert_eq!(
+                argmax_except(&logits, &banned),
+                argmax_except_scalar(&logits, &banned)
+            );
+        }
+
+        /// The f32 exponentials summed in f64 lanes stay within 1e-6 of f64 exponentials summed
+        /// in turn, over vocabularies of up to 3,000 logits spread over 60 (most terms
+        /// vanishing) or close together (every term counting).
+        #[test]
+        fn log_sum_exp_is_within_a_millionth_of_f64(
+            logits in prop::collection::vec(-30f32..30.0, 1..3000),
+            spread in prop_oneof![Just(1.0f32), Just(0.01f32)],
+        ) {
+            let logits: Vec<f32> = logits.iter().map(|l| l * spread).collect();
+            let (got, want) = (log_sum_exp(&logits), log_sum_exp_f64(&logits));
+            prop_assert!((got - want).abs() < 1e-6, "{} against {}", got, want);
+        }
+
+        /// The 512-bit build of the sum gives the 256-bit build's bits (where the CPU has
+        /// AVX-512), so a log-probability is the same on either kind of machine.
+        #[test]
+        fn log_sum_exp_has_the_same_bits_on_either_register_width(
+            logits in prop::collection::vec(-30f32..30.0, 1..3000),
+        ) {
+            #[cfg(target_arch = "x86_64")]
+            if std::is_x86_feature_detected!("avx512f") {
+                let max = max_and_nan(&logits).0;
+                // SAFETY: the CPU has AVX-512 F (checked just above).
+                let wide = unsafe { sum_exp_avx512(&logits, max) };
+                prop_assert_eq!(wide.to_bits(), sum_exp(&logits, max).to_bits());
+            }
         }
 
         #[test]
