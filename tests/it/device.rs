@@ -244,12 +244,15 @@ fn engine_speed_reports_prefill_and_batched_decode() {
             "--decode-steps",
             "2",
         ])
-        .args(["--decode-context", "16"])
+        .args(["--decode-context", "16", "--threads", "1"])
+        .env_remove("CANDLE_NUM_THREADS")
         .output()
         .expect("runs");
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
     assert_eq!(v["device"], "cpu");
+    // The figures name the threads they ran on.
+    assert_eq!(v["threads"], 1);
     // SmolLM2: 30 layers, 3 KV heads of 64, keys and values in f32.
     assert_eq!(v["kv_bytes_per_token"], 2 * 30 * 3 * 64 * 4);
     assert!(v["weight_bytes"].as_u64().expect("bytes") > 50_000_000);

@@ -60,6 +60,8 @@ pub struct SpeedReport {
     /// `cpu` or `cuda:N`.
     pub device: String,
     pub gpu: Option<GpuInfo>,
+    /// CPU compute threads the engine's pools ran with (what the CPU's figures depend on).
+    pub threads: usize,
     /// Bytes of weights held: what one decode step at batch 1 must read at least once.
     pub weight_bytes: u64,
     /// Bytes of keys and values per cached token, all layers.
@@ -201,6 +203,7 @@ pub fn measure(
         model: m.name().to_owned(),
         device: device_name.to_owned(),
         gpu: gpu_info(dev)?,
+        threads: candle_core::utils::barrier_pool().n_workers() + 1,
         weight_bytes: m.model().weight_bytes() as u64,
         kv_bytes_per_token: m.model().config().kv_bytes_per_token() as u64,
         prefill,

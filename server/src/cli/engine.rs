@@ -118,6 +118,10 @@ pub(crate) struct SpeedArgs {
     /// Timed decode steps per batch size.
     #[arg(long, default_value_t = 32)]
     decode_steps: usize,
+    /// CPU compute threads (default: every core — a speed measurement runs alone, with no
+    /// server or load generator to leave a core to; CANDLE_NUM_THREADS in the environment wins).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1024))]
+    pub(crate) threads: Option<u64>,
     /// Context window to load the model with.
     #[arg(long, default_value_t = 4096)]
     context: usize,
@@ -193,7 +197,11 @@ pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
 pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     match cmd {
         Command::Serve(args) => args.threads,
-        Command::Tokenize(_) | Command::CheckGreedy(_) | Command::Speed(_) => None,
+        Command::Speed(args) => Some(
+            args.threads
+                .map_or_else(shortlist_runner::config::cores, |t| t as usize),
+        ),
+        Command::Tokenize(_) | Command::CheckGreedy(_) => None,
     }
 }
 
@@ -360,6 +368,12 @@ fn speed(args: SpeedArgs, config: &Config) -> anyhow::Result<Outcome> {
     if args.json {
         print_json(&serde_json::to_value(&report)?)?;
     } else {
+        println!(
+            "{} on {spec}, {} CPU compute thread{}",
+            report.model,
+            report.threads,
+            if report.threads == 1 { "" } else { "s" }
+        );
         for p in &report.prefill {
             println!(
                 "prefill {:>5} tokens: {:>9.1} tok/s ({:.3} s)",
