@@ -100,6 +100,7 @@ pub(crate) enum Outcome {
 
 pub(crate) fn main() -> ExitCode {
     restore_sigpipe();
+    keep_large_buffers();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(err) => {
@@ -187,6 +188,30 @@ fn apply_compute_threads(threads: usize) {
         if std::env::var_os(var).is_none() {
             // SAFETY: no other thread exists yet that could read the environment concurrently.
             unsafe { std::env::set_var(var, threads.to_string()) };
+        }
+    }
+}
+
+/// Large temporary buffers stay in the C allocator's heap and are reused, instead of fresh
+/// pages mapped for each and returned on free. glibc maps every allocation above its threshold
+/// (which it raises by itself to 32 MiB at most) and unmaps it on free, so each engine step's
+/// larger buffers — Gemma 3's logits at 32 sequences are 33.5 MB — came as new pages that the
+/// kernel faulted in and cleared while the other compute threads waited. Measured on the demo
+/// quality runs at 32 in flight (2 vCPU, two interleaved rounds): Gemma 3 69.2 / 66.2 s before,
+/// 63.6 / 61.9 s after, SmolLM2 (whose logits were under the threshold) unchanged within noise,
+/// the same peak memory (the engine's `benches/RESULTS.md`, 2026-12-05). Freed memory up to the
+/// trim threshold is kept for reuse rather than returned to the system. A `GLIBC_TUNABLES` that
+/// sets malloc parameters is left to decide.
+fn keep_large_buffers() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if std::env::var("GLIBC_TUNABLES").is_ok_and(|t| t.contains("glibc.malloc.")) {
+            return;
+        }
+        // SAFETY: `mallopt` only sets allocator parameters; called first thing in `main`.
+        unsafe {
+            libc::mallopt(libc::M_MMAP_THRESHOLD, 256 << 20);
+            libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
         }
     }
 }
