@@ -197,10 +197,7 @@ pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
 pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     match cmd {
         Command::Serve(args) => args.threads,
-        Command::Speed(args) => Some(
-            args.threads
-                .map_or_else(shortlist_runner::config::cores, |t| t as usize),
-        ),
+        Command::Speed(args) => Some(super::threads_or_every_core(args.threads)),
         Command::Tokenize(_) | Command::CheckGreedy(_) => None,
     }
 }

@@ -138,10 +138,7 @@ pub struct CompareArgs {
 /// demo set's 92 short cases: 108 s on one thread, 74 s on two, the same answers).
 pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     match cmd {
-        Command::Run(a) => Some(
-            a.threads
-                .map_or_else(shortlist_runner::config::cores, |t| t as usize),
-        ),
+        Command::Run(a) => Some(super::threads_or_every_core(a.threads)),
         _ => None,
     }
 }

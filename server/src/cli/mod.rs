@@ -179,6 +179,12 @@ fn class_of(err: &anyhow::Error) -> ErrorClass {
     ErrorClass::BadInput
 }
 
+/// A command's `--threads`, else every core: for commands that run alone, with no load
+/// generator to leave a core to (`eval run`, `engine speed`).
+pub(crate) fn threads_or_every_core(threads: Option<u64>) -> usize {
+    threads.map_or_else(shortlist_runner::config::cores, |t| t as usize)
+}
+
 /// Size candle's compute pools. candle reads them from `CANDLE_NUM_THREADS` /
 /// `RAYON_NUM_THREADS` on first use and offers no other way, so this — called from `main` before
 /// any thread exists, with the one resolved thread count — is the program's only write to its
