@@ -76,7 +76,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 want_logits: true,
                 all_logits: false,
             }];
-            let logits = m.model().forward(&mut step)?.pop().flatten();
+            let logits = m
+                .model()
+                .forward(&mut step)?
+                .pop()
+                .flatten()
+                .map(|l| l.to_vec());
             println!("{}", serde_json::json!(logits));
         }
         _ => eprintln!("usage: probe tok|gen|logits MODEL ..."),

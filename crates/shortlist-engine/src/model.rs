@@ -181,6 +181,39 @@ pub struct Model {
     output_norm: Tensor,
     layers: Vec<Layer>,
     weight_bytes: usize,
+    /// The last step's logits buffer, taken back by the next step once no sequence holds it
+    /// (kept only up to [`KEPT_LOGITS_ROWS`] rows).
+    last_logits: std::sync::Mutex<Option<Arc<Vec<f32>>>>,
+}
+
+/// Most rows of logits a step's buffer may hold to be kept for the next step: a decode step of
+/// the most sequences a run keeps in flight (64; Gemma 3: 67 MB). A prefill step that asked for
+/// every prompt token's logits (hundreds of rows, a gigabyte or more) is not held once done.
+const KEPT_LOGITS_ROWS: usize = 64;
+
+/// A sequence's logits from one step ([`Model::forward`]), `vocab` values per row: a window on
+/// the one buffer the step's output projection wrote. The step's sequences share it instead of
+/// each copying its rows out, and the next step writes into it again once they have let go
+/// (Gemma 3 at 32 sequences: 33.5 MB a step, which was cleared, written, then copied row by row).
+#[derive(Clone)]
+pub struct Logits {
+    buf: Arc<Vec<f32>>,
+    range: std::ops::Range<usize>,
+}
+
+impl std::ops::Deref for Logits {
+    type Target = [f32];
+    fn deref(&self) -> &[f32] {
+        &self.buf[self.range.clone()]
+    }
+}
+
+impl std::fmt::Debug for Logits {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Logits")
+            .field("len", &self.range.len())
+            .finish_non_exhaustive()
+    }
 }
 
 impl std::fmt::Debug for Model {
@@ -535,6 +568,7 @@ impl Model {
             output_norm,
             layers,
             weight_bytes,
+            last_logits: std::sync::Mutex::new(None),
         })
     }
 
@@ -565,7 +599,7 @@ impl Model {
         tokens: &[u32],
         cache: &mut KvCache,
         chunk: usize,
-    ) -> Result<Option<Vec<f32>>> {
+    ) -> Result<Option<Logits>> {
         let chunks: Vec<&[u32]> = tokens.chunks(chunk.max(1)).collect();
         let mut logits = None;
         for (i, c) in chunks.iter().enumerate() {
@@ -583,7 +617,7 @@ impl Model {
     /// Run one step over several sequences. Returns, for each sequence with `want_logits`, the
     /// logits of its last new token (`vocab` floats), for each with `all_logits` those of all
     /// its new tokens, in input order; `None` for the others.
-    pub fn forward(&self, seqs: &mut [SeqStep<'_>]) -> Result<Vec<Option<Vec<f32>>>> {
+    pub fn forward(&self, seqs: &mut [SeqStep<'_>]) -> Result<Vec<Option<Logits>>> {
         let cfg = &self.cfg;
         let total: usize = seqs.iter().map(|s| s.tokens.len()).sum();
         if total == 0 {
@@ -775,20 +809,57 @@ impl Model {
         let idx = Tensor::new(rows.as_slice(), &self.device)?;
         let last = x.index_select(&idx, 0)?;
         let last = candle_nn::ops::rms_norm(&last, &self.output_norm, cfg.rms_eps)?;
-        let logits = self
-            .output
-            .forward(&last)?
-            .to_dtype(DType::F32)?
-            .to_vec2::<f32>()?;
-        let mut it = logits.into_iter();
+        let buf = Arc::new(self.output_logits(&last, rows.len())?);
+        let mut at = 0;
         for (slot, s) in result.iter_mut().zip(seqs.iter()) {
-            if s.all_logits {
-                *slot = Some(it.by_ref().take(s.tokens.len()).flatten().collect());
-            } else if s.want_logits {
-                *slot = it.next();
-            }
+            let n = match (s.all_logits, s.want_logits) {
+                (true, _) => s.tokens.len(),
+                (false, true) => 1,
+                (false, false) => continue,
+            };
+            *slot = Some(Logits {
+                buf: buf.clone(),
+                range: at * vocab..(at + n) * vocab,
+            });
+            at += n;
+        }
+        if rows.len() <= KEPT_LOGITS_ROWS && self.writes_logits_in_place(&last) {
+            *self.last_logits.lock().unwrap_or_else(|e| e.into_inner()) = Some(buf);
         }
         Ok(result)
+    }
+
+    /// The output projection of `x (m, n_embd)`: `m * vocab` logits, row after row. Our kernels
+    /// write them into the last step's buffer where no sequence holds it any more (the same
+    /// kernel as [`Linear::forward`], so the same bits); candle's are copied out of its tensor.
+    fn output_logits(&self, x: &Tensor, m: usize) -> Result<Vec<f32>> {
+        match &self.output {
+            Linear::Ours(w) if self.writes_logits_in_place(x) => {
+                let spare = self
+                    .last_logits
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .take();
+                let mut buf = spare
+                    .and_then(|b| Arc::try_unwrap(b).ok())
+                    .unwrap_or_default();
+                buf.resize(m * self.vocab, 0.0);
+                w.matmul_into(&x.flatten_all()?.to_vec1::<f32>()?, m, &mut buf)?;
+                Ok(buf)
+            }
+            _ => Ok(self
+                .output
+                .forward(x)?
+                .to_dtype(DType::F32)?
+                .flatten_all()?
+                .to_vec1::<f32>()?),
+        }
+    }
+
+    /// Whether [`Self::output_logits`] writes into a buffer of ours (our kernels on the CPU),
+    /// which a later step can then take back.
+    fn writes_logits_in_place(&self, x: &Tensor) -> bool {
+        matches!(self.output, Linear::Ours(_)) && x.device().is_cpu()
     }
 
     /// Every new token's queries and keys in one layer, normalized (Gemma 3) and rotated at its

@@ -16,7 +16,7 @@ use tokio::sync::mpsc::UnboundedSender;
 use crate::engine::{Detokenizer, FinishReason, LoadedModel, find_stop};
 use crate::error::{EngineError, Result};
 use crate::metrics::Metrics;
-use crate::model::{KvCache, SeqStep};
+use crate::model::{KvCache, Logits, SeqStep};
 use crate::prefix::PrefixCache;
 use crate::sampling::{Sampler, SamplingParams};
 
@@ -690,7 +690,7 @@ fn choose_all(
     model: &LoadedModel,
     running: &mut [Seq],
     plan: &[(usize, usize, usize)],
-    logits: &[Option<Vec<f32>>],
+    logits: &[Option<Logits>],
 ) -> Vec<Option<Chosen>> {
     let eog = model.tokenizer().end_of_generation();
     let mut step_of = vec![None; running.len()];

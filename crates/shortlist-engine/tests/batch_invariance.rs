@@ -68,8 +68,9 @@ fn alone(model: &LoadedModel, prompts: &[Vec<u32>]) -> Vec<Trace> {
                     all_logits: false,
                 }];
                 let logits = model.model().forward(&mut step).expect("forward")[0]
-                    .clone()
-                    .expect("logits");
+                    .as_deref()
+                    .expect("logits")
+                    .to_vec();
                 next = vec![argmax(&logits)];
                 trace.push(logits);
             }
@@ -120,7 +121,7 @@ fn together(model: &LoadedModel, prompts: &[Vec<u32>], chunk: Option<usize>) -> 
         for (k, &i) in who.iter().enumerate() {
             if let Some(logits) = &out[k] {
                 next[i] = vec![argmax(logits)];
-                traces[i].push(logits.clone());
+                traces[i].push(logits.to_vec());
             }
         }
     }
@@ -212,4 +213,64 @@ fn smollm2_logits_do_not_depend_on_the_batch() {
 #[test]
 fn gemma3_logits_do_not_depend_on_the_batch() {
     check("gemma3-270m", "gemma3_logits_do_not_depend_on_the_batch");
+}
+
+/// A step's logits share one buffer, which the next step writes into again once nobody holds
+/// it: logits a caller holds stay as they were whatever steps follow, and a step that writes
+/// into an earlier step's buffer (larger, full of other logits) gives the bits of one that
+/// writes into fresh memory.
+#[test]
+fn held_logits_stay_and_a_reused_buffer_gives_the_same_bits() {
+    let Some(model) = open("smollm2-135m-instruct") else {
+        return;
+    };
+    let prompts = prompts(&model);
+    let step = |ps: &[&Vec<u32>]| {
+        let mut caches: Vec<KvCache> = ps.iter().map(|_| cache(&model)).collect();
+        let mut steps: Vec<SeqStep<'_>> = caches
+            .iter_mut()
+            .zip(ps)
+            .map(|(cache, p)| SeqStep {
+                tokens: p,
+                cache,
+                want_logits: true,
+                all_logits: false,
+            })
+            .collect();
+        model.model().forward(&mut steps).expect("forward")
+    };
+    // Into fresh memory: the first step of this model.
+    let held = step(&[&prompts[0]])[0].clone().expect("logits");
+    let first = held.to_vec();
+    // Three steps while it is held, one with three sequences: none may write into it.
+    let mut last = std::ptr::null();
+    for k in 1..4 {
+        let others: Vec<&Vec<u32>> = prompts[k..k + k].iter().collect();
+        let out = step(&others);
+        let rows: Vec<_> = out.iter().map(|l| l.as_deref().expect("logits")).collect();
+        assert!(
+            rows.iter().all(|r| r.as_ptr() != held.as_ptr()),
+            "wrote into held logits"
+        );
+        last = rows[0].as_ptr();
+    }
+    assert!(
+        held.iter()
+            .zip(&first)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "logits changed while held"
+    );
+    drop(held);
+    // The last step's buffer (three rows of other logits) is free now: the same prompt again
+    // writes into it, and must give the bits it gave in fresh memory.
+    let again = step(&[&prompts[0]])[0].clone().expect("logits");
+    assert_eq!(again.as_ptr(), last, "the free buffer was not reused");
+    assert_eq!(again.len(), first.len());
+    assert!(
+        again
+            .iter()
+            .zip(&first)
+            .all(|(a, b)| a.to_bits() == b.to_bits()),
+        "logits from a reused buffer differ from those from fresh memory"
+    );
 }
