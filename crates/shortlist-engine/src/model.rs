@@ -809,7 +809,8 @@ impl Model {
         let idx = Tensor::new(rows.as_slice(), &self.device)?;
         let last = x.index_select(&idx, 0)?;
         let last = candle_nn::ops::rms_norm(&last, &self.output_norm, cfg.rms_eps)?;
-        let buf = Arc::new(self.output_logits(&last, rows.len())?);
+        let in_place = matches!(self.output, Linear::Ours(_)) && last.device().is_cpu();
+        let buf = Arc::new(self.output_logits(&last, rows.len(), in_place)?);
         let mut at = 0;
         for (slot, s) in result.iter_mut().zip(seqs.iter()) {
             let n = match (s.all_logits, s.want_logits) {
@@ -823,18 +824,19 @@ impl Model {
             });
             at += n;
         }
-        if rows.len() <= KEPT_LOGITS_ROWS && self.writes_logits_in_place(&last) {
+        if in_place && rows.len() <= KEPT_LOGITS_ROWS {
             *self.last_logits.lock().unwrap_or_else(|e| e.into_inner()) = Some(buf);
         }
         Ok(result)
     }
 
-    /// The output projection of `x (m, n_embd)`: `m * vocab` logits, row after row. Our kernels
-    /// write them into the last step's buffer where no sequence holds it any more (the same
-    /// kernel as [`Linear::forward`], so the same bits); candle's are copied out of its tensor.
-    fn output_logits(&self, x: &Tensor, m: usize) -> Result<Vec<f32>> {
+    /// The output projection of `x (m, n_embd)`: `m * vocab` logits, row after row. `in_place`
+    /// (our kernels, on the CPU): written into the last step's buffer where no sequence holds it
+    /// any more (the same kernel as [`Linear::forward`], so the same bits); otherwise candle's
+    /// are copied out of its tensor.
+    fn output_logits(&self, x: &Tensor, m: usize, in_place: bool) -> Result<Vec<f32>> {
         match &self.output {
-            Linear::Ours(w) if self.writes_logits_in_place(x) => {
+            Linear::Ours(w) if in_place => {
                 let spare = self
                     .last_logits
                     .lock()
@@ -854,12 +856,6 @@ impl Model {
                 .flatten_all()?
                 .to_vec1::<f32>()?),
         }
-    }
-
-    /// Whether [`Self::output_logits`] writes into a buffer of ours (our kernels on the CPU),
-    /// which a later step can then take back.
-    fn writes_logits_in_place(&self, x: &Tensor) -> bool {
-        matches!(self.output, Linear::Ours(_)) && x.device().is_cpu()
     }
 
     /// Every new token's queries and keys in one layer, normalized (Gemma 3) and rotated at its
