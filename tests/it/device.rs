@@ -122,6 +122,51 @@ fn check_greedy_fails_on_a_reference_it_does_not_match() {
     );
 }
 
+/// `engine check-batch` on the CPU: each reference prompt's logits the same bits alone and in
+/// the staggered batch (up to all five prompts in a step, a prefill beside decodes), every step
+/// compared, on both models. The GPU check script runs the same command on the GPU, where
+/// candle's kernels may not be batch-invariant; that a difference is found and measured is the
+/// unit test of `invariance.rs`.
+#[test]
+fn the_forward_pass_is_batch_invariant_on_the_cpu() {
+    for (file, reference) in [
+        (
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "greedy_ref_smollm2.jsonl",
+        ),
+        ("gemma-3-270m-q4_k_m.gguf", "greedy_ref_gemma3.jsonl"),
+    ] {
+        let Some(path) = model(file) else { continue };
+        let reference = data(&format!("engine/{reference}"));
+        let out = shortlist()
+            .args(["engine", "check-batch", "--device", "cpu", "--steps", "6"])
+            .args(["--json", "--model"])
+            .arg(&path)
+            .arg("--reference")
+            .arg(&reference)
+            .output()
+            .expect("runs");
+        assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
+        let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
+        assert_eq!(v["device"], "cpu");
+        let report = &v["report"];
+        assert_eq!(report["identical"], true, "{file}: {report}");
+        let cases = report["cases"].as_array().expect("cases");
+        assert_eq!(cases.len(), 5, "{file}");
+        assert_eq!(report["largest_batch"], 5, "{file}: {report}");
+        for c in cases {
+            assert_eq!(
+                (c["steps"].as_u64(), c["identical_steps"].as_u64()),
+                (Some(6), Some(6))
+            );
+            assert!(
+                c["first_difference"].is_null() && c["argmax_changed"] == 0,
+                "{c}"
+            );
+        }
+    }
+}
+
 /// Without the `cuda` feature, every command that takes `--device` refuses a GPU with the reason
 /// and the way out, before loading anything; a malformed device is a usage error.
 #[cfg(not(feature = "cuda"))]
@@ -137,6 +182,14 @@ fn a_gpu_is_refused_clearly_by_a_binary_without_cuda() {
         vec![
             "engine",
             "check-greedy",
+            "--model",
+            &path,
+            "--reference",
+            &reference,
+        ],
+        vec![
+            "engine",
+            "check-batch",
             "--model",
             &path,
             "--reference",
@@ -400,6 +453,18 @@ fn the_gpu_check_script_runs_dry_on_the_cpu() {
     for g in greedy {
         assert_eq!(g["passed"], true, "{g}");
         assert_eq!(g["prompts"], 5, "{g}");
+    }
+    let batch = summary["batch_invariance"]
+        .as_array()
+        .expect("batch invariance");
+    assert_eq!(batch.len(), 2, "{summary}");
+    for b in batch {
+        assert_eq!(b["identical"], true, "{b}");
+        assert_eq!(
+            (b["steps"].as_u64(), b["steps_identical"].as_u64()),
+            (Some(30), Some(30))
+        );
+        assert_eq!(b["greedy_choices_changed"], 0, "{b}");
     }
     let speed = summary["speed"].as_array().expect("speed");
     assert_eq!(speed.len(), 2, "{summary}");

@@ -37,6 +37,7 @@ pub mod error;
 pub mod fetch;
 pub mod gguf;
 pub mod http;
+pub mod invariance;
 pub mod metrics;
 pub mod model;
 pub mod prefix;

@@ -9,6 +9,7 @@ use shortlist_engine::device::{DeviceSpec, KvFit};
 use shortlist_engine::engine::{LoadOptions, LoadedModel, check_cpu_features, load_tokenizer_path};
 use shortlist_engine::fetch::{MODELS, default_models_dir, model_path};
 use shortlist_engine::http::Listener;
+use shortlist_engine::invariance::check_batch_invariance;
 use shortlist_engine::reference::{check_greedy as check_against_reference, read_greedy_reference};
 use shortlist_engine::scheduler::{EngineHandle, SchedulerConfig};
 use shortlist_engine::speed::{SpeedPlan, measure};
@@ -28,6 +29,10 @@ pub(crate) enum Command {
     /// Greedy generation held to llama.cpp's pinned token ids (tests/data/engine/greedy_ref_*):
     /// free running and teacher forced, on any device. Exit 1 when a prompt fails.
     CheckGreedy(CheckGreedyArgs),
+    /// Whether the forward pass on a device is batch-invariant: each reference prompt's logits
+    /// alone against the same prompts batched (joining one step after another, fed the lone
+    /// runs' tokens), bit for bit. Exit 1 when any step differs.
+    CheckBatch(CheckBatchArgs),
     /// Raw forward-pass speed on a device: prefill of N-token prompts, and decode steps of B
     /// sequences together (one forward pass per step). Compute throughput, not goodput.
     Speed(SpeedArgs),
@@ -89,6 +94,24 @@ pub(crate) struct CheckGreedyArgs {
     /// The pinned reference (JSON lines: name, prompt_ids, ids, margins).
     #[arg(long)]
     reference: PathBuf,
+    #[command(flatten)]
+    device: DeviceArg,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct CheckBatchArgs {
+    /// A GGUF file, a model folder, or the name of a fetched model.
+    #[arg(long)]
+    model: String,
+    /// The prompts: a reference file as `check-greedy` takes (its `name` and `prompt_ids`).
+    #[arg(long)]
+    reference: PathBuf,
+    /// Steps compared per prompt: its prefill and then one per greedy token.
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    steps: u64,
     #[command(flatten)]
     device: DeviceArg,
     /// Print one JSON document.
@@ -189,7 +212,10 @@ pub(crate) struct TokenizeArgs {
 pub(crate) fn default_log_filter(cmd: &Command) -> &'static str {
     match cmd {
         Command::Serve(_) => "warn,shortlist_engine::http=info",
-        Command::Tokenize(_) | Command::CheckGreedy(_) | Command::Speed(_) => "warn",
+        Command::Tokenize(_)
+        | Command::CheckGreedy(_)
+        | Command::CheckBatch(_)
+        | Command::Speed(_) => "warn",
     }
 }
 
@@ -198,7 +224,7 @@ pub(crate) fn requested_threads(cmd: &Command) -> Option<usize> {
     match cmd {
         Command::Serve(args) => args.threads,
         Command::Speed(args) => Some(super::threads_or_every_core(args.threads)),
-        Command::Tokenize(_) | Command::CheckGreedy(_) => None,
+        Command::Tokenize(_) | Command::CheckGreedy(_) | Command::CheckBatch(_) => None,
     }
 }
 
@@ -207,6 +233,7 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
         Command::Tokenize(args) => tokenize(args),
         Command::Serve(args) => serve(args, config),
         Command::CheckGreedy(args) => check_greedy(args, config),
+        Command::CheckBatch(args) => check_batch(args, config),
         Command::Speed(args) => speed(args, config),
     }
 }
@@ -342,6 +369,48 @@ fn check_greedy(args: CheckGreedyArgs, config: &Config) -> anyhow::Result<Outcom
         );
     }
     Ok(if report.passed {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
+}
+
+fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome> {
+    let path = resolve_model(&args.model)?;
+    let prompts: Vec<(String, Vec<u32>)> = read_greedy_reference(&args.reference)?
+        .into_iter()
+        .map(|r| (r.name, r.prompt))
+        .collect();
+    let steps = usize::try_from(args.steps)?;
+    let longest = prompts.iter().map(|(_, p)| p.len()).max().unwrap_or(0) + steps;
+    let (placement, model) = args.device.load(config, &path, longest.max(2048))?;
+    let spec = placement.spec;
+    let report = check_batch_invariance(&model, &prompts, steps)?;
+    if args.json {
+        print_json(&json!({
+            "model": model.name(),
+            "device": spec.to_string(),
+            "gpu": placement.gpu,
+            "reference": args.reference.display().to_string(),
+            "report": report,
+        }))?;
+    } else {
+        for c in &report.cases {
+            println!("{}", c.describe());
+        }
+        println!(
+            "{} on {spec}: {} of {} prompts the same bits alone and in batches of up to {}",
+            model.name(),
+            report
+                .cases
+                .iter()
+                .filter(|c| c.first_difference.is_none())
+                .count(),
+            report.cases.len(),
+            report.largest_batch
+        );
+    }
+    Ok(if report.identical {
         Outcome::Success
     } else {
         Outcome::CheckFailed

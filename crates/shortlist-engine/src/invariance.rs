@@ -1,0 +1,265 @@
+//! Whether a device's forward pass is batch-invariant, measured: each prompt's logits computed
+//! alone against the same prompts in one batch, where they join one step after another (so each
+//! prompt's prefill shares its step with the others' decoding, and every prompt decodes beside
+//! batches of other sizes at other positions). The batch is fed the tokens the lone runs chose
+//! (teacher forcing), so every step stays comparable even where a choice would flip.
+//!
+//! Our CPU kernels are batch-invariant by construction (one order of sums per output element;
+//! `tests/batch_invariance.rs`). On a GPU candle's kernels run, and they may pick another
+//! algorithm by row count: `shortlist engine check-batch` measures it there (the GPU check
+//! script runs it), and a quality run's answers on such a device may change with its
+//! concurrency wherever two tokens were nearly tied, as on an endpoint.
+
+use serde::Serialize;
+
+use crate::engine::LoadedModel;
+use crate::error::{EngineError, Result};
+use crate::model::{KvCache, Logits, SeqStep};
+use crate::sampling::argmax;
+
+/// One prompt: the steps compared and how the batched logits differed from the lone ones.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InvarianceCase {
+    pub name: String,
+    pub prompt_tokens: usize,
+    /// Steps compared: the prompt's prefill, then one per decoded token.
+    pub steps: usize,
+    /// Steps whose whole logit row was the same bits.
+    pub identical_steps: usize,
+    /// The first step that was not (0: the prefill).
+    pub first_difference: Option<usize>,
+    /// The largest difference of one logit between the two runs, over all steps.
+    pub largest_difference: f32,
+    /// Steps where the batch's greedy choice differed from the lone run's.
+    pub argmax_changed: usize,
+    /// The lone run's top-2 gap at the steps where the choice changed (smallest first).
+    pub gaps_where_changed: Vec<f32>,
+}
+
+/// All prompts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct InvarianceReport {
+    pub cases: Vec<InvarianceCase>,
+    /// The most sequences in one step of the batched run.
+    pub largest_batch: usize,
+    /// Whether every step of every prompt was the same bits.
+    pub identical: bool,
+}
+
+/// Run `prompts` alone, greedily for `steps` steps each (the prefill and `steps - 1` decoded
+/// tokens), then all together, prompt `i` joining at step `i`, and compare the logits bit for
+/// bit.
+pub fn check_batch_invariance(
+    m: &LoadedModel,
+    prompts: &[(String, Vec<u32>)],
+    steps: usize,
+) -> Result<InvarianceReport> {
+    if steps == 0 || prompts.iter().any(|(_, p)| p.is_empty()) {
+        return Err(EngineError::InvalidParameter {
+            field: "steps",
+            message: "at least one step of a non-empty prompt is needed".into(),
+        });
+    }
+    let model = m.model();
+    let (cfg, device) = (model.config(), model.device());
+    let no_logits = || EngineError::Compute("a step gave no logits".into());
+    // Alone: every step's logits and the token chosen after it.
+    let mut alone: Vec<(Vec<Logits>, Vec<u32>)> = Vec::with_capacity(prompts.len());
+    for (_, prompt) in prompts {
+        let mut cache = KvCache::new(cfg, prompt.len() + steps, device)?;
+        let mut rows = Vec::with_capacity(steps);
+        let mut chosen = Vec::with_capacity(steps);
+        let mut last = model.prefill(prompt, &mut cache, prompt.len())?;
+        for s in 0..steps {
+            let l = last.take().ok_or_else(no_logits)?;
+            let t = argmax(&l);
+            rows.push(l);
+            chosen.push(t);
+            if s + 1 < steps {
+                let one = [t];
+                let mut step = [SeqStep {
+                    tokens: &one,
+                    cache: &mut cache,
+                    want_logits: true,
+                    all_logits: false,
+                }];
+                last = model.forward(&mut step)?.pop().flatten();
+            }
+        }
+        alone.push((rows, chosen));
+    }
+    // Together: at global step `g`, prompt `i <= g` takes its step `g - i` (its prefill when
+    // `g == i`), fed the token its lone run chose.
+    let mut caches = prompts
+        .iter()
+        .map(|(_, p)| KvCache::new(cfg, p.len() + steps, device))
+        .collect::<Result<Vec<_>>>()?;
+    let mut cases: Vec<InvarianceCase> = prompts
+        .iter()
+        .map(|(name, p)| InvarianceCase {
+            name: name.clone(),
+            prompt_tokens: p.len(),
+            steps,
+            identical_steps: 0,
+            first_difference: None,
+            largest_difference: 0.0,
+            argmax_changed: 0,
+            gaps_where_changed: Vec::new(),
+        })
+        .collect();
+    let mut largest_batch = 0;
+    for g in 0..prompts.len() + steps - 1 {
+        let active: Vec<usize> = (0..prompts.len())
+            .filter(|&i| i <= g && g - i < steps)
+            .collect();
+        largest_batch = largest_batch.max(active.len());
+        let fed: Vec<[u32; 1]> = active
+            .iter()
+            .map(|&i| [alone[i].1[(g - i).saturating_sub(1)]])
+            .collect();
+        let mut batch: Vec<SeqStep<'_>> = Vec::with_capacity(active.len());
+        let mut next = active.iter().zip(&fed).peekable();
+        for (i, cache) in caches.iter_mut().enumerate() {
+            let Some((_, one)) = next.next_if(|&(&a, _)| a == i) else {
+                continue;
+            };
+            batch.push(SeqStep {
+                tokens: if g == i { &prompts[i].1 } else { one },
+                cache,
+                want_logits: true,
+                all_logits: false,
+            });
+        }
+        let out = model.forward(&mut batch)?;
+        for (&i, got) in active.iter().zip(out) {
+            let got = got.ok_or_else(no_logits)?;
+            compare(&mut cases[i], g - i, &alone[i].0[g - i], &got);
+        }
+    }
+    let identical = cases.iter().all(|c| c.identical_steps == c.steps);
+    Ok(InvarianceReport {
+        cases,
+        largest_batch,
+        identical,
+    })
+}
+
+/// Fold step `step`'s logits, alone and batched, into `case`.
+fn compare(case: &mut InvarianceCase, step: usize, alone: &[f32], batched: &[f32]) {
+    if alone.len() == batched.len()
+        && alone
+            .iter()
+            .zip(batched)
+            .all(|(a, b)| a.to_bits() == b.to_bits())
+    {
+        case.identical_steps += 1;
+        return;
+    }
+    case.first_difference.get_or_insert(step);
+    let largest = alone
+        .iter()
+        .zip(batched)
+        .map(|(a, b)| (a - b).abs())
+        .fold(
+            0f32,
+            |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
+        );
+    case.largest_difference = case.largest_difference.max(largest);
+    let (a, b) = (argmax(alone), argmax(batched));
+    if a != b {
+        case.argmax_changed += 1;
+        let top = alone[a as usize];
+        let second = alone
+            .iter()
+            .enumerate()
+            .filter(|&(j, _)| j != a as usize)
+            .map(|(_, &x)| x)
+            .fold(f32::NEG_INFINITY, f32::max);
+        case.gaps_where_changed.push(top - second);
+        case.gaps_where_changed.sort_by(f32::total_cmp);
+    }
+}
+
+impl InvarianceCase {
+    /// One line for a terminal.
+    pub fn describe(&self) -> String {
+        match self.first_difference {
+            None => format!(
+                "{}: all {} steps the same bits alone and batched",
+                self.name, self.steps
+            ),
+            Some(first) => format!(
+                "{}: {} of {} steps the same bits; first difference at step {first}, largest \
+                 logit difference {:.3e}; greedy choice changed at {} step(s){}",
+                self.name,
+                self.identical_steps,
+                self.steps,
+                self.largest_difference,
+                self.argmax_changed,
+                if self.gaps_where_changed.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        " (top-2 gaps there {})",
+                        self.gaps_where_changed
+                            .iter()
+                            .map(|g| format!("{g:.3}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn case() -> InvarianceCase {
+        InvarianceCase {
+            name: "p".into(),
+            prompt_tokens: 3,
+            steps: 3,
+            identical_steps: 0,
+            first_difference: None,
+            largest_difference: 0.0,
+            argmax_changed: 0,
+            gaps_where_changed: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn differences_are_found_and_measured() {
+        let mut c = case();
+        compare(&mut c, 0, &[1.0, 2.0, 0.5], &[1.0, 2.0, 0.5]);
+        assert_eq!((c.identical_steps, c.first_difference), (1, None));
+        // One bit off in a logit that decides nothing.
+        compare(
+            &mut c,
+            1,
+            &[1.0, 2.0, 0.5],
+            &[1.0, 2.0, f32::from_bits(0.5f32.to_bits() + 1)],
+        );
+        assert_eq!(
+            (c.identical_steps, c.first_difference, c.argmax_changed),
+            (1, Some(1), 0)
+        );
+        assert!(c.largest_difference > 0.0 && c.largest_difference < 1e-6);
+        // A near-tie that flips.
+        compare(&mut c, 2, &[1.0, 1.02, 0.5], &[1.03, 1.02, 0.5]);
+        assert_eq!((c.first_difference, c.argmax_changed), (Some(1), 1));
+        assert!((c.gaps_where_changed[0] - 0.02).abs() < 1e-6);
+        assert!((c.largest_difference - 0.03).abs() < 1e-6);
+        assert!(
+            c.describe().contains("changed at 1 step"),
+            "{}",
+            c.describe()
+        );
+        // -0.0 and 0.0 are equal numbers but not the same bits.
+        let mut z = case();
+        compare(&mut z, 0, &[0.0, 1.0], &[-0.0, 1.0]);
+        assert_eq!(z.first_difference, Some(0));
+    }
+}
