@@ -151,6 +151,7 @@ fn the_forward_pass_is_batch_invariant_on_the_cpu() {
         assert_eq!(v["device"], "cpu");
         let report = &v["report"];
         assert_eq!(report["identical"], true, "{file}: {report}");
+        assert_eq!(report["repeatable"], true, "{file}: {report}");
         let cases = report["cases"].as_array().expect("cases");
         assert_eq!(cases.len(), 5, "{file}");
         assert_eq!(report["largest_batch"], 5, "{file}: {report}");
@@ -459,7 +460,11 @@ fn the_gpu_check_script_runs_dry_on_the_cpu() {
         .expect("batch invariance");
     assert_eq!(batch.len(), 2, "{summary}");
     for b in batch {
-        assert_eq!(b["identical"], true, "{b}");
+        assert_eq!(
+            (&b["identical"], &b["repeatable_alone"]),
+            (&true.into(), &true.into()),
+            "{b}"
+        );
         assert_eq!(
             (b["steps"].as_u64(), b["steps_identical"].as_u64()),
             (Some(30), Some(30))

@@ -2,7 +2,9 @@
 //! alone against the same prompts in one batch, where they join one step after another (so each
 //! prompt's prefill shares its step with the others' decoding, and every prompt decodes beside
 //! batches of other sizes at other positions). The batch is fed the tokens the lone runs chose
-//! (teacher forcing), so every step stays comparable even where a choice would flip.
+//! (teacher forcing), so every step stays comparable even where a choice would flip. The lone
+//! runs go twice: a device whose results change from one run to the next (atomics in a
+//! reduction) would make any batch look different, and the report says which it is.
 //!
 //! Our CPU kernels are batch-invariant by construction (one order of sums per output element;
 //! `tests/batch_invariance.rs`). On a GPU candle's kernels run, and they may pick another
@@ -26,6 +28,8 @@ pub struct InvarianceCase {
     pub steps: usize,
     /// Steps whose whole logit row was the same bits.
     pub identical_steps: usize,
+    /// Steps whose logits were the same bits in the second lone run as in the first.
+    pub repeated_identical_steps: usize,
     /// The first step that was not (0: the prefill).
     pub first_difference: Option<usize>,
     /// The largest difference of one logit between the two runs, over all steps.
@@ -44,6 +48,8 @@ pub struct InvarianceReport {
     pub largest_batch: usize,
     /// Whether every step of every prompt was the same bits.
     pub identical: bool,
+    /// Whether running each prompt alone again gave the same bits at every step.
+    pub repeatable: bool,
 }
 
 /// Run `prompts` alone, greedily for `steps` steps each (the prefill and `steps - 1` decoded
@@ -63,30 +69,20 @@ pub fn check_batch_invariance(
     let model = m.model();
     let (cfg, device) = (model.config(), model.device());
     let no_logits = || EngineError::Compute("a step gave no logits".into());
-    // Alone: every step's logits and the token chosen after it.
-    let mut alone: Vec<(Vec<Logits>, Vec<u32>)> = Vec::with_capacity(prompts.len());
-    for (_, prompt) in prompts {
-        let mut cache = KvCache::new(cfg, prompt.len() + steps, device)?;
-        let mut rows = Vec::with_capacity(steps);
-        let mut chosen = Vec::with_capacity(steps);
-        let mut last = model.prefill(prompt, &mut cache, prompt.len())?;
-        for s in 0..steps {
-            let l = last.take().ok_or_else(no_logits)?;
-            let t = argmax(&l);
-            rows.push(l);
-            chosen.push(t);
-            if s + 1 < steps {
-                let one = [t];
-                let mut step = [SeqStep {
-                    tokens: &one,
-                    cache: &mut cache,
-                    want_logits: true,
-                    all_logits: false,
-                }];
-                last = model.forward(&mut step)?.pop().flatten();
-            }
-        }
-        alone.push((rows, chosen));
+    // Alone, twice: every step's logits and the token chosen after it.
+    let alone = prompts
+        .iter()
+        .map(|(_, p)| alone_run(m, p, steps))
+        .collect::<Result<Vec<_>>>()?;
+    let mut repeated = Vec::with_capacity(prompts.len());
+    for ((_, p), (rows, _)) in prompts.iter().zip(&alone) {
+        let (again, _) = alone_run(m, p, steps)?;
+        repeated.push(
+            rows.iter()
+                .zip(&again)
+                .filter(|(a, b)| same_bits(a, b))
+                .count(),
+        );
     }
     // Together: at global step `g`, prompt `i <= g` takes its step `g - i` (its prefill when
     // `g == i`), fed the token its lone run chose.
@@ -96,11 +92,13 @@ pub fn check_batch_invariance(
         .collect::<Result<Vec<_>>>()?;
     let mut cases: Vec<InvarianceCase> = prompts
         .iter()
-        .map(|(name, p)| InvarianceCase {
+        .zip(repeated)
+        .map(|((name, p), repeated)| InvarianceCase {
             name: name.clone(),
             prompt_tokens: p.len(),
             steps,
             identical_steps: 0,
+            repeated_identical_steps: repeated,
             first_difference: None,
             largest_difference: 0.0,
             argmax_changed: 0,
@@ -137,21 +135,50 @@ pub fn check_batch_invariance(
         }
     }
     let identical = cases.iter().all(|c| c.identical_steps == c.steps);
+    let repeatable = cases.iter().all(|c| c.repeated_identical_steps == c.steps);
     Ok(InvarianceReport {
         cases,
         largest_batch,
         identical,
+        repeatable,
     })
+}
+
+/// `prompt` alone, greedily: each step's logits and the token chosen after it.
+fn alone_run(m: &LoadedModel, prompt: &[u32], steps: usize) -> Result<(Vec<Logits>, Vec<u32>)> {
+    let model = m.model();
+    let mut cache = KvCache::new(model.config(), prompt.len() + steps, model.device())?;
+    let mut rows = Vec::with_capacity(steps);
+    let mut chosen = Vec::with_capacity(steps);
+    let mut last = model.prefill(prompt, &mut cache, prompt.len())?;
+    for s in 0..steps {
+        let l = last
+            .take()
+            .ok_or_else(|| EngineError::Compute("a step gave no logits".into()))?;
+        let t = argmax(&l);
+        rows.push(l);
+        chosen.push(t);
+        if s + 1 < steps {
+            let one = [t];
+            let mut step = [SeqStep {
+                tokens: &one,
+                cache: &mut cache,
+                want_logits: true,
+                all_logits: false,
+            }];
+            last = model.forward(&mut step)?.pop().flatten();
+        }
+    }
+    Ok((rows, chosen))
+}
+
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits())
 }
 
 /// Fold step `step`'s logits, alone and batched, into `case`.
 fn compare(case: &mut InvarianceCase, step: usize, alone: &[f32], batched: &[f32]) {
-    if alone.len() == batched.len()
-        && alone
-            .iter()
-            .zip(batched)
-            .all(|(a, b)| a.to_bits() == b.to_bits())
-    {
+    if same_bits(alone, batched) {
         case.identical_steps += 1;
         return;
     }
@@ -183,7 +210,16 @@ fn compare(case: &mut InvarianceCase, step: usize, alone: &[f32], batched: &[f32
 impl InvarianceCase {
     /// One line for a terminal.
     pub fn describe(&self) -> String {
-        match self.first_difference {
+        let repeat = if self.repeated_identical_steps == self.steps {
+            String::new()
+        } else {
+            format!(
+                " — and alone twice, only {} of {} steps were the same bits: this device's \
+                 results change from run to run",
+                self.repeated_identical_steps, self.steps
+            )
+        };
+        let batch = match self.first_difference {
             None => format!(
                 "{}: all {} steps the same bits alone and batched",
                 self.name, self.steps
@@ -209,7 +245,8 @@ impl InvarianceCase {
                     )
                 }
             ),
-        }
+        };
+        batch + &repeat
     }
 }
 
@@ -223,6 +260,7 @@ mod tests {
             prompt_tokens: 3,
             steps: 3,
             identical_steps: 0,
+            repeated_identical_steps: 3,
             first_difference: None,
             largest_difference: 0.0,
             argmax_changed: 0,
@@ -257,6 +295,11 @@ mod tests {
             "{}",
             c.describe()
         );
+        // A device whose lone runs differ from each other says so.
+        let mut r = case();
+        r.repeated_identical_steps = 2;
+        assert!(r.describe().contains("run to run"), "{}", r.describe());
+        assert!(!case().describe().contains("run to run"));
         // -0.0 and 0.0 are equal numbers but not the same bits.
         let mut z = case();
         compare(&mut z, 0, &[0.0, 1.0], &[-0.0, 1.0]);

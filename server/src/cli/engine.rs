@@ -409,6 +409,9 @@ fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome>
             report.cases.len(),
             report.largest_batch
         );
+        if !report.repeatable {
+            println!("the lone runs themselves differ from run to run on {spec}");
+        }
     }
     Ok(if report.identical {
         Outcome::Success
