@@ -123,8 +123,8 @@ fn check_greedy_fails_on_a_reference_it_does_not_match() {
 }
 
 /// `engine check-batch` on the CPU: each reference prompt's logits the same bits alone and in
-/// the staggered batch (up to all five prompts in a step, a prefill beside decodes), every step
-/// compared, on both models. The GPU check script runs the same command on the GPU, where
+/// the staggered batch (four copies of each, up to twelve sequences in a step, prefills beside
+/// decodes), every step of every copy compared, on both models. The GPU check script runs the same command on the GPU, where
 /// candle's kernels may not be batch-invariant; that a difference is found and measured is the
 /// unit test of `invariance.rs`.
 #[test]
@@ -154,11 +154,13 @@ fn the_forward_pass_is_batch_invariant_on_the_cpu() {
         assert_eq!(report["repeatable"], true, "{file}: {report}");
         let cases = report["cases"].as_array().expect("cases");
         assert_eq!(cases.len(), 5, "{file}");
-        assert_eq!(report["largest_batch"], 5, "{file}: {report}");
+        // Four copies of five prompts joining two at a step, six steps each: twelve in flight.
+        assert_eq!(report["largest_batch"], 12, "{file}: {report}");
         for c in cases {
             assert_eq!(
-                (c["steps"].as_u64(), c["identical_steps"].as_u64()),
-                (Some(6), Some(6))
+                (c["compared_steps"].as_u64(), c["identical_steps"].as_u64()),
+                (Some(24), Some(24)),
+                "{c}"
             );
             assert!(
                 c["first_difference"].is_null() && c["argmax_changed"] == 0,
@@ -467,7 +469,7 @@ fn the_gpu_check_script_runs_dry_on_the_cpu() {
         );
         assert_eq!(
             (b["steps"].as_u64(), b["steps_identical"].as_u64()),
-            (Some(30), Some(30))
+            (Some(120), Some(120))
         );
         assert_eq!(b["greedy_choices_changed"], 0, "{b}");
     }

@@ -1,7 +1,8 @@
 //! Whether a device's forward pass is batch-invariant, measured: each prompt's logits computed
-//! alone against the same prompts in one batch, where they join one step after another (so each
-//! prompt's prefill shares its step with the others' decoding, and every prompt decodes beside
-//! batches of other sizes at other positions). The batch is fed the tokens the lone runs chose
+//! alone against the same prompts, several copies of each, in one batch that they join two at a
+//! step (so each prefill shares its step with others' decoding, and every copy decodes beside
+//! batches of other sizes at other positions — past the row counts where GPU libraries switch
+//! from matrix-vector kernels to matrix-matrix ones). The batch is fed the tokens the lone runs chose
 //! (teacher forcing), so every step stays comparable even where a choice would flip. The lone
 //! runs go twice: a device whose results change from one run to the next (atomics in a
 //! reduction) would make any batch look different, and the report says which it is.
@@ -24,13 +25,15 @@ use crate::sampling::argmax;
 pub struct InvarianceCase {
     pub name: String,
     pub prompt_tokens: usize,
-    /// Steps compared: the prompt's prefill, then one per decoded token.
+    /// Steps of one run: the prompt's prefill, then one per decoded token.
     pub steps: usize,
-    /// Steps whose whole logit row was the same bits.
+    /// Steps compared: every step of every copy of the prompt in the batch.
+    pub compared_steps: usize,
+    /// Compared steps whose whole logit row was the same bits as alone.
     pub identical_steps: usize,
     /// Steps whose logits were the same bits in the second lone run as in the first.
     pub repeated_identical_steps: usize,
-    /// The first step that was not (0: the prefill).
+    /// The first step (of a run) that was not, in any copy (0: the prefill).
     pub first_difference: Option<usize>,
     /// The largest difference of one logit between the two runs, over all steps.
     pub largest_difference: f32,
@@ -52,18 +55,23 @@ pub struct InvarianceReport {
     pub repeatable: bool,
 }
 
+/// Sequences that join the batched run at each step.
+const JOIN_PER_STEP: usize = 2;
+
 /// Run `prompts` alone, greedily for `steps` steps each (the prefill and `steps - 1` decoded
-/// tokens), then all together, prompt `i` joining at step `i`, and compare the logits bit for
-/// bit.
+/// tokens), then `copies` of each all together, sequence `s` (prompt `s % prompts.len()`)
+/// joining at step `s / 2`, and compare the logits bit for bit.
 pub fn check_batch_invariance(
     m: &LoadedModel,
     prompts: &[(String, Vec<u32>)],
     steps: usize,
+    copies: usize,
 ) -> Result<InvarianceReport> {
-    if steps == 0 || prompts.iter().any(|(_, p)| p.is_empty()) {
+    if steps == 0 || copies == 0 || prompts.is_empty() || prompts.iter().any(|(_, p)| p.is_empty())
+    {
         return Err(EngineError::InvalidParameter {
             field: "steps",
-            message: "at least one step of a non-empty prompt is needed".into(),
+            message: "at least one step of one copy of a non-empty prompt is needed".into(),
         });
     }
     let model = m.model();
@@ -84,11 +92,13 @@ pub fn check_batch_invariance(
                 .count(),
         );
     }
-    // Together: at global step `g`, prompt `i <= g` takes its step `g - i` (its prefill when
-    // `g == i`), fed the token its lone run chose.
-    let mut caches = prompts
-        .iter()
-        .map(|(_, p)| KvCache::new(cfg, p.len() + steps, device))
+    // Together: at global step `g`, sequence `s` that joined at `j <= g` takes its step `g - j`
+    // (its prefill when `g == j`), fed the token its prompt's lone run chose.
+    let n = prompts.len() * copies;
+    let prompt_of = |s: usize| s % prompts.len();
+    let joins = |s: usize| s / JOIN_PER_STEP;
+    let mut caches = (0..n)
+        .map(|s| KvCache::new(cfg, prompts[prompt_of(s)].1.len() + steps, device))
         .collect::<Result<Vec<_>>>()?;
     let mut cases: Vec<InvarianceCase> = prompts
         .iter()
@@ -97,6 +107,7 @@ pub fn check_batch_invariance(
             name: name.clone(),
             prompt_tokens: p.len(),
             steps,
+            compared_steps: steps * copies,
             identical_steps: 0,
             repeated_identical_steps: repeated,
             first_difference: None,
@@ -106,35 +117,40 @@ pub fn check_batch_invariance(
         })
         .collect();
     let mut largest_batch = 0;
-    for g in 0..prompts.len() + steps - 1 {
-        let active: Vec<usize> = (0..prompts.len())
-            .filter(|&i| i <= g && g - i < steps)
+    for g in 0..joins(n - 1) + steps {
+        let active: Vec<usize> = (0..n)
+            .filter(|&s| joins(s) <= g && g - joins(s) < steps)
             .collect();
         largest_batch = largest_batch.max(active.len());
         let fed: Vec<[u32; 1]> = active
             .iter()
-            .map(|&i| [alone[i].1[(g - i).saturating_sub(1)]])
+            .map(|&s| [alone[prompt_of(s)].1[(g - joins(s)).saturating_sub(1)]])
             .collect();
         let mut batch: Vec<SeqStep<'_>> = Vec::with_capacity(active.len());
         let mut next = active.iter().zip(&fed).peekable();
-        for (i, cache) in caches.iter_mut().enumerate() {
-            let Some((_, one)) = next.next_if(|&(&a, _)| a == i) else {
+        for (s, cache) in caches.iter_mut().enumerate() {
+            let Some((_, one)) = next.next_if(|&(&a, _)| a == s) else {
                 continue;
             };
             batch.push(SeqStep {
-                tokens: if g == i { &prompts[i].1 } else { one },
+                tokens: if g == joins(s) {
+                    &prompts[prompt_of(s)].1
+                } else {
+                    one
+                },
                 cache,
                 want_logits: true,
                 all_logits: false,
             });
         }
         let out = model.forward(&mut batch)?;
-        for (&i, got) in active.iter().zip(out) {
+        for (&s, got) in active.iter().zip(out) {
             let got = got.ok_or_else(no_logits)?;
-            compare(&mut cases[i], g - i, &alone[i].0[g - i], &got);
+            let (p, step) = (prompt_of(s), g - joins(s));
+            compare(&mut cases[p], step, &alone[p].0[step], &got);
         }
     }
-    let identical = cases.iter().all(|c| c.identical_steps == c.steps);
+    let identical = cases.iter().all(|c| c.identical_steps == c.compared_steps);
     let repeatable = cases.iter().all(|c| c.repeated_identical_steps == c.steps);
     Ok(InvarianceReport {
         cases,
@@ -182,7 +198,7 @@ fn compare(case: &mut InvarianceCase, step: usize, alone: &[f32], batched: &[f32
         case.identical_steps += 1;
         return;
     }
-    case.first_difference.get_or_insert(step);
+    case.first_difference = Some(case.first_difference.map_or(step, |f| f.min(step)));
     let largest = alone
         .iter()
         .zip(batched)
@@ -222,14 +238,14 @@ impl InvarianceCase {
         let batch = match self.first_difference {
             None => format!(
                 "{}: all {} steps the same bits alone and batched",
-                self.name, self.steps
+                self.name, self.compared_steps
             ),
             Some(first) => format!(
                 "{}: {} of {} steps the same bits; first difference at step {first}, largest \
                  logit difference {:.3e}; greedy choice changed at {} step(s){}",
                 self.name,
                 self.identical_steps,
-                self.steps,
+                self.compared_steps,
                 self.largest_difference,
                 self.argmax_changed,
                 if self.gaps_where_changed.is_empty() {
@@ -259,6 +275,7 @@ mod tests {
             name: "p".into(),
             prompt_tokens: 3,
             steps: 3,
+            compared_steps: 3,
             identical_steps: 0,
             repeated_identical_steps: 3,
             first_difference: None,

@@ -30,7 +30,7 @@ pub(crate) enum Command {
     /// free running and teacher forced, on any device. Exit 1 when a prompt fails.
     CheckGreedy(CheckGreedyArgs),
     /// Whether the forward pass on a device is batch-invariant: each reference prompt's logits
-    /// alone against the same prompts batched (joining one step after another, fed the lone
+    /// alone against copies of the same prompts batched (joining two at a step, fed the lone
     /// runs' tokens), bit for bit. Exit 1 when any step differs.
     CheckBatch(CheckBatchArgs),
     /// Raw forward-pass speed on a device: prefill of N-token prompts, and decode steps of B
@@ -112,6 +112,10 @@ pub(crate) struct CheckBatchArgs {
     /// Steps compared per prompt: its prefill and then one per greedy token.
     #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=4096))]
     steps: u64,
+    /// Copies of each prompt in the batched run (they join two at a step, so batches grow past
+    /// the row counts where GPU libraries switch kernels).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    copies: u64,
     #[command(flatten)]
     device: DeviceArg,
     /// Print one JSON document.
@@ -381,11 +385,11 @@ fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome>
         .into_iter()
         .map(|r| (r.name, r.prompt))
         .collect();
-    let steps = usize::try_from(args.steps)?;
+    let (steps, copies) = (usize::try_from(args.steps)?, usize::try_from(args.copies)?);
     let longest = prompts.iter().map(|(_, p)| p.len()).max().unwrap_or(0) + steps;
     let (placement, model) = args.device.load(config, &path, longest.max(2048))?;
     let spec = placement.spec;
-    let report = check_batch_invariance(&model, &prompts, steps)?;
+    let report = check_batch_invariance(&model, &prompts, steps, copies)?;
     if args.json {
         print_json(&json!({
             "model": model.name(),
@@ -399,7 +403,8 @@ fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome>
             println!("{}", c.describe());
         }
         println!(
-            "{} on {spec}: {} of {} prompts the same bits alone and in batches of up to {}",
+            "{} on {spec}: {} of {} prompts the same bits alone and in batches of up to {} \
+             sequences",
             model.name(),
             report
                 .cases

@@ -20,8 +20,9 @@ use crate::prompt::{ChatRequest, parse_prompted_tool_calls, prompt_messages};
 /// Every request goes through the engine's scheduler, alone or with others: its continuous
 /// batching runs the cases in flight in one forward pass per step, and its prefix cache keeps
 /// the blocks of a shared prompt prefix (system prompt, tool descriptions) across cases and
-/// calls. The engine's kernels are batch-invariant, so a case's tokens are the same bits
-/// whatever else is in flight.
+/// calls. On the CPU the engine's kernels are batch-invariant, so a case's tokens are the same
+/// bits whatever else is in flight; on a GPU candle's kernels run, and `shortlist engine
+/// check-batch` measures whether they are.
 pub struct EngineGenerator {
     model: Arc<LoadedModel>,
     name: String,
