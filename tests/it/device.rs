@@ -20,6 +20,23 @@ fn model(file: &str) -> Option<PathBuf> {
     }
 }
 
+/// Both real models that are present, each with its pinned reference (file name, path,
+/// reference path).
+fn models_with_references() -> Vec<(&'static str, PathBuf, PathBuf)> {
+    [
+        (
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "greedy_ref_smollm2.jsonl",
+        ),
+        ("gemma-3-270m-q4_k_m.gguf", "greedy_ref_gemma3.jsonl"),
+    ]
+    .into_iter()
+    .filter_map(|(file, reference)| {
+        Some((file, model(file)?, data(&format!("engine/{reference}"))))
+    })
+    .collect()
+}
+
 /// `engine check-greedy --device cpu --json` of `model` against `reference`, with
 /// `SHORTLIST_KERNELS` set to `kernels` when given.
 fn check_greedy_on_cpu(
@@ -52,15 +69,7 @@ fn check_greedy_on_cpu(
 /// as the GPU's must in `scripts/gpu-check`.
 #[test]
 fn the_gpu_code_path_matches_llama_cpp_on_the_cpu() {
-    for (file, reference) in [
-        (
-            "SmolLM2-135M-Instruct.Q4_1.gguf",
-            "greedy_ref_smollm2.jsonl",
-        ),
-        ("gemma-3-270m-q4_k_m.gguf", "greedy_ref_gemma3.jsonl"),
-    ] {
-        let Some(path) = model(file) else { continue };
-        let reference = data(&format!("engine/{reference}"));
+    for (file, path, reference) in models_with_references() {
         let out = check_greedy_on_cpu(&path, &reference, Some("candle"));
         assert_eq!(out.status.code(), Some(0), "{file}: {}", stderr(&out));
         let v: Value = serde_json::from_str(&stdout(&out)).expect("one JSON document");
@@ -129,15 +138,7 @@ fn check_greedy_fails_on_a_reference_it_does_not_match() {
 /// unit test of `invariance.rs`.
 #[test]
 fn the_forward_pass_is_batch_invariant_on_the_cpu() {
-    for (file, reference) in [
-        (
-            "SmolLM2-135M-Instruct.Q4_1.gguf",
-            "greedy_ref_smollm2.jsonl",
-        ),
-        ("gemma-3-270m-q4_k_m.gguf", "greedy_ref_gemma3.jsonl"),
-    ] {
-        let Some(path) = model(file) else { continue };
-        let reference = data(&format!("engine/{reference}"));
+    for (file, path, reference) in models_with_references() {
         let out = shortlist()
             .args(["engine", "check-batch", "--device", "cpu", "--steps", "6"])
             .args(["--json", "--model"])

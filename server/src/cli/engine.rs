@@ -347,32 +347,28 @@ fn check_greedy(args: CheckGreedyArgs, config: &Config) -> anyhow::Result<Outcom
         .max()
         .unwrap_or(0);
     let (placement, model) = args.device.load(config, &path, longest.max(2048))?;
-    let spec = placement.spec;
     let report = check_against_reference(&model, &refs)?;
-    if args.json {
-        print_json(&json!({
-            "model": model.name(),
-            "device": spec.to_string(),
-            "gpu": placement.gpu,
-            "reference": args.reference.display().to_string(),
-            "report": report,
-        }))?;
-    } else {
-        for c in &report.cases {
-            println!("{}", c.describe());
-        }
-        println!(
-            "{}: {} of {} prompts pass on {spec}",
-            model.name(),
-            report
-                .cases
-                .iter()
-                .filter(|c| c.failures.is_empty())
-                .count(),
-            report.cases.len()
-        );
-    }
-    Ok(if report.passed {
+    let spec = placement.spec;
+    let lines = report.cases.iter().map(|c| c.describe()).chain([format!(
+        "{}: {} of {} prompts pass on {spec}",
+        model.name(),
+        report
+            .cases
+            .iter()
+            .filter(|c| c.failures.is_empty())
+            .count(),
+        report.cases.len()
+    )]);
+    let passed = report.passed;
+    print_check(
+        args.json,
+        &model,
+        &placement,
+        &args.reference,
+        &report,
+        lines,
+    )?;
+    Ok(if passed {
         Outcome::Success
     } else {
         Outcome::CheckFailed
@@ -388,41 +384,66 @@ fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome>
     let (steps, copies) = (usize::try_from(args.steps)?, usize::try_from(args.copies)?);
     let longest = prompts.iter().map(|(_, p)| p.len()).max().unwrap_or(0) + steps;
     let (placement, model) = args.device.load(config, &path, longest.max(2048))?;
-    let spec = placement.spec;
     let report = check_batch_invariance(&model, &prompts, steps, copies)?;
-    if args.json {
-        print_json(&json!({
-            "model": model.name(),
-            "device": spec.to_string(),
-            "gpu": placement.gpu,
-            "reference": args.reference.display().to_string(),
-            "report": report,
-        }))?;
-    } else {
-        for c in &report.cases {
-            println!("{}", c.describe());
-        }
-        println!(
-            "{} on {spec}: {} of {} prompts the same bits alone and in batches of up to {} \
-             sequences",
-            model.name(),
-            report
-                .cases
-                .iter()
-                .filter(|c| c.first_difference.is_none())
-                .count(),
-            report.cases.len(),
-            report.largest_batch
-        );
-        if !report.repeatable {
-            println!("the lone runs themselves differ from run to run on {spec}");
-        }
-    }
-    Ok(if report.identical {
+    let spec = placement.spec;
+    let summary = format!(
+        "{} on {spec}: {} of {} prompts the same bits alone and in batches of up to {} sequences",
+        model.name(),
+        report
+            .cases
+            .iter()
+            .filter(|c| c.first_difference.is_none())
+            .count(),
+        report.cases.len(),
+        report.largest_batch
+    );
+    let repeat = (!report.repeatable)
+        .then(|| format!("the lone runs themselves differ from run to run on {spec}"));
+    let lines = report
+        .cases
+        .iter()
+        .map(|c| c.describe())
+        .chain([summary])
+        .chain(repeat);
+    let identical = report.identical;
+    print_check(
+        args.json,
+        &model,
+        &placement,
+        &args.reference,
+        &report,
+        lines,
+    )?;
+    Ok(if identical {
         Outcome::Success
     } else {
         Outcome::CheckFailed
     })
+}
+
+/// A check's report: one JSON document naming the model, device and reference, or its lines.
+fn print_check(
+    json: bool,
+    model: &LoadedModel,
+    placement: &Placement,
+    reference: &Path,
+    report: &impl serde::Serialize,
+    lines: impl Iterator<Item = String>,
+) -> anyhow::Result<()> {
+    if json {
+        print_json(&json!({
+            "model": model.name(),
+            "device": placement.spec.to_string(),
+            "gpu": placement.gpu,
+            "reference": reference.display().to_string(),
+            "report": report,
+        }))?;
+    } else {
+        for line in lines {
+            println!("{line}");
+        }
+    }
+    Ok(())
 }
 
 fn speed(args: SpeedArgs, config: &Config) -> anyhow::Result<Outcome> {
