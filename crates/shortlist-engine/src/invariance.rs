@@ -15,7 +15,7 @@
 
 use serde::Serialize;
 
-use crate::engine::LoadedModel;
+use crate::engine::{LoadedModel, top2_margin};
 use crate::error::{EngineError, Result};
 use crate::model::{KvCache, Logits, SeqStep};
 use crate::sampling::argmax;
@@ -208,17 +208,9 @@ fn compare(case: &mut InvarianceCase, step: usize, alone: &[f32], batched: &[f32
             |m, d| if d.is_nan() { f32::INFINITY } else { m.max(d) },
         );
     case.largest_difference = case.largest_difference.max(largest);
-    let (a, b) = (argmax(alone), argmax(batched));
-    if a != b {
+    if argmax(alone) != argmax(batched) {
         case.argmax_changed += 1;
-        let top = alone[a as usize];
-        let second = alone
-            .iter()
-            .enumerate()
-            .filter(|&(j, _)| j != a as usize)
-            .map(|(_, &x)| x)
-            .fold(f32::NEG_INFINITY, f32::max);
-        case.gaps_where_changed.push(top - second);
+        case.gaps_where_changed.push(top2_margin(alone));
         case.gaps_where_changed.sort_by(f32::total_cmp);
     }
 }

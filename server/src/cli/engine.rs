@@ -367,12 +367,8 @@ fn check_greedy(args: CheckGreedyArgs, config: &Config) -> anyhow::Result<Outcom
         &args.reference,
         &report,
         lines,
-    )?;
-    Ok(if passed {
-        Outcome::Success
-    } else {
-        Outcome::CheckFailed
-    })
+        passed,
+    )
 }
 
 fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome> {
@@ -413,15 +409,12 @@ fn check_batch(args: CheckBatchArgs, config: &Config) -> anyhow::Result<Outcome>
         &args.reference,
         &report,
         lines,
-    )?;
-    Ok(if identical {
-        Outcome::Success
-    } else {
-        Outcome::CheckFailed
-    })
+        identical,
+    )
 }
 
-/// A check's report: one JSON document naming the model, device and reference, or its lines.
+/// A check's report: one JSON document naming the model, device and reference, or its lines;
+/// the outcome is a failed check unless it `passed`.
 fn print_check(
     json: bool,
     model: &LoadedModel,
@@ -429,7 +422,8 @@ fn print_check(
     reference: &Path,
     report: &impl serde::Serialize,
     lines: impl Iterator<Item = String>,
-) -> anyhow::Result<()> {
+    passed: bool,
+) -> anyhow::Result<Outcome> {
     if json {
         print_json(&json!({
             "model": model.name(),
@@ -443,7 +437,11 @@ fn print_check(
             println!("{line}");
         }
     }
-    Ok(())
+    Ok(if passed {
+        Outcome::Success
+    } else {
+        Outcome::CheckFailed
+    })
 }
 
 fn speed(args: SpeedArgs, config: &Config) -> anyhow::Result<Outcome> {
