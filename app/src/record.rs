@@ -55,19 +55,19 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                 <a href=format!("{base}/record.pdf")>"PDF (one page)"</a> " · "
                 <a href=format!("{base}/record.json")>"JSON"</a>
             </p>
-            <div class="columns">
+            <div>
                 <section class="card">
                     <h2>"1 · Identity"</h2>
                     {rows(v.identity.clone())}
                 </section>
-                <section class="card wide">
+                <section class="card">
                     <h2>"2 · Quality"</h2>
                     {rows(v.quality_summary.clone())}
                     <div class="chart" inner_html=charts.pass_rate.clone()></div>
                     <p class="muted small">{v.categories_note.clone()}</p>
                     {v.paired.clone().map(|p| view! { <p class="small">{p}</p> })}
                 </section>
-                <section class="card wide">
+                <section class="card">
                     <h2>"3 · Disqualifiers"</h2>
                     <p class="small">{v.rules_summary.clone()}</p>
                     <div class="scroll">
@@ -96,7 +96,7 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                     {rows(v.memory.clone())}
                     <p class="muted small">{v.memory_assumptions.clone()}</p>
                 </section>
-                <section class="card wide">
+                <section class="card">
                     <h2>"5 · Latency and goodput"</h2>
                     {rows(v.performance.clone())}
                     <div class="charts">

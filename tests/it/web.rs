@@ -323,10 +323,12 @@ fn forms_runs_and_refusals_over_http() {
         b"",
     );
     assert_eq!(pdf.header("content-type"), Some("application/pdf"));
-    assert_eq!(
-        http(a, "GET", "/studies/mini/candidates/smol", &[], b"").status,
-        200
-    );
+    let page = http(a, "GET", "/studies/mini/candidates/smol", &[], b"");
+    assert_eq!(page.status, 200);
+    // The page's texts are whole: the zero-width break opportunities of the PDF's view stay out
+    // of it, so what a reader copies (a rule's metric, a hash) is what the record holds.
+    assert!(page.body.contains("high_value_failures"), "{}", page.body);
+    assert!(!page.body.contains('\u{200B}'), "{}", page.body);
     let compare = http(
         a,
         "GET",
@@ -339,6 +341,22 @@ fn forms_runs_and_refusals_over_http() {
     // The canned answers carry no logprobs: the near-ties are said to be unmeasured.
     assert!(compare.body.contains("Near-ties"), "{}", compare.body);
     assert!(compare.body.contains("not measured"), "{}", compare.body);
+    // The study's attainment target (its traffic section: 90 %), as its records were judged by,
+    // with its line on the goodput chart.
+    assert!(
+        compare
+            .body
+            .contains("Attainment target of the study: 90 % of requests within the SLO"),
+        "{}",
+        compare.body
+    );
+    assert!(
+        compare
+            .body
+            .contains("attainment line: goodput = 90 % of offered"),
+        "{}",
+        compare.body
+    );
     // The overlaid charts are on the page, drawn for the one column.
     for chart in [
         "Pass rate per category, 95 % Wilson intervals",

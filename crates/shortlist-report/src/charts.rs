@@ -152,7 +152,7 @@ pub(crate) fn vertical_mark<'a, 'b: 'a>(
 }
 
 /// Format a number with at most `digits` decimals and no trailing zeros: `0.5`, `12`, `0.125`.
-pub(crate) fn num(v: f64, digits: usize) -> String {
+pub fn num(v: f64, digits: usize) -> String {
     let s = format!("{v:.digits$}");
     if s.contains('.') {
         s.trim_end_matches('0').trim_end_matches('.').to_owned()
@@ -247,15 +247,24 @@ pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
     let x_hi = upper(max * scale);
 
     let points = cdf_points(&samples, scale);
-    let caption = format!("TTFT, empirical CDF: n = {n}, {}", clip(population, 52));
+    // The title, and under it in smaller type the population: one line holding both ran past
+    // the chart's edges (a browser cut off its first letters; typst let it overflow).
+    let title = format!("TTFT, empirical CDF, n = {n}");
+    let population = clip(population, 76);
     let p99_label = if n < 100 {
         "p99 (= max, n < 100)"
     } else {
         "p99"
     };
     svg(CHART, (WIDTH, HEIGHT), |root| {
-        let mut chart = ChartBuilder::on(root)
-            .caption(caption, font(17))
+        let (head, body) = root.split_vertically(42);
+        let centre = WIDTH as i32 / 2;
+        let top = Pos::new(HPos::Center, VPos::Top);
+        head.draw(&Text::new(title, (centre, 6), font(17).pos(top)))
+            .map_err(|e| e.to_string())?;
+        head.draw(&Text::new(population, (centre, 27), font(12).pos(top)))
+            .map_err(|e| e.to_string())?;
+        let mut chart = ChartBuilder::on(&body)
             .margin(8)
             .margin_right(18)
             .x_label_area_size(44)
@@ -340,7 +349,7 @@ pub fn goodput_svg(perf: &Performance) -> Result<String, ReportError> {
     let y_max = rows.iter().map(|r| r.1.max(r.2)).fold(0.0, f64::max);
     let x_hi = upper(x_max);
     let y_hi = upper(y_max.max(x_max.min(y_max * 1.5)));
-    let caption = format!("Goodput vs offered load ({})", clip(&perf.loop_label, 40));
+    let caption = format!("Goodput vs offered load ({})", clip(&perf.loop_label, 32));
     svg(CHART, (WIDTH, HEIGHT), |root| {
         let mut chart = ChartBuilder::on(root)
             .caption(caption, font(17))

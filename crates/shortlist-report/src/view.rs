@@ -1,7 +1,7 @@
-//! The record as the template reads it: every figure formatted, every list bounded, every long
-//! unbroken run given break opportunities. Formatting lives here (testable, the same rules as the
-//! CLI) so the typst template only lays out; the page stays one page because nothing in this
-//! view grows without bound.
+//! The record as the template and the web page read it: every figure formatted, every list
+//! bounded, and for the page every long unbroken run given break opportunities. Formatting lives
+//! here (testable, the same rules as the CLI) so the typst template and the web page only lay
+//! out; the page stays one page because nothing in its view grows without bound ([`Medium`]).
 
 use serde::Serialize;
 use shortlist_study::cost::CostAt;
@@ -11,14 +11,73 @@ use shortlist_study::rule::Outcome;
 use crate::charts::{PDF_MAX_CATEGORIES, num, pass_rate_rows};
 use crate::text::{breakable, clip, list};
 
-/// Disqualifier rows shown before "+N more rules".
+/// Disqualifier rows the page shows before "+N more rules" (a screen shows four times as many of
+/// this and of the three below).
 pub const MAX_RULE_ROWS: usize = 12;
-/// Evidence items shown per rule before "+N more".
+/// Evidence items per rule before "+N more".
 pub const MAX_EVIDENCE: usize = 3;
-/// Latency lines shown.
+/// Latency lines.
 pub const MAX_LATENCY_ROWS: usize = 6;
-/// Memory-fit assumptions shown.
+/// Memory-fit assumptions.
 pub const MAX_ASSUMPTIONS: usize = 4;
+
+/// Where a view is shown. The one-page PDF bounds every text and list and gives long unbroken
+/// runs zero-width break opportunities (typst would otherwise let them run past the column).
+/// A screen wraps and scrolls by itself, so it shows four times as much before clipping, and no
+/// invisible characters: a hash copied from the page must be the hash.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    Page,
+    Screen,
+}
+
+impl Medium {
+    /// Categories the pass-rate chart shows: the page's weakest [`PDF_MAX_CATEGORIES`], a
+    /// screen's all.
+    pub fn chart_categories(self) -> usize {
+        match self {
+            Medium::Page => PDF_MAX_CATEGORIES,
+            Medium::Screen => usize::MAX,
+        }
+    }
+}
+
+/// How much more a screen shows than the page, of every text and list.
+const SCREEN_SCALE: usize = 4;
+
+/// The text shaping of each medium.
+impl Medium {
+    /// How many of something (characters, items, rows) the medium shows where the page shows `n`.
+    fn most(self, n: usize) -> usize {
+        match self {
+            Medium::Page => n,
+            Medium::Screen => n * SCREEN_SCALE,
+        }
+    }
+
+    fn clip(self, text: &str, max: usize) -> String {
+        clip(text, self.most(max))
+    }
+
+    fn breakable(self, text: &str, every: usize) -> String {
+        match self {
+            Medium::Page => breakable(text, every),
+            Medium::Screen => text.to_owned(),
+        }
+    }
+
+    /// A hash named in passing: its first twelve characters on the page, whole on a screen.
+    fn short_hash(self, hash: &str) -> String {
+        match self {
+            Medium::Page => clip(hash, 13),
+            Medium::Screen => hash.to_owned(),
+        }
+    }
+
+    fn list(self, items: &[String], max: usize, width: usize) -> String {
+        list(items, self.most(max), self.most(width))
+    }
+}
 
 /// A label and its value.
 #[derive(Debug, Clone, Serialize)]
@@ -37,11 +96,11 @@ fn row(key: &str, value: impl Into<String>) -> Row {
     }
 }
 
-fn hash_row(key: &str, value: &Option<String>) -> Row {
+fn hash_row(s: Medium, key: &str, value: &Option<String>) -> Row {
     match value {
         Some(h) if !h.is_empty() => Row {
             key: key.to_owned(),
-            value: breakable(&clip(h, 80), 16),
+            value: s.breakable(&s.clip(h, 80), 16),
             mono: true,
         },
         _ => row(key, "not recorded"),
@@ -49,11 +108,11 @@ fn hash_row(key: &str, value: &Option<String>) -> Row {
 }
 
 /// Text for a field that may be empty: says so rather than leaving a blank.
-fn or_unknown(text: &str, max: usize) -> String {
+fn or_unknown(s: Medium, text: &str, max: usize) -> String {
     if text.trim().is_empty() {
         "not recorded".to_owned()
     } else {
-        breakable(&clip(text, max), 24)
+        s.breakable(&s.clip(text, max), 24)
     }
 }
 
@@ -85,7 +144,7 @@ fn gib(bytes: u64) -> String {
     format!("{} GiB", num(bytes as f64 / f64::from(1u32 << 30), 2))
 }
 
-fn money(v: f64, currency: &str) -> String {
+fn money(s: Medium, v: f64, currency: &str) -> String {
     if !v.is_finite() {
         return "n/a".to_owned();
     }
@@ -99,7 +158,7 @@ fn money(v: f64, currency: &str) -> String {
     if currency.is_empty() {
         num(v, digits)
     } else {
-        format!("{} {}", num(v, digits), clip(currency, 12))
+        format!("{} {}", num(v, digits), s.clip(currency, 12))
     }
 }
 
@@ -187,7 +246,7 @@ fn outcome_word(o: Outcome) -> (&'static str, &'static str, u8) {
     }
 }
 
-fn verdict_view(r: &SelectionRecord) -> VerdictView {
+fn verdict_view(s: Medium, r: &SelectionRecord) -> VerdictView {
     let names = |o: Outcome| -> Vec<String> {
         r.disqualifiers
             .iter()
@@ -207,13 +266,13 @@ fn verdict_view(r: &SelectionRecord) -> VerdictView {
         Verdict::Disqualified => VerdictView {
             word: "DISQUALIFIED".into(),
             tone: "bad".into(),
-            reason: format!("tripped: {}", list(&names(Outcome::Trip), 4, 40)),
+            reason: format!("tripped: {}", s.list(&names(Outcome::Trip), 4, 40)),
         },
         Verdict::Incomplete => {
             let missing = names(Outcome::NotMeasured);
             let mut why = Vec::new();
             if !missing.is_empty() {
-                why.push(format!("not measured: {}", list(&missing, 4, 40)));
+                why.push(format!("not measured: {}", s.list(&missing, 4, 40)));
             }
             if r.performance.client_bound {
                 why.push(
@@ -223,7 +282,7 @@ fn verdict_view(r: &SelectionRecord) -> VerdictView {
             // What the runs left unresolved (errors outside the model, steps not run), except
             // the client-bound load run, said above.
             for missing in r.incomplete.iter().filter(|m| !m.contains("client-bound")) {
-                why.push(clip(missing, 120));
+                why.push(s.clip(missing, 120));
             }
             VerdictView {
                 word: "INCOMPLETE".into(),
@@ -234,40 +293,51 @@ fn verdict_view(r: &SelectionRecord) -> VerdictView {
     }
 }
 
-fn cost_row(level: &str, c: &CostAt) -> CostRow {
+fn cost_row(s: Medium, level: &str, c: &CostAt) -> CostRow {
     // The currency is stated once, in the table's caption, so the cells stay narrow.
     CostRow {
         level: level.to_owned(),
         rate: rps(c.rate_rps),
         devices: c.devices.to_string(),
-        per_hour: money(c.cost_per_hour, ""),
-        per_million_requests: money(c.cost_per_million_requests, ""),
+        per_hour: money(s, c.cost_per_hour, ""),
+        per_million_requests: money(s, c.cost_per_million_requests, ""),
         per_million_output_tokens: c
             .cost_per_million_output_tokens
-            .map_or_else(|| "n/a".to_owned(), |v| money(v, "")),
+            .map_or_else(|| "n/a".to_owned(), |v| money(s, v, "")),
     }
 }
 
 /// The view of a record for a page size (`a4` or `us-letter`).
 pub fn view(r: &SelectionRecord, paper: &str) -> View {
+    view_for(r, paper, Medium::Page)
+}
+
+/// The view of a record for a web page: the same sections and figures as the page's, with longer
+/// texts and lists and no zero-width break opportunities (`paper` is `screen`).
+pub fn screen_view(r: &SelectionRecord) -> View {
+    view_for(r, "screen", Medium::Screen)
+}
+
+fn view_for(r: &SelectionRecord, paper: &str, s: Medium) -> View {
+    let (max_rules, max_latencies) = (s.most(MAX_RULE_ROWS), s.most(MAX_LATENCY_ROWS));
     let id = &r.identity;
     let q = &r.quality;
     let p = &r.performance;
     let m = &r.memory;
 
     let identity = vec![
-        row("source", or_unknown(&id.source, 140)),
+        row("source", or_unknown(s, &id.source, 140)),
         row(
             "model",
             format!(
                 "{} · {} parameters · {} · {}",
-                or_unknown(&id.architecture, 40),
+                or_unknown(s, &id.architecture, 40),
                 id.parameters.map_or_else(
                     || "? ".to_owned(),
                     |n| format!("{}M", num(n as f64 / 1e6, 1))
                 ),
-                or_unknown(&id.quantization, 24),
-                or_unknown(&id.precision, 24)
+                or_unknown(s, &id.quantization, 24),
+                or_unknown(s, &id.precision, 24)
             ),
         ),
         row(
@@ -275,21 +345,30 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             id.context_limit
                 .map_or_else(|| "not recorded".to_owned(), |c| format!("{c} tokens")),
         ),
-        row("license", or_unknown(&id.license, 60)),
+        row("license", or_unknown(s, &id.license, 60)),
         row(
             "runtime",
             format!(
                 "{} {}",
-                or_unknown(&id.runtime, 40),
-                clip(&id.runtime_version, 40)
+                or_unknown(s, &id.runtime, 40),
+                s.clip(&id.runtime_version, 40)
             ),
         ),
-        hash_row("weights sha256", &id.weights_sha256),
-        hash_row("tokenizer sha256", &id.tokenizer_sha256),
-        hash_row("chat template sha256", &id.chat_template_sha256),
+        hash_row(s, "weights sha256", &id.weights_sha256),
+        hash_row(s, "tokenizer sha256", &id.tokenizer_sha256),
+        match &id.chat_template_sha256 {
+            // A GGUF file without a template (a base model): the engine prompts it with the
+            // messages' texts alone, which the reader of its quality figures must know.
+            None if id.source.starts_with("gguf:") => row(
+                "chat template",
+                "none in the model file: the engine sent each chat as its messages' texts, \
+                 joined by blank lines, without roles",
+            ),
+            hash => hash_row(s, "chat template sha256", hash),
+        },
     ];
 
-    let (rows, left_out) = pass_rate_rows(q, PDF_MAX_CATEGORIES);
+    let (rows, left_out) = pass_rate_rows(q, s.chart_categories());
     let categories_note = if left_out > 0 {
         format!(
             "The chart shows the weakest {} of {} categories; +{left_out} more in the JSON export.",
@@ -304,8 +383,8 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             "eval set",
             format!(
                 "{} (sha256 {})",
-                or_unknown(&q.evalset, 80),
-                clip(&q.evalset_sha256, 13)
+                or_unknown(s, &q.evalset, 80),
+                s.short_hash(&q.evalset_sha256)
             ),
         ),
         row(
@@ -319,13 +398,13 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
                 pct(q.overall.hi)
             ),
         ),
-        row("decoding", or_unknown(&q.decoding, 80)),
-        row("near-ties", near_ties_text(q.near_ties.as_ref())),
+        row("decoding", or_unknown(s, &q.decoding, 80)),
+        row("near-ties", near_ties_text(s, q.near_ties.as_ref())),
     ];
     let paired = q.paired.as_ref().map(|c| {
         format!(
             "vs {}: both pass {}, only this {}, only the other {}, both fail {}; exact McNemar p = {}",
-            clip(&c.other, 60),
+            s.clip(&c.other, 60),
             c.both_pass,
             c.only_this,
             c.only_other,
@@ -358,25 +437,25 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
     };
     let rules: Vec<RuleRow> = order
         .iter()
-        .take(MAX_RULE_ROWS)
+        .take(max_rules)
         .map(|&i| {
             let d = &r.disqualifiers[i];
             let (word, tone, _) = outcome_word(d.outcome);
             RuleRow {
-                rule: breakable(&clip(&d.rule, rule_w), 16),
-                condition: breakable(&clip(&d.condition, cond_w), 16),
+                rule: s.breakable(&s.clip(&d.rule, rule_w), 16),
+                condition: s.breakable(&s.clip(&d.condition, cond_w), 16),
                 outcome: word.into(),
                 tone: tone.into(),
                 observed: d
                     .observed
                     .as_deref()
-                    .map_or_else(|| "–".to_owned(), |o| breakable(&clip(o, obs_w), 16)),
-                evidence: breakable(&list(&d.evidence, ev_n, ev_w), 16),
+                    .map_or_else(|| "–".to_owned(), |o| s.breakable(&s.clip(o, obs_w), 16)),
+                evidence: s.breakable(&s.list(&d.evidence, ev_n, ev_w), 16),
             }
         })
         .collect();
-    let rules_more = if order.len() > MAX_RULE_ROWS {
-        let rest = &order[MAX_RULE_ROWS..];
+    let rules_more = if order.len() > max_rules {
+        let rest = &order[max_rules..];
         let of = |o: Outcome| {
             rest.iter()
                 .filter(|&&i| r.disqualifiers[i].outcome == o)
@@ -412,7 +491,7 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             "device",
             format!(
                 "{}: {} each, {} usable",
-                or_unknown(&m.device, 60),
+                or_unknown(s, &m.device, 60),
                 gib(m.device_memory_bytes),
                 gib(m.usable_bytes_per_device)
             ),
@@ -422,7 +501,7 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             format!(
                 "{} × {} per replica",
                 m.devices_needed,
-                or_unknown(&m.device, 60)
+                or_unknown(s, &m.device, 60)
             ),
         ),
     ];
@@ -433,11 +512,11 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             "workload",
             format!(
                 "{}; {}",
-                or_unknown(&p.workload, 90),
-                or_unknown(&p.loop_label, 30)
+                or_unknown(s, &p.workload, 90),
+                or_unknown(s, &p.loop_label, 30)
             ),
         ),
-        row("SLO", or_unknown(&p.slo, 90)),
+        row("SLO", or_unknown(s, &p.slo, 90)),
         row(
             "at target",
             format!(
@@ -455,23 +534,27 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
                 p.capacity_rps
                     .map_or_else(|| "no rate met the target".to_owned(), rps),
                 p.knee_rps.map_or_else(|| "none".to_owned(), rps),
-                clip(&p.capacity_rule, 140)
+                s.clip(&p.capacity_rule, 140)
             ),
         ),
-        row("hardware", or_unknown(&p.hardware, 90)),
+        row("hardware", or_unknown(s, &p.hardware, 90)),
     ];
     if !p.senders.is_empty() {
         let each: Vec<String> = p
             .senders
             .iter()
-            .map(|s| {
+            .map(|sender| {
                 format!(
                     "{} ({} req, lag p99 {} of {}{})",
-                    clip(&s.host, 40),
-                    s.scheduled,
-                    seconds(s.schedule_lag_p99_s),
-                    seconds(Some(s.lag_allowance_s)),
-                    if s.client_bound { ", client-bound" } else { "" }
+                    s.clip(&sender.host, 40),
+                    sender.scheduled,
+                    seconds(sender.schedule_lag_p99_s),
+                    seconds(Some(sender.lag_allowance_s)),
+                    if sender.client_bound {
+                        ", client-bound"
+                    } else {
+                        ""
+                    }
                 )
             })
             .collect();
@@ -479,27 +562,27 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
             3,
             row(
                 "sent from",
-                format!("{} workers: {}", p.senders.len(), list(&each, 4, 90)),
+                format!("{} workers: {}", p.senders.len(), s.list(&each, 4, 90)),
             ),
         );
     }
     let latencies = p
         .latencies
         .iter()
-        .take(MAX_LATENCY_ROWS)
+        .take(max_latencies)
         .map(|l| LatencyRow {
-            metric: clip(&l.metric, 16),
-            population: breakable(&clip(&l.population, 70), 20),
+            metric: s.clip(&l.metric, 16),
+            population: s.breakable(&s.clip(&l.population, 70), 20),
             count: l.count.to_string(),
             p50: seconds(l.p50_s),
             p90: seconds(l.p90_s),
             p99: seconds(l.p99_s),
         })
         .collect();
-    let latencies_more = if p.latencies.len() > MAX_LATENCY_ROWS {
+    let latencies_more = if p.latencies.len() > max_latencies {
         format!(
             "+{} more latency lines in the JSON export",
-            p.latencies.len() - MAX_LATENCY_ROWS
+            p.latencies.len() - max_latencies
         )
     } else {
         String::new()
@@ -507,27 +590,30 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
 
     let o = &r.operations;
     let operations = vec![
-        row("backend", or_unknown(&o.backend, 80)),
+        row("backend", or_unknown(s, &o.backend, 80)),
         row(
             "versions",
             if o.versions.is_empty() {
                 "not recorded".to_owned()
             } else {
-                breakable(&list(&o.versions, 4, 40), 20)
+                s.breakable(&s.list(&o.versions, 4, 40), 20)
             },
         ),
-        row("on overload", or_unknown(&o.overload_behaviour, 160)),
-        row("on error", or_unknown(&o.error_behaviour, 160)),
-        row("fallback", or_unknown(&o.fallback, 120)),
+        row("on overload", or_unknown(s, &o.overload_behaviour, 160)),
+        row("on error", or_unknown(s, &o.error_behaviour, 160)),
+        row("fallback", or_unknown(s, &o.fallback, 120)),
     ];
 
     let cost_currency = match &r.cost {
-        Cost::Estimate(c) => format!("Costs in {}.", clip(&c.currency, 24)),
+        Cost::Estimate(c) => format!("Costs in {}.", s.clip(&c.currency, 24)),
         Cost::Unavailable(_) => String::new(),
     };
     let (cost, cost_basis, cost_missing) = match &r.cost {
         Cost::Estimate(c) => (
-            vec![cost_row("ordinary", &c.ordinary), cost_row("peak", &c.peak)],
+            vec![
+                cost_row(s, "ordinary", &c.ordinary),
+                cost_row(s, "peak", &c.peak),
+            ],
             vec![
                 row(
                     "from capacity",
@@ -535,26 +621,26 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
                         "{} per replica × {} device(s) per replica, at {} per device-hour",
                         rps(c.capacity_rps_per_replica),
                         c.devices_per_replica,
-                        money(c.price_per_device_hour, &c.currency)
+                        money(s, c.price_per_device_hour, &c.currency)
                     ),
                 ),
-                row("measured on", or_unknown(&c.hardware, 90)),
-                row("under", or_unknown(&c.capacity_context, 90)),
+                row("measured on", or_unknown(s, &c.hardware, 90)),
+                row("under", or_unknown(s, &c.capacity_context, 90)),
             ],
             None,
         ),
-        Cost::Unavailable(n) => (vec![], vec![], Some(clip(&n.why, 200))),
+        Cost::Unavailable(n) => (vec![], vec![], Some(s.clip(&n.why, 200))),
     };
 
     View {
         paper: paper.to_owned(),
-        title: breakable(&clip(&id.candidate, 120), 24),
-        study: breakable(
-            &format!("{} v{}", clip(&r.study.name, 80), r.study.version),
+        title: s.breakable(&s.clip(&id.candidate, 120), 24),
+        study: s.breakable(
+            &format!("{} v{}", s.clip(&r.study.name, 80), r.study.version),
             24,
         ),
-        question: breakable(&clip(&r.study.question, 220), 24),
-        verdict: verdict_view(r),
+        question: s.breakable(&s.clip(&r.study.question, 220), 24),
+        verdict: verdict_view(s, r),
         identity,
         quality_summary,
         categories_note,
@@ -564,8 +650,8 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
         rules_more,
         memory_fits: m.fits,
         memory,
-        memory_summary: clip(&m.summary, 200),
-        memory_assumptions: breakable(&list(&m.assumptions, MAX_ASSUMPTIONS, 90), 24),
+        memory_summary: s.clip(&m.summary, 200),
+        memory_assumptions: s.breakable(&s.list(&m.assumptions, MAX_ASSUMPTIONS, 90), 24),
         performance,
         latencies,
         latencies_more,
@@ -577,24 +663,24 @@ pub fn view(r: &SelectionRecord, paper: &str) -> View {
         cost_missing,
         footer_lock: format!(
             "study {} v{} locked {} · lock sha256 {}",
-            clip(&r.study.name, 40),
+            s.clip(&r.study.name, 40),
             r.study.version,
-            clip(&r.study.locked_at, 40),
-            clip(&r.study.lock_sha256, 64)
+            s.clip(&r.study.locked_at, 40),
+            s.clip(&r.study.lock_sha256, 64)
         ),
-        footer_record: format!("record sha256 {}", clip(&r.record_sha256, 64)),
+        footer_record: format!("record sha256 {}", s.clip(&r.record_sha256, 64)),
         footer_meta: format!(
             "{} · generated {} · code {} · machine {}",
-            clip(&r.format, 30),
-            clip(&r.generated_at, 40),
-            clip(&r.code_version, 40),
-            clip(&r.machine, 60)
+            s.clip(&r.format, 30),
+            s.clip(&r.generated_at, 40),
+            s.clip(&r.code_version, 40),
+            s.clip(&r.machine, 60)
         ),
     }
 }
 
 /// The near-ties line of section 2: how many answered cases rest on a near-tie, and where.
-fn near_ties_text(n: Option<&shortlist_study::record::NearTies>) -> String {
+fn near_ties_text(s: Medium, n: Option<&shortlist_study::record::NearTies>) -> String {
     let Some(n) = n else {
         return "not measured (the candidate reported no top-2 gaps)".to_owned();
     };
@@ -607,10 +693,10 @@ fn near_ties_text(n: Option<&shortlist_study::record::NearTies>) -> String {
         let parts: Vec<String> = n
             .by_category
             .iter()
-            .take(6)
-            .map(|c| format!("{} {} of {}", clip(&c.category, 30), c.cases, c.known))
+            .take(s.most(6))
+            .map(|c| format!("{} {} of {}", s.clip(&c.category, 30), c.cases, c.known))
             .collect();
-        let more = n.by_category.len().saturating_sub(6);
+        let more = n.by_category.len().saturating_sub(s.most(6));
         text.push_str(&format!(": {}", parts.join(", ")));
         if more > 0 {
             text.push_str(&format!(", +{more} more categories"));

@@ -6,7 +6,7 @@ use std::time::Instant;
 use proptest::prelude::*;
 use shortlist_report::charts::{PDF_MAX_CATEGORIES, pass_rate_svg};
 use shortlist_report::sample::{extreme_record, sample_record};
-use shortlist_report::view::{MAX_LATENCY_ROWS, MAX_RULE_ROWS, view};
+use shortlist_report::view::{MAX_LATENCY_ROWS, MAX_RULE_ROWS, Row, View, screen_view, view};
 use shortlist_report::{PaperSize, charts, render, render_pdf};
 use shortlist_study::cost::NoCost;
 use shortlist_study::record::{Cost, SelectionRecord};
@@ -39,6 +39,38 @@ fn assert_clean_svg(svg: &str) {
     }
 }
 
+/// Every text of an SVG chart lies inside its width, by an estimate of DejaVu Sans's advance
+/// (0.6 em a character, above its average). A title that ran past both edges was cut off by
+/// browsers (the record page showed "T, empirical CDF…").
+fn assert_texts_inside(svg: &str) {
+    let attr = |tag: &str, name: &str| -> Option<String> {
+        let start = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+        Some(tag[start..start + tag[start..].find('"')?].to_owned())
+    };
+    let width: f64 = attr(svg, "width").unwrap().parse().unwrap();
+    for piece in svg.split("<text").skip(1) {
+        let (tag, rest) = piece.split_once('>').unwrap();
+        let content = rest.split("</text>").next().unwrap().trim();
+        let chars = content.chars().count() as f64;
+        let size: f64 = attr(tag, "font-size").unwrap().parse().unwrap();
+        let x: f64 = attr(tag, "x").unwrap().parse().unwrap();
+        let w = chars * size * 0.6;
+        let (left, right) = match attr(tag, "text-anchor").as_deref() {
+            Some("middle") => (x - w / 2.0, x + w / 2.0),
+            Some("end") => (x - w, x),
+            _ => (x, x + w),
+        };
+        // Axis descriptions are rotated and run along the height; only the horizontal ones.
+        if tag.contains("rotate") {
+            continue;
+        }
+        assert!(
+            left >= 0.0 && right <= width,
+            "`{content}` spans {left:.0}..{right:.0} of a {width}-pixel chart"
+        );
+    }
+}
+
 #[test]
 fn charts_are_deterministic_clean_and_name_their_units() {
     let record = sample_record();
@@ -47,6 +79,7 @@ fn charts_are_deterministic_clean_and_name_their_units() {
     assert_eq!(a, b, "same record, same bytes");
     for svg in [&a.ttft, &a.goodput, &a.pass_rate] {
         assert_clean_svg(svg);
+        assert_texts_inside(svg);
         assert!(svg.len() < 60_000, "chart of {} bytes", svg.len());
     }
     assert!(a.ttft.contains("time to first token (ms)"));
@@ -55,10 +88,13 @@ fn charts_are_deterministic_clean_and_name_their_units() {
         "p50 is the record's own figure"
     );
     assert!(a.ttft.contains("p99 534 ms"));
-    assert!(
-        a.ttft
-            .contains("n = 1200, successful requests, warm-up excluded")
-    );
+    // Long populations and category names too.
+    let e = charts(&extreme_record(), PDF_MAX_CATEGORIES).unwrap();
+    for svg in [&e.ttft, &e.goodput, &e.pass_rate] {
+        assert_texts_inside(svg);
+    }
+    assert!(a.ttft.contains("TTFT, empirical CDF, n = 1200"));
+    assert!(a.ttft.contains("successful requests, warm-up excluded"));
     assert!(a.goodput.contains("offered load (req/s)"));
     assert!(a.goodput.contains("served (req/s)"));
     assert!(a.goodput.contains("knee 2 req/s"));
@@ -174,19 +210,22 @@ proptest! {
 
     /// Whatever the counts, the view the template lays out stays bounded.
     #[test]
-    fn the_view_is_bounded(rules in 0usize..80, lines in 0usize..30, name_len in 0usize..600) {
+    fn the_view_is_bounded(rules in 0usize..200, lines in 0usize..60, name_len in 0usize..1200) {
         let mut r = extreme_record();
         let rule = r.disqualifiers[0].clone();
         r.disqualifiers = vec![rule; rules];
         let line = r.performance.latencies[0].clone();
         r.performance.latencies = vec![line; lines];
         r.identity.candidate = "x".repeat(name_len);
-        let v = view(&r, "a4");
-        prop_assert!(v.rules.len() <= MAX_RULE_ROWS);
-        prop_assert_eq!(v.rules_more.is_empty(), rules <= MAX_RULE_ROWS);
-        prop_assert!(v.latencies.len() <= MAX_LATENCY_ROWS);
-        let visible = v.title.chars().filter(|c| *c != '\u{200B}').count();
-        prop_assert!(visible <= 120, "title of {} characters", visible);
+        // The page's limits, and a screen's four times those.
+        for (v, scale) in [(view(&r, "a4"), 1), (screen_view(&r), 4)] {
+            prop_assert!(v.rules.len() <= MAX_RULE_ROWS * scale);
+            prop_assert_eq!(v.rules.len(), rules.min(MAX_RULE_ROWS * scale));
+            prop_assert_eq!(v.rules_more.is_empty(), rules <= MAX_RULE_ROWS * scale);
+            prop_assert_eq!(v.latencies.len(), lines.min(MAX_LATENCY_ROWS * scale));
+            let visible = v.title.chars().filter(|c| *c != '\u{200B}').count();
+            prop_assert_eq!(visible, name_len.min(120 * scale));
+        }
     }
 }
 
@@ -244,5 +283,82 @@ fn a_load_run_sent_from_several_workers_names_each_sender() {
     assert!(
         row.contains("gpu-host-2 (600 req, lag p99 9 ms of 4 ms, client-bound)"),
         "{row}"
+    );
+}
+
+/// The value of the row named `key`.
+fn value_of(rows: &[Row], key: &str) -> String {
+    let row = rows.iter().find(|row| row.key == key);
+    row.unwrap_or_else(|| panic!("no row {key}")).value.clone()
+}
+
+/// Every text of a view, as its JSON holds it.
+fn texts(v: &View) -> String {
+    serde_json::to_string(v).unwrap()
+}
+
+/// The web page's view: the same record, longer texts and lists, and no zero-width spaces, so
+/// that a hash copied from the page is the hash (the page's view breaks it every 16 characters).
+#[test]
+fn the_screen_view_shows_whole_texts_without_invisible_characters() {
+    let r = sample_record();
+    let hash = r.identity.weights_sha256.clone().unwrap();
+    let weights = |v: &View| value_of(&v.identity, "weights sha256");
+    let (page, screen) = (view(&r, "a4"), screen_view(&r));
+    assert_ne!(
+        weights(&page),
+        hash,
+        "the page's hash has break opportunities"
+    );
+    assert_eq!(weights(&page).replace('\u{200B}', ""), hash);
+    assert_eq!(weights(&screen), hash);
+    assert!(texts(&page).contains('\u{200B}'));
+    assert!(!texts(&screen).contains('\u{200B}'), "{}", texts(&screen));
+    assert_eq!(screen.paper, "screen");
+
+    // What the page clips, the screen shows whole (here a long fallback).
+    let mut r = sample_record();
+    r.operations.fallback = format!(
+        "hand the chat to a human agent {}",
+        "and log it ".repeat(20)
+    );
+    let text = r.operations.fallback.clone();
+    let fallback = |v: &View| value_of(&v.operations, "fallback");
+    let (page, screen) = (view(&r, "a4"), screen_view(&r));
+    assert!(fallback(&page).ends_with('…') && fallback(&page).chars().count() == 120);
+    assert_eq!(fallback(&screen), text);
+}
+
+/// The page's chart keeps the weakest categories and its note says how many it left out; the
+/// web page's chart shows them all, so its view has no such note.
+#[test]
+fn only_the_page_says_its_chart_left_categories_out() {
+    let r = extreme_record();
+    assert!(r.quality.categories.len() > PDF_MAX_CATEGORIES);
+    let note = view(&r, "a4").categories_note;
+    assert!(note.contains("more in the JSON export"), "{note}");
+    assert_eq!(screen_view(&r).categories_note, "");
+}
+
+/// A GGUF model without a chat template (a base model) is prompted with the messages' texts
+/// alone; the record says so instead of "not recorded", which it keeps for what nobody recorded.
+#[test]
+fn a_model_file_without_a_chat_template_is_named_as_such() {
+    let row = |r: &SelectionRecord| {
+        let v = view(r, "a4");
+        let row = v.identity.last().unwrap().clone();
+        (row.key, row.value)
+    };
+    let mut r = sample_record();
+    assert!(r.identity.source.starts_with("gguf:"));
+    assert_eq!(row(&r).0, "chat template sha256");
+    r.identity.chat_template_sha256 = None;
+    let (key, value) = row(&r);
+    assert_eq!(key, "chat template");
+    assert!(value.starts_with("none in the model file"), "{value}");
+    r.identity.source = "http://127.0.0.1:8000/v1#served".into();
+    assert_eq!(
+        row(&r),
+        ("chat template sha256".into(), "not recorded".into())
     );
 }

@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
 use shortlist_app::{CompareFilter, HomeData, encode};
-use shortlist_report::view::view as record_view;
+use shortlist_report::view::{Medium, screen_view};
 use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::ServiceError;
@@ -361,8 +361,8 @@ pub(crate) async fn record(
     Path((name, candidate)): Path<(String, String)>,
 ) -> Result<Response, PageError> {
     let record = st.service.record(&name, None, &candidate, None).await?;
-    let view = record_view(&record.record, "a4");
-    let charts = charts(&record.record, usize::MAX).map_err(|e| {
+    let view = screen_view(&record.record);
+    let charts = charts(&record.record, Medium::Screen.chart_categories()).map_err(|e| {
         PageError(ServiceError::Corrupt {
             what: format!("the charts of {candidate}'s record"),
             why: e.to_string(),
