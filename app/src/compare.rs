@@ -4,6 +4,7 @@
 //! state (candidates, mode, category, search) lives in the URL.
 
 use leptos::prelude::*;
+use shortlist_report::charts::num;
 use shortlist_report::overlay;
 use shortlist_runner::service::views::{CaseRow, Comparison};
 use shortlist_study::record::{Cost, NEAR_TIE, SelectionRecord};
@@ -242,9 +243,10 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
         );
         let study_href = format!("/studies/{}", encode(&cmp.study));
         let criteria = cmp.criteria.clone();
-        let attainment = cmp
-            .attainment_target
-            .map_or_else(|| "none set".to_owned(), |a| format!("{:.4} %", a * 100.0));
+        let attainment = cmp.attainment_target.map_or_else(
+            || "none set".to_owned(),
+            |a| format!("{} %", num(a * 100.0, 4)),
+        );
         view! {
             <p class="crumbs"><a href=study_href>{cmp.study.clone()}</a> " / compare"</p>
             <h1>"Side by side"</h1>
@@ -309,7 +311,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 <section class="card">
                     <h2>"Goodput under load"</h2>
                     {chart(charts.goodput, "Goodput against offered load")}
-                    <p class="muted small">{format!("SLO attainment target: {attainment}. A point under the attainment line misses it at that load.")}</p>
+                    <p class="muted small">{format!("Attainment target of the study: {attainment} of requests within the SLO. A point under the attainment line misses it at that load.")}</p>
                 </section>
             </div>
             <section class="card">

@@ -356,7 +356,9 @@ impl StudyService {
             candidates: columns.iter().map(|c| c.label.clone()).collect(),
             columns,
             criteria: criteria.clone(),
-            attainment_target: locked.study.slo().attainment_target(),
+            // The study's target (its traffic section, 0.9 unless set): the one its records and
+            // capacity searches were judged by.
+            attainment_target: Some(locked.study.attainment_target()),
             records: chosen,
             pairs,
             cases,

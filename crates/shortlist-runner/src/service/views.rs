@@ -238,8 +238,8 @@ pub struct Comparison {
     pub candidates: Vec<String>,
     pub columns: Vec<Column>,
     pub criteria: CriteriaView,
-    /// The SLO's attainment target, when it sets one (the attainment line of the goodput chart:
-    /// goodput = target × offered).
+    /// The study's attainment target (the attainment line of the goodput chart: goodput =
+    /// target × offered); `None` only where no study stands behind the view.
     pub attainment_target: Option<f64>,
     pub records: Vec<SelectionRecord>,
     pub pairs: Vec<PairView>,
