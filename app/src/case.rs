@@ -3,9 +3,41 @@
 //! here is untrusted text and is rendered escaped.
 
 use leptos::prelude::*;
+use shortlist_report::text::clip;
 use shortlist_runner::service::views::CaseView;
 
 use crate::layout::document;
+
+/// Texts of more characters than this are folded: the first line shows with the text's size,
+/// the whole opens on a click. A long-context case carries a document of thousands of tokens,
+/// which would otherwise push the answers screens below.
+const FOLD_CHARS: usize = 1_200;
+/// Most characters of a folded text's first line in its summary (with its `…`).
+const PREVIEW_CHARS: usize = 160;
+
+/// One message of the case (`small`: set in smaller type, as the system prompt is).
+fn message(role: &str, content: String, small: bool) -> AnyView {
+    let label = format!("{role}: ");
+    let class = if small { "small" } else { "" };
+    let chars = content.chars().count();
+    if chars <= FOLD_CHARS {
+        return view! { <p class=class><strong>{label}</strong><span class="pre">{content}</span></p> }
+            .into_any();
+    }
+    let first = content.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let preview = clip(first, PREVIEW_CHARS);
+    let size = format!(
+        " ({} lines, {chars} characters: show all)",
+        content.lines().count()
+    );
+    view! {
+        <details class=format!("message {class}")>
+            <summary><strong>{label}</strong>{preview}<span class="muted">{size}</span></summary>
+            <p class="pre">{content}</p>
+        </details>
+    }
+    .into_any()
+}
 
 /// The case page.
 pub fn case_page(case: CaseView) -> String {
@@ -129,10 +161,8 @@ pub fn case_page(case: CaseView) -> String {
             <p class="muted">{format!("category {} · generation {}", case.category, case.generation.map_or("–".to_owned(), |g| g.to_string()))}</p>
             <section class="card">
                 <h2>"The case"</h2>
-                {case.system.map(|s| view! { <p class="small"><strong>"system: "</strong>{s}</p> })}
-                {case.messages.into_iter().map(|(role, content)| view! {
-                    <p><strong>{format!("{role}: ")}</strong><span class="pre">{content}</span></p>
-                }).collect_view()}
+                {case.system.map(|s| message("system", s, true))}
+                {case.messages.into_iter().map(|(role, content)| message(&role, content, false)).collect_view()}
                 {tools.map(|t| view! { <details><summary>"Tools offered"</summary><pre class="output">{t}</pre></details> })}
                 <h3>"Checks"</h3>
                 <ul>{case.checks.into_iter().map(|(name, kind)| view! { <li>{format!("{name} ({kind})")}</li> }).collect_view()}</ul>
@@ -185,5 +215,46 @@ mod tests {
         assert!(page.contains("calibration: κ = 0.82 on 40 items; may disqualify: calibrated"));
         assert!(page.contains("PASS &lt;script&gt;x()&lt;/script&gt;"));
         assert!(!page.contains("<script>x()"));
+    }
+
+    /// A long message (a long-context case's document) is folded under its first line and its
+    /// size, whole inside; a short one stands as it is.
+    #[test]
+    fn a_long_message_is_folded_with_its_size() {
+        let document = format!(
+            "Here are our release notes. In which version?\n\n{}",
+            "- Fixed an issue <b>here</b>.\n".repeat(100)
+        );
+        let page = case_page(CaseView {
+            study: "s".into(),
+            version: 1,
+            generation: Some(1),
+            id: "long".into(),
+            category: "long-context".into(),
+            system: Some("You are Orbi.".into()),
+            messages: vec![("user".into(), document.clone())],
+            tools: vec![],
+            checks: vec![],
+            answers: vec![],
+        });
+        let summary =
+            "<summary><strong>user: </strong>Here are our release notes. In which version?";
+        assert!(page.contains(summary), "{page}");
+        assert!(
+            page.contains("(102 lines, 3047 characters: show all)"),
+            "{page}"
+        );
+        // The whole text inside, escaped.
+        let escaped = document.replace('<', "&lt;").replace('>', "&gt;");
+        assert!(
+            page.contains(&format!("<p class=\"pre\">{escaped}</p>")),
+            "{page}"
+        );
+        assert!(!page.contains("<b>here"));
+        // The short system prompt is not folded.
+        assert!(
+            page.contains("<strong>system: </strong><span class=\"pre\">You are Orbi.</span>"),
+            "{page}"
+        );
     }
 }
