@@ -19,9 +19,15 @@
     if (s >= 60) return Math.round(s / 60) + " min";
     return Math.round(s) + " s";
   }
-  source.addEventListener("open", function () {
-    if (live) live.textContent = "Live: following the runs as they progress.";
-  });
+  // What the line above the runs says while connected: a study with nothing running is not
+  // "progressing", but a run started now (or from another tab) still shows here live.
+  function connected() {
+    if (!live || live.className === "notice") return;
+    live.textContent = seenState === "done"
+      ? "No run in progress; a new one will show here as it runs."
+      : "Live: following the runs as they progress.";
+  }
+  source.addEventListener("open", connected);
   source.addEventListener("progress", function (message) {
     const e = JSON.parse(message.data);
     const row = section.querySelector('tr[data-job="' + e.job + '"]');
@@ -68,6 +74,7 @@
       live.appendChild(link);
     }
     seenState = message.data;
+    connected();
   });
   source.addEventListener("error", function () {
     if (live) live.textContent = "Live updates paused (reconnecting)…";

@@ -232,6 +232,13 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "{bars}"
     );
     c.goto(&format!("{base}/studies/mini")).await.unwrap();
+    // Opened on a finished study, the page says nothing is running (and still listens).
+    let quiet = "No run in progress; a new one will show here as it runs.";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while text_of(&c, "#live").await != quiet {
+        assert!(Instant::now() < deadline, "{}", text_of(&c, "#live").await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
     shoot(&c, "study").await;
 
     // Compare both candidates: the disagreement is the capital.
