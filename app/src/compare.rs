@@ -323,8 +323,8 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 <p class="small">"Every column was judged by these criteria; records made under other ones are refused, not compared."</p>
                 <dl class="grid">
                     <dt>"Eval set"</dt><dd class="mono small">{criteria.evalset}</dd>
-                    <dt>"Workload"</dt><dd class="mono small">{criteria.workload}</dd>
-                    <dt>"SLO"</dt><dd class="mono small">{criteria.slo}</dd>
+                    <dt>"Workload"</dt><dd class="small">{criteria.workload_words}</dd>
+                    <dt>"SLO"</dt><dd class="small">{criteria.slo_words}</dd>
                 </dl>
                 <div class="scroll">
                     <table class="compare">

@@ -374,17 +374,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             (Some(sha), Some(at)) => format!("Locked at {at} under {sha}"),
             _ => "Draft: not locked yet. Runs start only on a locked study.".to_owned(),
         };
-        let w = &f.workload;
-        let workload = format!(
-            "{} ({} requests, {} input / {} output tokens, {} req/s, seed {}), {} loop",
-            w.kind,
-            w.requests.map_or("-".to_owned(), |v| v.to_string()),
-            w.input_tokens.map_or("-".to_owned(), |v| v.to_string()),
-            w.output_tokens.map_or("-".to_owned(), |v| v.to_string()),
-            w.rate_rps.map_or("-".to_owned(), |v| v.to_string()),
-            w.seed.map_or("-".to_owned(), |v| v.to_string()),
-            w.load_loop.as_str()
-        );
+        let workload = f.workload.describe();
         let traffic = format!(
             "ordinary {} req/s, peak {} req/s, target {} req/s, attainment ≥ {:.0} %",
             f.traffic.ordinary_rps,

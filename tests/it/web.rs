@@ -357,6 +357,24 @@ fn forms_runs_and_refusals_over_http() {
         "{}",
         compare.body
     );
+    // The criteria read as words, not as the canonical JSON the columns are matched by.
+    assert!(
+        compare.body.contains(
+            "uniform: 8 requests, 800 input / 128 output tokens in all, 8 req/s, seed 7; open loop"
+        ),
+        "{}",
+        compare.body
+    );
+    assert!(
+        !compare.body.contains("&quot;input_tokens&quot;"),
+        "{}",
+        compare.body
+    );
+    assert!(
+        !compare.body.contains("\"input_tokens\""),
+        "{}",
+        compare.body
+    );
     // The overlaid charts are on the page, drawn for the one column.
     for chart in [
         "Pass rate per category, 95 % Wilson intervals",

@@ -136,6 +136,42 @@ pub struct WorkloadRef {
     pub load_loop: LoadLoop,
 }
 
+impl WorkloadRef {
+    /// The workload in words, for people: "uniform: 40 requests, 16000 input / 2560 output
+    /// tokens in all, 0.25 req/s, seed 2026; open loop", or "trace traces/day.jsonl (sha256
+    /// 1f2e…); open loop". Fields the study leaves unset are left out, not shown as blanks.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(path) = &self.path {
+            parts.push(match &self.sha256 {
+                Some(sha) => format!("{path} (sha256 {})", sha.get(..12).unwrap_or(sha)),
+                None => path.clone(),
+            });
+        }
+        if let Some(n) = self.requests {
+            parts.push(format!("{n} requests"));
+        }
+        match (self.input_tokens, self.output_tokens) {
+            (Some(i), Some(o)) => parts.push(format!("{i} input / {o} output tokens in all")),
+            (Some(i), None) => parts.push(format!("{i} input tokens in all")),
+            (None, Some(o)) => parts.push(format!("{o} output tokens in all")),
+            (None, None) => {}
+        }
+        if let Some(r) = self.rate_rps {
+            parts.push(format!("{r} req/s"));
+        }
+        if let Some(s) = self.seed {
+            parts.push(format!("seed {s}"));
+        }
+        let what = if parts.is_empty() {
+            self.kind.to_string()
+        } else {
+            format!("{}: {}", self.kind, parts.join(", "))
+        };
+        format!("{what}; {} loop", self.load_loop.as_str())
+    }
+}
+
 /// Traffic the product must carry.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]

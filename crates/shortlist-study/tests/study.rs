@@ -308,3 +308,22 @@ fn a_candidate_device_is_checked_and_locked_only_when_set() {
         assert!(err.contains(expected), "expected `{expected}` in: {err}");
     }
 }
+
+#[test]
+fn a_workload_is_described_in_words_with_only_what_the_study_sets() {
+    let study = Study::from_toml("s.study.toml", STUDY).unwrap();
+    assert_eq!(
+        study.file().workload.describe(),
+        "uniform: 100 requests, 100000 input / 20000 output tokens in all, 8 req/s, seed 7; open loop"
+    );
+    let trace = STUDY.replace(
+        r#"{ kind = "uniform", requests = 100, input_tokens = 100000, output_tokens = 20000, rate_rps = 8.0, seed = 7 }"#,
+        r#"{ kind = "trace", path = "traces/day.jsonl", sha256 = "1f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c5b6a79881f2e3d4c5b6a7988" }"#,
+    );
+    assert_ne!(trace, STUDY);
+    let study = Study::from_toml("s.study.toml", &trace).unwrap();
+    assert_eq!(
+        study.file().workload.describe(),
+        "trace: traces/day.jsonl (sha256 1f2e3d4c5b6a); open loop"
+    );
+}

@@ -140,6 +140,8 @@ fn criteria_of(locked: &LockedStudy) -> CriteriaView {
         slo: serde_json::to_value(&f.slo)
             .map(|v| canonical_json(&v))
             .unwrap_or_default(),
+        workload_words: f.workload.describe(),
+        slo_words: locked.study.slo().describe(),
     }
 }
 
@@ -464,6 +466,8 @@ mod tests {
                 evalset: String::new(),
                 workload: String::new(),
                 slo: String::new(),
+                workload_words: String::new(),
+                slo_words: String::new(),
             },
             attainment_target: None,
             records: vec![],
@@ -493,6 +497,8 @@ mod tests {
             evalset: e.into(),
             workload: w.into(),
             slo: s.into(),
+            workload_words: String::new(),
+            slo_words: String::new(),
         };
         let a = c("set (sha256 1)", "{}", "{\"ttft_s\":1}");
         assert!(differences((1, &a), (2, &a.clone())).is_empty());

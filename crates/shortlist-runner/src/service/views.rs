@@ -220,10 +220,14 @@ pub struct Column {
 pub struct CriteriaView {
     /// The eval set's path and hash.
     pub evalset: String,
-    /// The workload section, as canonical JSON.
+    /// The workload section, as canonical JSON (what columns must share to be compared).
     pub workload: String,
     /// The SLO, as canonical JSON.
     pub slo: String,
+    /// The workload in words, for people (`WorkloadRef::describe`).
+    pub workload_words: String,
+    /// The SLO in words, for people (`Slo::describe`).
+    pub slo_words: String,
 }
 
 /// Candidates side by side, from their records and their stored cases.
