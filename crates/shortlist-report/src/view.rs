@@ -31,6 +31,9 @@ pub enum Medium {
     Screen,
 }
 
+/// How much more a screen shows than the page, of every text and list.
+const SCREEN_SCALE: usize = 4;
+
 impl Medium {
     /// Categories the pass-rate chart shows: the page's weakest [`PDF_MAX_CATEGORIES`], a
     /// screen's all.
@@ -40,13 +43,7 @@ impl Medium {
             Medium::Screen => usize::MAX,
         }
     }
-}
 
-/// How much more a screen shows than the page, of every text and list.
-const SCREEN_SCALE: usize = 4;
-
-/// The text shaping of each medium.
-impl Medium {
     /// How many of something (characters, items, rows) the medium shows where the page shows `n`.
     fn most(self, n: usize) -> usize {
         match self {

@@ -138,8 +138,9 @@ pub struct WorkloadRef {
 
 impl WorkloadRef {
     /// The workload in words, for people: "uniform: 40 requests, 16000 input / 2560 output
-    /// tokens in all, 0.25 req/s, seed 2026; open loop", or "trace traces/day.jsonl (sha256
-    /// 1f2e…); open loop". Fields the study leaves unset are left out, not shown as blanks.
+    /// tokens in all, 0.25 req/s, seed 2026; open loop", or "trace: traces/day.jsonl (sha256
+    /// 1f2e3d4c5b6a); open loop". Fields the study leaves unset are left out, not shown as
+    /// blanks.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
         if let Some(path) = &self.path {
