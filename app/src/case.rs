@@ -39,6 +39,17 @@ fn message(role: &str, content: String, small: bool) -> AnyView {
     .into_any()
 }
 
+/// A case's time in its quality run, with the population it was measured in: alone, or
+/// sharing the engine with up to `concurrency` cases (then it is not a latency of the model).
+fn wall_time(latency_s: Option<f64>, concurrency: Option<u32>) -> String {
+    match (latency_s, concurrency) {
+        (None, _) => "time –".to_owned(),
+        (Some(s), Some(1)) => format!("{s:.2} s, run alone"),
+        (Some(s), Some(n)) => format!("{s:.2} s wall time, shared with up to {n} cases in flight"),
+        (Some(s), None) => format!("{s:.2} s wall time"),
+    }
+}
+
 /// The case page.
 pub fn case_page(case: CaseView) -> String {
     let title = format!("{} · {}", case.id, case.study);
@@ -127,7 +138,7 @@ pub fn case_page(case: CaseView) -> String {
                 let meta = a.result.as_ref().map_or_else(String::new, |r| {
                     format!(
                         "{} · {} tokens · finish {}",
-                        r.latency_s.map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s")),
+                        wall_time(r.latency_s, r.concurrency),
                         r.tokens.map_or_else(|| "–".to_owned(), |t| t.to_string()),
                         r.finish_reason.clone().unwrap_or_else(|| "–".to_owned())
                     )
@@ -256,5 +267,54 @@ mod tests {
             page.contains("<strong>system: </strong><span class=\"pre\">You are Orbi.</span>"),
             "{page}"
         );
+    }
+
+    /// A case's time says whether it ran alone or shared the engine with other cases, so a
+    /// reader does not take a batched run's wall time for the model's latency.
+    #[test]
+    fn a_case_time_names_how_many_cases_were_in_flight() {
+        let answer = |concurrency: Option<u32>| {
+            let result = serde_json::from_value(serde_json::json!({
+                "id": "c", "category": "ordinary", "weight": 1.0, "outcome": "pass",
+                "checks": [], "tokens": 128, "latency_s": 112.5, "finish_reason": "length",
+                "concurrency": concurrency
+            }))
+            .unwrap();
+            CaseAnswer {
+                candidate: "m".into(),
+                result: Some(result),
+                output: Some("x".into()),
+                error: None,
+            }
+        };
+        let page = |concurrency| {
+            case_page(CaseView {
+                study: "s".into(),
+                version: 1,
+                generation: Some(1),
+                id: "c".into(),
+                category: "ordinary".into(),
+                system: None,
+                messages: vec![("user".into(), "Say hi".into())],
+                tools: vec![],
+                checks: vec![],
+                answers: vec![answer(concurrency)],
+            })
+        };
+        let batched = page(Some(32));
+        assert!(
+            batched.contains(
+                "112.50 s wall time, shared with up to 32 cases in flight · 128 tokens · finish length"
+            ),
+            "{batched}"
+        );
+        let alone = page(Some(1));
+        assert!(
+            alone.contains("112.50 s, run alone · 128 tokens"),
+            "{alone}"
+        );
+        // A result stored before runs said it: the time, and no claim either way.
+        let old = page(None);
+        assert!(old.contains("112.50 s wall time · 128 tokens"), "{old}");
     }
 }

@@ -52,6 +52,41 @@ fn words(parts: &[&str], sep: &str) -> String {
     }
 }
 
+/// What the cases' times are: each case's wall time in its candidate's quality run, with the
+/// most cases each run kept in flight — a time shared with other cases is not the model's
+/// latency (the Latency section has that, with its population).
+fn case_times(candidates: &[String], cases: &[CaseRow]) -> String {
+    let most: Vec<Option<u32>> = (0..candidates.len())
+        .map(|i| {
+            cases
+                .iter()
+                .filter_map(|r| r.concurrency.get(i).copied().flatten())
+                .max()
+        })
+        .collect();
+    let head = "Times: each case's wall time in its candidate's quality run";
+    if most.iter().all(Option::is_none) {
+        return format!("{head}.");
+    }
+    if most.iter().all(|m| *m == Some(1)) {
+        return format!("{head}, each case run alone.");
+    }
+    let each = candidates
+        .iter()
+        .zip(&most)
+        .map(|(c, m)| match m {
+            Some(1) => format!("{c}: alone"),
+            Some(n) => format!("{c}: up to {n}"),
+            None => format!("{c}: not told"),
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "{head}, shared with the cases in flight beside it ({each}), so not the model's latency: \
+         that is under Latency, with its population."
+    )
+}
+
 fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0))
 }
@@ -170,6 +205,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             .filter(|r| filter.keeps(r))
             .cloned()
             .collect();
+        let times = case_times(&candidates, &cmp.cases);
         let total = cmp.cases.len();
         let count = format!("{} of {total} cases", shown.len());
         let study = cmp.study.clone();
@@ -351,6 +387,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                     <button type="submit">"Filter"</button>
                 </form>
                 <p class="muted small" id="case-count">{count}</p>
+                <p class="muted small" id="case-times">{times}</p>
                 <div class="scroll">
                     <table class="cases">
                         <thead><tr><th>"Case"</th><th>"Category"</th>{candidates.iter().map(|c| view! { <th>{c.clone()}</th> }).collect_view()}</tr></thead>
@@ -360,4 +397,51 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             </section>
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(concurrency: Vec<Option<u32>>) -> CaseRow {
+        CaseRow {
+            id: "c".into(),
+            category: "ordinary".into(),
+            outcomes: vec![None; concurrency.len()],
+            latencies_s: vec![Some(1.0); concurrency.len()],
+            tokens: vec![None; concurrency.len()],
+            gaps: vec![None; concurrency.len()],
+            concurrency,
+            disagreement: false,
+        }
+    }
+
+    /// The cases' times name how many cases shared the engine, per candidate.
+    #[test]
+    fn the_cases_times_say_how_many_were_in_flight() {
+        let names = vec!["smollm2".to_owned(), "gemma3".to_owned()];
+        let batched = case_times(
+            &names,
+            &[row(vec![Some(32), Some(5)]), row(vec![Some(32), Some(8)])],
+        );
+        assert!(
+            batched.contains(
+                "shared with the cases in flight beside it (smollm2: up to 32, gemma3: up to 8)"
+            ),
+            "{batched}"
+        );
+        assert!(batched.contains("not the model's latency"), "{batched}");
+        let alone = case_times(&names, &[row(vec![Some(1), Some(1)])]);
+        assert!(alone.ends_with("each case run alone."), "{alone}");
+        let mixed = case_times(&names, &[row(vec![Some(1), None])]);
+        assert!(
+            mixed.contains("(smollm2: alone, gemma3: not told)"),
+            "{mixed}"
+        );
+        let old = case_times(&names, &[row(vec![None, None])]);
+        assert_eq!(
+            old,
+            "Times: each case's wall time in its candidate's quality run."
+        );
+    }
 }

@@ -51,6 +51,9 @@ fn eval_run_scores_a_real_model_and_resumes() {
     for case in cases {
         assert!(case["tokens"].as_u64().is_some(), "{case}");
         assert!(case["latency_s"].as_f64().unwrap() > 0.0, "{case}");
+        // The default 32 in flight, of which the set's 4 cases could fill 4: the population
+        // each case's wall time was shared with.
+        assert_eq!(case["concurrency"], 4, "{case}");
         // Greedy: the smallest top-2 logit gap along the answer, for the record's near-ties.
         assert!(case["min_top2_gap"].as_f64().unwrap() >= 0.0, "{case}");
     }
@@ -76,7 +79,8 @@ fn eval_run_scores_a_real_model_and_resumes() {
         stderr(&out)
     );
     let again: Value = serde_json::from_str(&stdout(&out)).unwrap();
-    // Resumed and re-run cases give the same results (greedy decoding); only latency differs.
+    // Resumed and re-run cases give the same results (greedy decoding); only the run's
+    // conditions differ: latency, and the cases in flight (the 2 left, where the first run had 4).
     let strip = |v: &Value| -> Vec<Value> {
         v["cases"]
             .as_array()
@@ -84,12 +88,21 @@ fn eval_run_scores_a_real_model_and_resumes() {
             .iter()
             .map(|c| {
                 let mut c = c.clone();
-                c.as_object_mut().unwrap().remove("latency_s");
+                let fields = c.as_object_mut().unwrap();
+                fields.remove("latency_s");
+                fields.remove("concurrency");
                 c
             })
             .collect()
     };
     assert_eq!(strip(&again), strip(&value));
+    let rerun: Vec<&Value> = again["cases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["concurrency"] == 2)
+        .collect();
+    assert_eq!(rerun.len(), 2, "{again}");
 }
 
 #[test]

@@ -375,6 +375,15 @@ fn forms_runs_and_refusals_over_http() {
         "{}",
         compare.body
     );
+    // The cases' times say they were shared: the endpoint's quality run kept the study's serving
+    // concurrency (4) in flight, which every stored case names.
+    assert!(
+        compare
+            .body
+            .contains("shared with the cases in flight beside it (smol: up to 4)"),
+        "{}",
+        compare.body
+    );
     // The overlaid charts are on the page, drawn for the one column.
     for chart in [
         "Pass rate per category, 95 % Wilson intervals",
@@ -395,6 +404,9 @@ fn forms_runs_and_refusals_over_http() {
     )
     .json();
     assert_eq!(first["generation"], 1);
+    for case in first["cases"].as_array().unwrap() {
+        assert_eq!(case["concurrency"], serde_json::json!([4]), "{case}");
+    }
     let again = http(
         a,
         "POST",

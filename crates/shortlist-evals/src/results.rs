@@ -90,9 +90,15 @@ pub struct CaseResult {
     /// Output tokens (filled by quality runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokens: Option<u64>,
-    /// Seconds the case took (filled by quality runs).
+    /// Seconds the case took (filled by quality runs): wall time from sending it to its last
+    /// token, shared with the other cases in flight beside it (see `concurrency`), so not a
+    /// latency of the model alone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_s: Option<f64>,
+    /// The most cases its quality run kept in flight while this one ran (the run's
+    /// concurrency; filled by quality runs): 1 means it ran alone and `latency_s` was its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub concurrency: Option<u32>,
     /// The smallest gap between the two most likely tokens' logits along the greedy answer
     /// (filled by quality runs when the candidate tells it): below [`NEAR_TIE`] the outcome rests
     /// on a near-tie that another engine, kernel or quantization may break the other way.
@@ -222,6 +228,7 @@ pub fn score_case(case: &Case, response: Option<&Response>) -> CaseResult {
             finish_reason: None,
             tokens: None,
             latency_s: None,
+            concurrency: None,
             min_top2_gap: None,
             judgements: Vec::new(),
         };
@@ -255,6 +262,7 @@ pub fn score_case(case: &Case, response: Option<&Response>) -> CaseResult {
         finish_reason: r.finish_reason().map(|f| f.as_str().to_owned()),
         tokens: None,
         latency_s: None,
+        concurrency: None,
         min_top2_gap: None,
         judgements: case
             .checks()

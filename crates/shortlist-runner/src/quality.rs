@@ -252,6 +252,7 @@ pub fn run_quality_on(
     let name = generator.name();
     let mut errors = Vec::new();
     let mut transport_in_a_row = 0;
+    let in_flight = concurrency.min(requests.len());
     generator.ask_all(
         &requests,
         decoding,
@@ -287,7 +288,7 @@ pub fn run_quality_on(
                     return Ok(true);
                 }
             };
-            let result = scored(case, generated, judges)?;
+            let result = scored(case, generated, judges, in_flight)?;
             progress.record(&result)?;
             on_case(Tick {
                 finished,
@@ -307,11 +308,13 @@ pub fn run_quality_on(
 }
 
 /// One case's answer scored, with the generation's own facts (finish reason, tokens, latency,
-/// the smallest top-2 gap) beside the scores.
+/// the smallest top-2 gap) beside the scores, and `in_flight`: the most cases its run kept in
+/// flight (its concurrency, or fewer where fewer were asked), which the latency was shared with.
 pub fn scored(
     case: &shortlist_evals::Case,
     generated: Generated,
     judges: &mut Judges,
+    in_flight: usize,
 ) -> Result<CaseResult, RunError> {
     let finish = generated.finish_reason.as_deref().map(FinishReason::parse);
     let response = Response::new(generated.text, generated.tool_calls, finish);
@@ -321,6 +324,7 @@ pub fn scored(
     }
     result.tokens = generated.output_tokens;
     result.latency_s = Some(generated.latency_s);
+    result.concurrency = Some(u32::try_from(in_flight.max(1)).unwrap_or(u32::MAX));
     result.min_top2_gap = generated.min_top2_gap.map(f64::from);
     Ok(result)
 }

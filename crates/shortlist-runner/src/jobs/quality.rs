@@ -104,6 +104,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         };
         let requests: Vec<ChatRequest> =
             pending.iter().map(|c| ChatRequest::from_case(c)).collect();
+        let in_flight = concurrency.min(requests.len());
         // Judge checks: a study names no judge models, so they stay unscored with that reason
         // (never passed); `eval run --judge` runs them.
         let mut judges = Judges::default();
@@ -126,7 +127,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
                             generated.output_tokens.unwrap_or(0),
                             generated.latency_s,
                         );
-                        let result = scored(case, generated, &mut judges)?;
+                        let result = scored(case, generated, &mut judges, in_flight)?;
                         let stored = StoredCase {
                             case_id: case.id().to_owned(),
                             passed: result.outcome == CaseOutcome::Pass,

@@ -344,6 +344,7 @@ impl StudyService {
                     disagreement: decided.contains(&Some(true)) && decided.contains(&Some(false)),
                     outcomes: decided,
                     latencies_s: per.iter().map(|r| r.and_then(|r| r.latency_s)).collect(),
+                    concurrency: per.iter().map(|r| r.and_then(|r| r.concurrency)).collect(),
                     tokens: per.iter().map(|r| r.and_then(|r| r.tokens)).collect(),
                     gaps: per.iter().map(|r| r.and_then(|r| r.min_top2_gap)).collect(),
                 }

@@ -196,7 +196,11 @@ pub struct CaseRow {
     /// Per candidate (in the comparison's order): `Some(passed)`, or `None` when not decided
     /// or not answered.
     pub outcomes: Vec<Option<bool>>,
+    /// Per candidate: the case's wall time in its quality run, shared with the cases in flight
+    /// beside it (`concurrency`).
     pub latencies_s: Vec<Option<f64>>,
+    /// Per candidate: the most cases its quality run kept in flight while this one ran.
+    pub concurrency: Vec<Option<u32>>,
     pub tokens: Vec<Option<u64>>,
     /// Per candidate: the smallest top-2 logit gap along its greedy answer, when told; below
     /// [`shortlist_evals::results::NEAR_TIE`] the outcome rests on a near-tie.
