@@ -253,9 +253,10 @@ pub(crate) fn run(a: RunArgs, config: &Config) -> anyhow::Result<Outcome> {
     )?;
     bar.finish_and_clear();
     eprintln!(
-        "{} cases in {:.1} s ({})",
+        "{} cases in {:.1} s, up to {} in flight ({})",
         results.cases.len(),
         started.elapsed().as_secs_f64(),
+        a.concurrency,
         decoding.describe()
     );
     super::eval::emit_results(&results, a.output.as_deref(), a.json)
