@@ -61,6 +61,12 @@ pub fn case_page(case: CaseView) -> String {
         } else {
             Some(serde_json::to_string_pretty(&case.tools).unwrap_or_default())
         };
+        let no_answer = match case.generation {
+            Some(g) => format!(
+                "No answer stored for this case in generation {g}: its quality run has not reached it, or has not run."
+            ),
+            None => "No answer stored for this case: the study has not run.".to_owned(),
+        };
         let answers = case
             .answers
             .into_iter()
@@ -148,19 +154,27 @@ pub fn case_page(case: CaseView) -> String {
                     .as_ref()
                     .map(|r| r.tool_calls.join(", "))
                     .unwrap_or_default();
+                // A candidate whose run has not reached the case (or failed before it) has
+                // nothing to show but that: no empty output box, no empty table of checks.
+                let unanswered = (a.result.is_none() && a.output.is_none() && a.error.is_none())
+                    .then(|| view! { <p class="muted">{no_answer.clone()}</p> });
+                let has_checks = a.result.as_ref().is_some_and(|r| !r.checks.is_empty());
                 view! {
                     <section class="card">
                         <h2>{a.candidate} " " <span class=class>{word}</span></h2>
-                        <p class="muted small">{meta}</p>
+                        {(!meta.is_empty()).then(|| view! { <p class="muted small">{meta}</p> })}
+                        {unanswered}
                         {a.error.map(|e| view! { <p class="warn-box">{e}</p> })}
-                        <pre class="output">{a.output.unwrap_or_default()}</pre>
+                        {a.output.map(|o| view! { <pre class="output">{o}</pre> })}
                         {(!tools_called.is_empty()).then(|| view! { <p class="small">"Tools called: " {tools_called}</p> })}
-                        <div class="scroll">
-                            <table>
-                                <thead><tr><th>"Check"</th><th>"Verdict"</th><th>"Reason"</th></tr></thead>
-                                <tbody>{checks}</tbody>
-                            </table>
-                        </div>
+                        {has_checks.then(|| view! {
+                            <div class="scroll">
+                                <table>
+                                    <thead><tr><th>"Check"</th><th>"Verdict"</th><th>"Reason"</th></tr></thead>
+                                    <tbody>{checks}</tbody>
+                                </table>
+                            </div>
+                        })}
                         {judgements}
                     </section>
                 }
@@ -225,6 +239,8 @@ mod tests {
         );
         assert!(page.contains("calibration: κ = 0.82 on 40 items; may disqualify: calibrated"));
         assert!(page.contains("PASS &lt;script&gt;x()&lt;/script&gt;"));
+        assert!(page.contains("<th>Verdict</th>"), "{page}");
+        assert!(page.contains("<pre class=\"output\">"), "{page}");
         assert!(!page.contains("<script>x()"));
     }
 
@@ -316,5 +332,35 @@ mod tests {
         // A result stored before runs said it: the time, and no claim either way.
         let old = page(None);
         assert!(old.contains("112.50 s wall time · 128 tokens"), "{old}");
+    }
+
+    /// A candidate that has not answered the case shows that, without an empty output box or
+    /// an empty table of checks.
+    #[test]
+    fn an_unanswered_case_says_so_without_empty_boxes() {
+        let page = case_page(CaseView {
+            study: "s".into(),
+            version: 1,
+            generation: Some(1),
+            id: "c".into(),
+            category: "ordinary".into(),
+            system: None,
+            messages: vec![("user".into(), "Say hi".into())],
+            tools: vec![],
+            checks: vec![("polite".into(), "Judge".into())],
+            answers: vec![CaseAnswer {
+                candidate: "m".into(),
+                result: None,
+                output: None,
+                error: None,
+            }],
+        });
+        assert!(page.contains("not answered"), "{page}");
+        assert!(
+            page.contains("No answer stored for this case in generation 1"),
+            "{page}"
+        );
+        assert!(!page.contains("<pre class=\"output\">"), "{page}");
+        assert!(!page.contains("<th>Verdict</th>"), "{page}");
     }
 }
