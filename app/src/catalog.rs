@@ -70,11 +70,11 @@ pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
                 });
                 view! {
                     <tr>
-                        <td><a href=href>{s.name.clone()}</a></td>
-                        <td>{versions}</td>
-                        <td>{cases}</td>
-                        <td class="small">{cats}</td>
-                        <td>{uses(s.used_by, false)}</td>
+                        <td data-label="Eval set"><a href=href>{s.name.clone()}</a></td>
+                        <td data-label="Versions (sha256)">{versions}</td>
+                        <td data-label="Cases">{cases}</td>
+                        <td data-label="Categories (latest)" class="small">{cats}</td>
+                        <td data-label="Used by">{uses(s.used_by, false)}</td>
                     </tr>
                 }
             })
@@ -83,12 +83,14 @@ pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
             <h1>"Eval sets"</h1>
             <section class="card">
                 {empty.then(|| view! { <p class="muted">"No eval set is stored yet. A study stores the set it pins; or import one."</p> })}
-                <div class="scroll">
-                    <table>
-                        <thead><tr><th>"Eval set"</th><th>"Versions (sha256)"</th><th>"Cases"</th><th>"Categories (latest)"</th><th>"Used by"</th></tr></thead>
-                        <tbody>{rows}</tbody>
-                    </table>
-                </div>
+                {(!empty).then(|| view! {
+                    <div class="scroll">
+                        <table class="cards">
+                            <thead><tr><th>"Eval set"</th><th>"Versions (sha256)"</th><th>"Cases"</th><th>"Categories (latest)"</th><th>"Used by"</th></tr></thead>
+                            <tbody>{rows}</tbody>
+                        </table>
+                    </div>
+                })}
                 <p><a class="button" href="/evalsets/import">"Import an eval set"</a></p>
             </section>
         }
@@ -300,11 +302,11 @@ pub fn candidates_page(
                 let href = format!("/candidates/{}", encode(&c.name));
                 view! {
                     <tr>
-                        <td><a href=href>{c.name.clone()}</a></td>
-                        <td>{c.versions.to_string()}</td>
-                        <td class="mono small">{c.source.clone()}</td>
-                        <td class="small">{c.identity.clone()}</td>
-                        <td>{uses(c.used_by, true)}</td>
+                        <td data-label="Candidate"><a href=href>{c.name.clone()}</a></td>
+                        <td data-label="Versions">{c.versions.to_string()}</td>
+                        <td data-label="Source" class="mono small">{c.source.clone()}</td>
+                        <td data-label="Identity" class="small">{c.identity.clone()}</td>
+                        <td data-label="Studies and verdicts">{uses(c.used_by, true)}</td>
                     </tr>
                 }
             })
@@ -313,12 +315,14 @@ pub fn candidates_page(
             <h1>"Candidates"</h1>
             <section class="card">
                 {empty.then(|| view! { <p class="muted">"No candidate is stored yet."</p> })}
-                <div class="scroll">
-                    <table>
-                        <thead><tr><th>"Candidate"</th><th>"Versions"</th><th>"Source"</th><th>"Identity"</th><th>"Studies and verdicts"</th></tr></thead>
-                        <tbody>{rows}</tbody>
-                    </table>
-                </div>
+                {(!empty).then(|| view! {
+                    <div class="scroll">
+                        <table class="cards">
+                            <thead><tr><th>"Candidate"</th><th>"Versions"</th><th>"Source"</th><th>"Identity"</th><th>"Studies and verdicts"</th></tr></thead>
+                            <tbody>{rows}</tbody>
+                        </table>
+                    </div>
+                })}
             </section>
             <section class="card">
                 <h2>"Register a candidate"</h2>

@@ -104,7 +104,7 @@ pub fn home_page(data: HomeData) -> String {
             </section>
             <section class="card">
                 <div class="scroll">
-                    <table>
+                    <table class="cards">
                         <thead>
                             <tr>
                                 <th>"Study"</th>
@@ -133,10 +133,10 @@ pub fn home_page(data: HomeData) -> String {
                                     let state_class = format!("badge {tone}");
                                     view! {
                                         <tr>
-                                            <td><a href=href>{name}</a></td>
-                                            <td>{s.question}</td>
-                                            <td><span class=state_class>{word}</span></td>
-                                            <td class="badges">{verdicts}</td>
+                                            <td data-label="Study"><a href=href>{name}</a></td>
+                                            <td data-label="Question">{s.question}</td>
+                                            <td data-label="State"><span class=state_class>{word}</span></td>
+                                            <td data-label="Candidates" class="badges">{verdicts}</td>
                                         </tr>
                                     }
                                 })

@@ -28,13 +28,13 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
                 let when = format!("{} ({})", s.cron, s.tz);
                 view! {
                     <tr>
-                        <td><a href=href>{s.name.clone()}</a></td>
-                        <td><a href=study_href>{s.study.clone()}</a>" "<span class="muted small">{version_text(s.version)}</span></td>
-                        <td class="mono small">{when}</td>
-                        <td>{s.what.clone()}</td>
-                        <td><span class=class>{word}</span></td>
-                        <td class="mono small nowrap">{s.next_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
-                        <td class="mono small nowrap">{s.last_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
+                        <td data-label="Schedule"><a href=href>{s.name.clone()}</a></td>
+                        <td data-label="Study"><a href=study_href>{s.study.clone()}</a>" "<span class="muted small">{version_text(s.version)}</span></td>
+                        <td data-label="When" class="mono small">{when}</td>
+                        <td data-label="Runs">{s.what.clone()}</td>
+                        <td data-label="State"><span class=class>{word}</span></td>
+                        <td data-label="Next due (UTC)" class="mono small nowrap">{s.next_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
+                        <td data-label="Last due (UTC)" class="mono small nowrap">{s.last_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
                     </tr>
                 }
             })
@@ -45,12 +45,14 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
                 {empty.then(|| view! {
                     <p class="muted">"No schedule yet. Add one with "<code>"shortlist schedule add NAME --study S --cron \"30 2 * * *\" --tz Europe/Berlin"</code>"."</p>
                 })}
-                <div class="scroll">
-                    <table>
-                        <thead><tr><th>"Schedule"</th><th>"Study"</th><th>"When"</th><th>"Runs"</th><th>"State"</th><th>"Next due (UTC)"</th><th>"Last due (UTC)"</th></tr></thead>
-                        <tbody>{rows}</tbody>
-                    </table>
-                </div>
+                {(!empty).then(|| view! {
+                    <div class="scroll">
+                        <table class="cards">
+                            <thead><tr><th>"Schedule"</th><th>"Study"</th><th>"When"</th><th>"Runs"</th><th>"State"</th><th>"Next due (UTC)"</th><th>"Last due (UTC)"</th></tr></thead>
+                            <tbody>{rows}</tbody>
+                        </table>
+                    </div>
+                })}
             </section>
         }
     })

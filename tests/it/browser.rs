@@ -99,6 +99,25 @@ async fn shoot(c: &Client, name: &str) {
             overflow.as_i64().unwrap_or(0) <= 0,
             "{name} scrolls sideways at {width} px by {overflow}"
         );
+        // Lists (studies, eval sets, candidates, schedules) on a phone: each row's cells stack
+        // across the whole width, so no column is squeezed to a few letters a line or hidden in
+        // a box that scrolls sideways.
+        if width == 390 {
+            let narrow = c
+                .execute(
+                    "return [...document.querySelectorAll('table.cards td')]
+                       .filter(td => td.getBoundingClientRect().width < 0.9 * td.closest('table').parentElement.clientWidth)
+                       .map(td => (td.dataset.label || 'first') + ': ' + Math.round(td.getBoundingClientRect().width) + ' px');",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                narrow,
+                json!([]),
+                "{name}: cells of a list squeezed side by side at {width} px"
+            );
+        }
         let full_height = c
             .execute("return document.documentElement.scrollHeight;", vec![])
             .await
