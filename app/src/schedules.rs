@@ -366,9 +366,9 @@ pub fn schedule_page(
             </section>
             <section class="card">
                 <h2>"Fingerprints"</h2>
-                <p class="small muted">"What each night ran; a cell that differs from the night before is marked."</p>
+                <p class="small muted">"What each night ran: a candidate's first night in full; after it, a value that differs from the candidate's night before is shown and marked, one that does not says “same”."</p>
                 <div class="scroll">
-                    <table class="wide">
+                    <table class="wide fingerprints">
                         <thead><tr><th>"Due (UTC)"</th><th>"Candidate"</th><th>"Source"</th><th>"Weights"</th><th>"Tokenizer"</th><th>"Template"</th><th>"Runtime"</th><th>"Code"</th><th>"Machine"</th></tr></thead>
                         <tbody>{fingerprints}</tbody>
                     </table>
@@ -442,14 +442,15 @@ fn fingerprint_rows(timeline: &[HistoryPoint]) -> impl IntoView + use<> {
             .rev()
             .find(|q| q.candidate == p.candidate);
         let f = &p.fingerprint;
-        let cell = |now: String, then: Option<String>| {
-            let changed = then.is_some_and(|t| t != now);
-            let class = if changed {
-                "small mono changed"
-            } else {
-                "small mono"
-            };
-            view! { <td class=class>{now}</td> }
+        // A ledger: a candidate's first night shows every value; later nights show a value only
+        // where it changed (marked), and "same" (the value on hover) where it did not, so the
+        // nights that differ stand out and long values (the machine) are not repeated each row.
+        let cell = |now: String, then: Option<String>| match then {
+            Some(t) if t == now => {
+                view! { <td class="small muted same" title=now>"same"</td> }.into_any()
+            }
+            Some(_) => view! { <td class="small mono changed">{now}</td> }.into_any(),
+            None => view! { <td class="small mono">{now}</td> }.into_any(),
         };
         let b = before.map(|q| &q.fingerprint);
         rows.push(view! {

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use fantoccini::{Client, ClientBuilder, Locator};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::{Mock, data};
 use crate::web::{Server, http, study_text};
@@ -462,6 +462,44 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         );
     }
     assert!(page.contains("only the machine"), "{page}");
+    // The fingerprints read as a ledger: the machine's change is shown and marked on the last
+    // night only; the nights before it say "same" for the machine.
+    let changed = c
+        .execute(
+            "return [...document.querySelectorAll('td.changed')].map(td => td.textContent);",
+            vec![],
+        )
+        .await
+        .unwrap();
+    let changed: Vec<&str> = changed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        changed.len(),
+        2,
+        "the machine, for each candidate: {changed:?}"
+    );
+    assert!(
+        changed.iter().all(|t| t.contains("compute threads")),
+        "{changed:?}"
+    );
+    let same = c
+        .execute(
+            "return document.querySelectorAll('td.same').length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    // Six nights x two candidates; each candidate's five later nights have seven cells, of
+    // which the last night's machine changed: 2 x (5 x 7 - 1).
+    assert_eq!(
+        same,
+        json!(68),
+        "cells said to be the same as the night before"
+    );
     shoot(&c, "schedule").await;
     c.close().await.unwrap();
 
