@@ -285,6 +285,22 @@ mod tests {
         );
     }
 
+    /// Case `c` of study `s`, generation 1: one user message, `checks`, one answer.
+    fn short_case(checks: Vec<(String, String)>, answer: CaseAnswer) -> CaseView {
+        CaseView {
+            study: "s".into(),
+            version: 1,
+            generation: Some(1),
+            id: "c".into(),
+            category: "ordinary".into(),
+            system: None,
+            messages: vec![("user".into(), "Say hi".into())],
+            tools: vec![],
+            checks,
+            answers: vec![answer],
+        }
+    }
+
     /// A case's time says whether it ran alone or shared the engine with other cases, so a
     /// reader does not take a batched run's wall time for the model's latency.
     #[test]
@@ -303,20 +319,7 @@ mod tests {
                 error: None,
             }
         };
-        let page = |concurrency| {
-            case_page(CaseView {
-                study: "s".into(),
-                version: 1,
-                generation: Some(1),
-                id: "c".into(),
-                category: "ordinary".into(),
-                system: None,
-                messages: vec![("user".into(), "Say hi".into())],
-                tools: vec![],
-                checks: vec![],
-                answers: vec![answer(concurrency)],
-            })
-        };
+        let page = |concurrency| case_page(short_case(vec![], answer(concurrency)));
         let batched = page(Some(32));
         assert!(
             batched.contains(
@@ -338,23 +341,15 @@ mod tests {
     /// an empty table of checks.
     #[test]
     fn an_unanswered_case_says_so_without_empty_boxes() {
-        let page = case_page(CaseView {
-            study: "s".into(),
-            version: 1,
-            generation: Some(1),
-            id: "c".into(),
-            category: "ordinary".into(),
-            system: None,
-            messages: vec![("user".into(), "Say hi".into())],
-            tools: vec![],
-            checks: vec![("polite".into(), "Judge".into())],
-            answers: vec![CaseAnswer {
+        let page = case_page(short_case(
+            vec![("polite".into(), "Judge".into())],
+            CaseAnswer {
                 candidate: "m".into(),
                 result: None,
                 output: None,
                 error: None,
-            }],
-        });
+            },
+        ));
         assert!(page.contains("not answered"), "{page}");
         assert!(
             page.contains("No answer stored for this case in generation 1"),
