@@ -229,7 +229,11 @@ pub fn import_page(
                 .map(|u| view! { <tr><td class="mono small">{u.case.clone()}</td><td>{u.what.clone()}</td><td>{u.reason.clone()}</td></tr> })
                 .collect_view();
             let notes = p.notes.iter().map(|n| view! { <li>{n.clone()}</li> }).collect_view();
-            let unmapped_count = format!("Unmapped: {} item(s)", p.unmapped.len());
+            let unmapped_count = match p.unmapped.len() {
+                0 => "Unmapped: none; every item became a case".to_owned(),
+                1 => "Unmapped: 1 item".to_owned(),
+                n => format!("Unmapped: {n} items"),
+            };
             view! {
                 <section class="card">
                     <h2>"Preview"</h2>
