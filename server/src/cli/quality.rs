@@ -223,6 +223,7 @@ pub(crate) fn run(a: RunArgs, config: &Config) -> anyhow::Result<Outcome> {
     let started = Instant::now();
     let mut passed = 0usize;
     let mut decided = 0usize;
+    let mut ran = 0usize;
     let every = a.every.unwrap_or(1) as usize;
     let results = run_quality_on(
         &set,
@@ -237,6 +238,7 @@ pub(crate) fn run(a: RunArgs, config: &Config) -> anyhow::Result<Outcome> {
                 decided += 1;
                 passed += usize::from(ok);
             }
+            ran += usize::from(!tick.resumed);
             bar.set_position(tick.finished as u64);
             bar.set_message(format!(
                 "{passed}/{decided} passed, last {} ({})",
@@ -252,11 +254,12 @@ pub(crate) fn run(a: RunArgs, config: &Config) -> anyhow::Result<Outcome> {
         },
     )?;
     bar.finish_and_clear();
+    // As each stored case says: the cases asked now, at most `--concurrency` of them at once.
     eprintln!(
-        "{} cases in {:.1} s, up to {} in flight ({})",
+        "{} cases in {:.1} s, {ran} asked now, up to {} in flight ({})",
         results.cases.len(),
         started.elapsed().as_secs_f64(),
-        a.concurrency,
+        (a.concurrency as usize).min(ran),
         decoding.describe()
     );
     super::eval::emit_results(&results, a.output.as_deref(), a.json)
