@@ -8,7 +8,7 @@ use shortlist_runner::service::views::{
     CandidateDetail, CandidateSummary, EvalSetSummary, EvalSetView, ImportPreview, StudyUse,
 };
 
-use crate::layout::document;
+use crate::layout::{document, list_table};
 use crate::{encode, verdict_word};
 
 /// The studies that use something, as links.
@@ -46,6 +46,23 @@ fn categories_text(cats: &[(String, usize)]) -> String {
         .join(" · ")
 }
 
+/// The eval sets list's columns.
+const EVALSET_COLUMNS: &[&str] = &[
+    "Eval set",
+    "Versions (sha256)",
+    "Cases",
+    "Categories (latest)",
+    "Used by",
+];
+/// The candidates list's columns.
+const CANDIDATE_COLUMNS: &[&str] = &[
+    "Candidate",
+    "Versions",
+    "Source",
+    "Identity",
+    "Studies and verdicts",
+];
+
 /// `/evalsets`: every eval set with its versions and the studies that pin them.
 pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
     document("Eval sets", move || {
@@ -70,11 +87,11 @@ pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
                 });
                 view! {
                     <tr>
-                        <td data-label="Eval set"><a href=href>{s.name.clone()}</a></td>
-                        <td data-label="Versions (sha256)">{versions}</td>
-                        <td data-label="Cases">{cases}</td>
-                        <td data-label="Categories (latest)" class="small">{cats}</td>
-                        <td data-label="Used by">{uses(s.used_by, false)}</td>
+                        <td data-label=EVALSET_COLUMNS[0]><a href=href>{s.name.clone()}</a></td>
+                        <td data-label=EVALSET_COLUMNS[1]>{versions}</td>
+                        <td data-label=EVALSET_COLUMNS[2]>{cases}</td>
+                        <td data-label=EVALSET_COLUMNS[3] class="small">{cats}</td>
+                        <td data-label=EVALSET_COLUMNS[4]>{uses(s.used_by, false)}</td>
                     </tr>
                 }
             })
@@ -83,14 +100,7 @@ pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
             <h1>"Eval sets"</h1>
             <section class="card">
                 {empty.then(|| view! { <p class="muted">"No eval set is stored yet. A study stores the set it pins; or import one."</p> })}
-                {(!empty).then(|| view! {
-                    <div class="scroll">
-                        <table class="cards">
-                            <thead><tr><th>"Eval set"</th><th>"Versions (sha256)"</th><th>"Cases"</th><th>"Categories (latest)"</th><th>"Used by"</th></tr></thead>
-                            <tbody>{rows}</tbody>
-                        </table>
-                    </div>
-                })}
+                {(!empty).then(|| list_table(EVALSET_COLUMNS, rows))}
                 <p><a class="button" href="/evalsets/import">"Import an eval set"</a></p>
             </section>
         }
@@ -306,11 +316,11 @@ pub fn candidates_page(
                 let href = format!("/candidates/{}", encode(&c.name));
                 view! {
                     <tr>
-                        <td data-label="Candidate"><a href=href>{c.name.clone()}</a></td>
-                        <td data-label="Versions">{c.versions.to_string()}</td>
-                        <td data-label="Source" class="mono small">{c.source.clone()}</td>
-                        <td data-label="Identity" class="small">{c.identity.clone()}</td>
-                        <td data-label="Studies and verdicts">{uses(c.used_by, true)}</td>
+                        <td data-label=CANDIDATE_COLUMNS[0]><a href=href>{c.name.clone()}</a></td>
+                        <td data-label=CANDIDATE_COLUMNS[1]>{c.versions.to_string()}</td>
+                        <td data-label=CANDIDATE_COLUMNS[2] class="mono small">{c.source.clone()}</td>
+                        <td data-label=CANDIDATE_COLUMNS[3] class="small">{c.identity.clone()}</td>
+                        <td data-label=CANDIDATE_COLUMNS[4]>{uses(c.used_by, true)}</td>
                     </tr>
                 }
             })
@@ -319,14 +329,7 @@ pub fn candidates_page(
             <h1>"Candidates"</h1>
             <section class="card">
                 {empty.then(|| view! { <p class="muted">"No candidate is stored yet."</p> })}
-                {(!empty).then(|| view! {
-                    <div class="scroll">
-                        <table class="cards">
-                            <thead><tr><th>"Candidate"</th><th>"Versions"</th><th>"Source"</th><th>"Identity"</th><th>"Studies and verdicts"</th></tr></thead>
-                            <tbody>{rows}</tbody>
-                        </table>
-                    </div>
-                })}
+                {(!empty).then(|| list_table(CANDIDATE_COLUMNS, rows))}
             </section>
             <section class="card">
                 <h2>"Register a candidate"</h2>

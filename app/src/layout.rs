@@ -70,3 +70,20 @@ pub fn login_page(error: Option<String>) -> String {
         }
     })
 }
+
+/// A list (studies, eval sets, candidates, schedules): a table whose rows stand as blocks on a
+/// phone (`table.cards`), each cell after its column's name. Rows label their cells from the
+/// same `columns` (`data-label=COLUMNS[i]`), so a label cannot drift from its header.
+pub fn list_table(
+    columns: &'static [&'static str],
+    rows: impl IntoView + 'static,
+) -> impl IntoView {
+    view! {
+        <div class="scroll">
+            <table class="cards">
+                <thead><tr>{columns.iter().map(|&c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
+                <tbody>{rows}</tbody>
+            </table>
+        </div>
+    }
+}

@@ -8,7 +8,7 @@ use shortlist_runner::service::views::{
     StudyView,
 };
 
-use crate::layout::document;
+use crate::layout::{document, list_table};
 use crate::verdict_word;
 
 fn state_word(state: StudyState) -> (&'static str, &'static str) {
@@ -31,6 +31,9 @@ pub struct HomeData {
     /// The newest runs, newest first.
     pub recent: Vec<RecentRun>,
 }
+
+/// The studies list's columns.
+const STUDY_COLUMNS: &[&str] = &["Study", "Question", "State", "Candidates"];
 
 /// `/`: studies with their state and each candidate's verdict, and what is running now.
 pub fn home_page(data: HomeData) -> String {
@@ -59,6 +62,33 @@ pub fn home_page(data: HomeData) -> String {
                         <td>{r.kind.clone()}</td>
                         <td><span class=class>{word}</span>{r.error.clone().map(|e| view! { <div class="muted small">{e}</div> })}</td>
                         <td class="small mono">{when}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        let study_rows = studies
+            .into_iter()
+            .map(|s| {
+                let href = format!("/studies/{}", s.name);
+                let name = format!("{} v{}", s.name, s.version);
+                let (word, tone) = state_word(s.state);
+                let verdicts = s
+                    .verdicts
+                    .iter()
+                    .map(|(c, v)| {
+                        let (word, tone) = verdict_word(*v);
+                        let class = format!("badge {tone}");
+                        let label = format!("{c}: {word}");
+                        view! { <span class=class>{label}</span> }
+                    })
+                    .collect_view();
+                let state_class = format!("badge {tone}");
+                view! {
+                    <tr>
+                        <td data-label=STUDY_COLUMNS[0]><a href=href>{name}</a></td>
+                        <td data-label=STUDY_COLUMNS[1]>{s.question}</td>
+                        <td data-label=STUDY_COLUMNS[2]><span class=state_class>{word}</span></td>
+                        <td data-label=STUDY_COLUMNS[3] class="badges">{verdicts}</td>
                     </tr>
                 }
             })
@@ -103,47 +133,7 @@ pub fn home_page(data: HomeData) -> String {
                 }}
             </section>
             <section class="card">
-                <div class="scroll">
-                    <table class="cards">
-                        <thead>
-                            <tr>
-                                <th>"Study"</th>
-                                <th>"Question"</th>
-                                <th>"State"</th>
-                                <th>"Candidates"</th>
-                            </tr>
-                        </thead>
-                        <tbody>
-                            {studies
-                                .into_iter()
-                                .map(|s| {
-                                    let href = format!("/studies/{}", s.name);
-                                    let name = format!("{} v{}", s.name, s.version);
-                                    let (word, tone) = state_word(s.state);
-                                    let verdicts = s
-                                        .verdicts
-                                        .iter()
-                                        .map(|(c, v)| {
-                                            let (word, tone) = verdict_word(*v);
-                                            let class = format!("badge {tone}");
-                                            let label = format!("{c}: {word}");
-                                            view! { <span class=class>{label}</span> }
-                                        })
-                                        .collect_view();
-                                    let state_class = format!("badge {tone}");
-                                    view! {
-                                        <tr>
-                                            <td data-label="Study"><a href=href>{name}</a></td>
-                                            <td data-label="Question">{s.question}</td>
-                                            <td data-label="State"><span class=state_class>{word}</span></td>
-                                            <td data-label="Candidates" class="badges">{verdicts}</td>
-                                        </tr>
-                                    }
-                                })
-                                .collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                {list_table(STUDY_COLUMNS, study_rows)}
                 <p><a class="button" href="/studies/new">"New study"</a></p>
             </section>
             <section class="card">

@@ -8,11 +8,22 @@ use shortlist_runner::service::night::WebhookView;
 use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
 
 use crate::encode;
-use crate::layout::document;
+use crate::layout::{document, list_table};
 
 fn version_text(v: Option<u32>) -> String {
     v.map_or_else(|| "latest locked".to_owned(), |v| format!("v{v}"))
 }
+
+/// The schedules list's columns.
+const SCHEDULE_COLUMNS: &[&str] = &[
+    "Schedule",
+    "Study",
+    "When",
+    "Runs",
+    "State",
+    "Next due (UTC)",
+    "Last due (UTC)",
+];
 
 /// `/schedules`.
 pub fn schedules_page(list: Vec<ScheduleView>) -> String {
@@ -28,13 +39,13 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
                 let when = format!("{} ({})", s.cron, s.tz);
                 view! {
                     <tr>
-                        <td data-label="Schedule"><a href=href>{s.name.clone()}</a></td>
-                        <td data-label="Study"><a href=study_href>{s.study.clone()}</a>" "<span class="muted small">{version_text(s.version)}</span></td>
-                        <td data-label="When" class="mono small">{when}</td>
-                        <td data-label="Runs">{s.what.clone()}</td>
-                        <td data-label="State"><span class=class>{word}</span></td>
-                        <td data-label="Next due (UTC)" class="mono small nowrap">{s.next_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
-                        <td data-label="Last due (UTC)" class="mono small nowrap">{s.last_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
+                        <td data-label=SCHEDULE_COLUMNS[0]><a href=href>{s.name.clone()}</a></td>
+                        <td data-label=SCHEDULE_COLUMNS[1]><a href=study_href>{s.study.clone()}</a>" "<span class="muted small">{version_text(s.version)}</span></td>
+                        <td data-label=SCHEDULE_COLUMNS[2] class="mono small">{when}</td>
+                        <td data-label=SCHEDULE_COLUMNS[3]>{s.what.clone()}</td>
+                        <td data-label=SCHEDULE_COLUMNS[4]><span class=class>{word}</span></td>
+                        <td data-label=SCHEDULE_COLUMNS[5] class="mono small nowrap">{s.next_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
+                        <td data-label=SCHEDULE_COLUMNS[6] class="mono small nowrap">{s.last_due.as_deref().map_or_else(|| "–".to_owned(), short_due)}</td>
                     </tr>
                 }
             })
@@ -45,14 +56,7 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
                 {empty.then(|| view! {
                     <p class="muted">"No schedule yet. Add one with "<code>"shortlist schedule add NAME --study S --cron \"30 2 * * *\" --tz Europe/Berlin"</code>"."</p>
                 })}
-                {(!empty).then(|| view! {
-                    <div class="scroll">
-                        <table class="cards">
-                            <thead><tr><th>"Schedule"</th><th>"Study"</th><th>"When"</th><th>"Runs"</th><th>"State"</th><th>"Next due (UTC)"</th><th>"Last due (UTC)"</th></tr></thead>
-                            <tbody>{rows}</tbody>
-                        </table>
-                    </div>
-                })}
+                {(!empty).then(|| list_table(SCHEDULE_COLUMNS, rows))}
             </section>
         }
     })
