@@ -252,7 +252,7 @@ pub fn run_quality_on(
     let name = generator.name();
     let mut errors = Vec::new();
     let mut transport_in_a_row = 0;
-    let in_flight = concurrency.min(requests.len());
+    let in_flight = cases_in_flight(concurrency, requests.len());
     generator.ask_all(
         &requests,
         decoding,
@@ -307,9 +307,15 @@ pub fn run_quality_on(
     Ok(results)
 }
 
+/// The most cases a run keeps in flight: its concurrency, or fewer where fewer are asked (at
+/// least 1). Each case it stores says so beside its wall time.
+pub fn cases_in_flight(concurrency: usize, asked: usize) -> usize {
+    concurrency.min(asked).max(1)
+}
+
 /// One case's answer scored, with the generation's own facts (finish reason, tokens, latency,
-/// the smallest top-2 gap) beside the scores, and `in_flight`: the most cases its run kept in
-/// flight (its concurrency, or fewer where fewer were asked), which the latency was shared with.
+/// the smallest top-2 gap) beside the scores, and `in_flight` ([`cases_in_flight`]), which the
+/// latency was shared with.
 pub fn scored(
     case: &shortlist_evals::Case,
     generated: Generated,
@@ -324,7 +330,7 @@ pub fn scored(
     }
     result.tokens = generated.output_tokens;
     result.latency_s = Some(generated.latency_s);
-    result.concurrency = Some(u32::try_from(in_flight.max(1)).unwrap_or(u32::MAX));
+    result.concurrency = Some(u32::try_from(in_flight).unwrap_or(u32::MAX));
     result.min_top2_gap = generated.min_top2_gap.map(f64::from);
     Ok(result)
 }

@@ -15,7 +15,7 @@ use shortlist_runner::config::Config;
 use shortlist_runner::judge::{
     JUDGE_MAX_TOKENS, Judges, calibrate, open_judges, parse_judge_arg, parse_judge_args,
 };
-use shortlist_runner::quality::{Progress, run_quality_on};
+use shortlist_runner::quality::{Progress, cases_in_flight, run_quality_on};
 
 use super::Outcome;
 use super::output::{print_json, read_text};
@@ -254,12 +254,19 @@ pub(crate) fn run(a: RunArgs, config: &Config) -> anyhow::Result<Outcome> {
         },
     )?;
     bar.finish_and_clear();
-    // As each stored case says: the cases asked now, at most `--concurrency` of them at once.
+    // The cases asked now (answered or failed outside the model), and the most in flight, as
+    // each stored case says.
+    let asked = ran + results.errors.len();
+    let in_flight = if asked == 0 {
+        "none asked now, every case resumed".to_owned()
+    } else {
+        let most = cases_in_flight(a.concurrency as usize, asked);
+        format!("{asked} asked now, up to {most} in flight")
+    };
     eprintln!(
-        "{} cases in {:.1} s, {ran} asked now, up to {} in flight ({})",
+        "{} cases in {:.1} s, {in_flight} ({})",
         results.cases.len(),
         started.elapsed().as_secs_f64(),
-        (a.concurrency as usize).min(ran),
         decoding.describe()
     );
     super::eval::emit_results(&results, a.output.as_deref(), a.json)

@@ -104,7 +104,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         };
         let requests: Vec<ChatRequest> =
             pending.iter().map(|c| ChatRequest::from_case(c)).collect();
-        let in_flight = concurrency.min(requests.len());
+        let in_flight = crate::quality::cases_in_flight(concurrency, requests.len());
         // Judge checks: a study names no judge models, so they stay unscored with that reason
         // (never passed); `eval run --judge` runs them.
         let mut judges = Judges::default();
