@@ -78,9 +78,25 @@ pub fn list_table(
     columns: &'static [&'static str],
     rows: impl IntoView + 'static,
 ) -> impl IntoView {
+    card_table("", columns, rows)
+}
+
+/// A table whose rows stand as blocks on a phone, as [`list_table`]'s, with `class` added to
+/// the table's. Cells marked `inline` sit side by side there, each after its column's name
+/// (short values: counts, states, percentiles); the others take the whole width.
+pub fn card_table(
+    class: &'static str,
+    columns: &'static [&'static str],
+    rows: impl IntoView + 'static,
+) -> impl IntoView {
+    let class = if class.is_empty() {
+        "cards".to_owned()
+    } else {
+        format!("cards {class}")
+    };
     view! {
         <div class="scroll">
-            <table class="cards">
+            <table class=class>
                 <thead><tr>{columns.iter().map(|&c| view! { <th>{c}</th> }).collect_view()}</tr></thead>
                 <tbody>{rows}</tbody>
             </table>

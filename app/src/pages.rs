@@ -8,7 +8,7 @@ use shortlist_runner::service::views::{
     StudyView,
 };
 
-use crate::layout::{document, list_table};
+use crate::layout::{card_table, document, list_table};
 use crate::verdict_word;
 
 fn state_word(state: StudyState) -> (&'static str, &'static str) {
@@ -35,6 +35,33 @@ pub struct HomeData {
 /// The studies list's columns.
 const STUDY_COLUMNS: &[&str] = &["Study", "Question", "State", "Candidates"];
 
+/// The home page's recent runs' columns.
+const RECENT_COLUMNS: &[&str] = &["Study", "Candidate", "Run", "State", "Finished"];
+
+/// A study's candidates' columns.
+const CANDIDATE_COLUMNS: &[&str] = &["Candidate", "Identity", "Verdict"];
+
+/// A generation's jobs' columns.
+const JOB_COLUMNS: &[&str] = &[
+    "Candidate",
+    "Job",
+    "State",
+    "Progress",
+    "Attempt",
+    "Last error",
+];
+
+/// A generation's runs' columns.
+const RUN_COLUMNS: &[&str] = &[
+    "Run",
+    "Candidate",
+    "State",
+    "Machine",
+    "Worker",
+    "Started",
+    "Finished",
+];
+
 /// `/`: studies with their state and each candidate's verdict, and what is running now.
 pub fn home_page(data: HomeData) -> String {
     document("Studies", move || {
@@ -57,11 +84,11 @@ pub fn home_page(data: HomeData) -> String {
                 let when = r.finished_at.clone().unwrap_or_default();
                 view! {
                     <tr>
-                        <td><a href=href>{what}</a></td>
-                        <td>{r.candidate.clone()}</td>
-                        <td>{r.kind.clone()}</td>
-                        <td><span class=class>{word}</span>{r.error.clone().map(|e| view! { <div class="muted small">{e}</div> })}</td>
-                        <td class="small mono">{when}</td>
+                        <td data-label=RECENT_COLUMNS[0]><a href=href>{what}</a></td>
+                        <td data-label=RECENT_COLUMNS[1] class="inline">{r.candidate.clone()}</td>
+                        <td data-label=RECENT_COLUMNS[2] class="inline">{r.kind.clone()}</td>
+                        <td data-label=RECENT_COLUMNS[3] class="inline"><span class=class>{word}</span>{r.error.clone().map(|e| view! { <div class="muted small">{e}</div> })}</td>
+                        <td data-label=RECENT_COLUMNS[4] class="small mono inline">{when}</td>
                     </tr>
                 }
             })
@@ -150,14 +177,7 @@ pub fn home_page(data: HomeData) -> String {
                 {if no_runs {
                     view! { <p class="muted">"No run yet."</p> }.into_any()
                 } else {
-                    view! {
-                        <div class="scroll">
-                            <table class="runs">
-                                <thead><tr><th>"Study"</th><th>"Candidate"</th><th>"Run"</th><th>"State"</th><th>"Finished"</th></tr></thead>
-                                <tbody>{recent_rows}</tbody>
-                            </table>
-                        </div>
-                    }.into_any()
+                    card_table("runs", RECENT_COLUMNS, recent_rows).into_any()
                 }}
             </section>
         }
@@ -264,17 +284,17 @@ fn job_row(job: JobView) -> impl IntoView {
     let attempts = format!("{}/{}", job.attempts, job.max_attempts);
     view! {
         <tr data-job=id.clone()>
-            <td>{job.candidate}</td>
-            <td>{job.kind.as_str()}</td>
-            <td><span class=state_class data-field="state">{job.state.clone()}</span></td>
-            <td class="progress-cell">
+            <td data-label=JOB_COLUMNS[0] class="inline">{job.candidate}</td>
+            <td data-label=JOB_COLUMNS[1] class="inline">{job.kind.as_str()}</td>
+            <td data-label=JOB_COLUMNS[2] class="inline"><span class=state_class data-field="state">{job.state.clone()}</span></td>
+            <td data-label=JOB_COLUMNS[3] class="progress-cell">
                 <progress max="1" value=value data-field="bar"></progress>
                 <span data-field="percent">{percent}</span>
                 <div class="muted small" data-field="text">{text}</div>
                 <div class="muted small" data-field="message">{message}</div>
             </td>
-            <td>{attempts}</td>
-            <td class="small">{job.last_error.unwrap_or_default()}</td>
+            <td data-label=JOB_COLUMNS[4] class="inline">{attempts}</td>
+            <td data-label=JOB_COLUMNS[5] class="small">{job.last_error.filter(|e| !e.is_empty())}</td>
         </tr>
     }
 }
@@ -294,57 +314,26 @@ fn generation(g: GenerationView) -> impl IntoView {
     view! {
         <section class="card">
             <h3>{title}</h3>
-            <div class="scroll">
-                <table class="jobs">
-                    <thead>
-                        <tr>
-                            <th>"Candidate"</th>
-                            <th>"Job"</th>
-                            <th>"State"</th>
-                            <th>"Progress"</th>
-                            <th>"Attempt"</th>
-                            <th>"Last error"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{g.jobs.into_iter().map(job_row).collect_view()}</tbody>
-                </table>
-            </div>
+            {card_table("jobs", JOB_COLUMNS, g.jobs.into_iter().map(job_row).collect_view())}
             <details>
                 <summary>"Runs and where they were executed"</summary>
-                <div class="scroll">
-                    <table>
-                        <thead>
+                {card_table("", RUN_COLUMNS, runs
+                    .into_iter()
+                    .map(|r| {
+                        let what = format!("{} {}", r.kind, r.label);
+                        view! {
                             <tr>
-                                <th>"Run"</th>
-                                <th>"Candidate"</th>
-                                <th>"State"</th>
-                                <th>"Machine"</th>
-                                <th>"Worker"</th>
-                                <th>"Started"</th>
-                                <th>"Finished"</th>
+                                <td data-label=RUN_COLUMNS[0] class="inline">{what}</td>
+                                <td data-label=RUN_COLUMNS[1] class="inline">{r.candidate}</td>
+                                <td data-label=RUN_COLUMNS[2] class="inline">{r.state}</td>
+                                <td data-label=RUN_COLUMNS[3] class="small">{r.machine.unwrap_or_default()}</td>
+                                <td data-label=RUN_COLUMNS[4] class="small inline">{r.worker.unwrap_or_default()}</td>
+                                <td data-label=RUN_COLUMNS[5] class="small inline">{r.started_at.unwrap_or_default()}</td>
+                                <td data-label=RUN_COLUMNS[6] class="small inline">{r.finished_at.unwrap_or_default()}</td>
                             </tr>
-                        </thead>
-                        <tbody>
-                            {runs
-                                .into_iter()
-                                .map(|r| {
-                                    let what = format!("{} {}", r.kind, r.label);
-                                    view! {
-                                        <tr>
-                                            <td>{what}</td>
-                                            <td>{r.candidate}</td>
-                                            <td>{r.state}</td>
-                                            <td class="small">{r.machine.unwrap_or_default()}</td>
-                                            <td class="small">{r.worker.unwrap_or_default()}</td>
-                                            <td class="small">{r.started_at.unwrap_or_default()}</td>
-                                            <td class="small">{r.finished_at.unwrap_or_default()}</td>
-                                        </tr>
-                                    }
-                                })
-                                .collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                        }
+                    })
+                    .collect_view())}
             </details>
         </section>
     }
@@ -432,9 +421,9 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 let cname = c.name.clone();
                 view! {
                     <tr>
-                        <td><a href=href>{cname}</a></td>
-                        <td class="small">{what}</td>
-                        <td><span class=class>{word}</span></td>
+                        <td data-label=CANDIDATE_COLUMNS[0]><a href=href>{cname}</a></td>
+                        <td data-label=CANDIDATE_COLUMNS[1] class="small">{what}</td>
+                        <td data-label=CANDIDATE_COLUMNS[2]><span class=class>{word}</span></td>
                     </tr>
                 }
             })
@@ -481,12 +470,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             </section>
             <section class="card">
                 <h2>"Candidates"</h2>
-                <div class="scroll">
-                    <table>
-                        <thead><tr><th>"Candidate"</th><th>"Identity"</th><th>"Verdict"</th></tr></thead>
-                        <tbody>{candidate_rows}</tbody>
-                    </table>
-                </div>
+                {list_table(CANDIDATE_COLUMNS, candidate_rows)}
                 <p><a href=compare_href>"Compare side by side"</a></p>
             </section>
             <section id="progress" data-study=name.clone() data-after=after>

@@ -7,7 +7,13 @@ use shortlist_report::Charts;
 use shortlist_report::view::{Row, View};
 use shortlist_runner::service::views::RecordView;
 
-use crate::layout::document;
+use crate::layout::{card_table, document};
+
+/// The disqualifiers' columns.
+const RULE_COLUMNS: &[&str] = &["Rule", "Condition", "Outcome", "Observed", "Evidence"];
+
+/// The latencies' columns: each percentile with the population it is over.
+const LATENCY_COLUMNS: &[&str] = &["Metric", "Population", "n", "p50", "p90", "p99"];
 
 fn rows(rows: Vec<Row>) -> impl IntoView {
     view! {
@@ -70,25 +76,18 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                 <section class="card">
                     <h2>"3 · Disqualifiers"</h2>
                     <p class="small">{v.rules_summary.clone()}</p>
-                    <div class="scroll">
-                        <table>
-                            <thead><tr><th>"Rule"</th><th>"Condition"</th><th>"Outcome"</th><th>"Observed"</th><th>"Evidence"</th></tr></thead>
-                            <tbody>
-                                {v.rules.clone().into_iter().map(|rule| {
-                                    let class = format!("badge {}", rule.tone);
-                                    view! {
-                                        <tr>
-                                            <td>{rule.rule}</td>
-                                            <td class="mono small">{rule.condition}</td>
-                                            <td><span class=class>{rule.outcome}</span></td>
-                                            <td>{rule.observed}</td>
-                                            <td class="small">{rule.evidence}</td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                    {card_table("", RULE_COLUMNS, v.rules.clone().into_iter().map(|rule| {
+                        let class = format!("badge {}", rule.tone);
+                        view! {
+                            <tr>
+                                <td data-label=RULE_COLUMNS[0]>{rule.rule}</td>
+                                <td data-label=RULE_COLUMNS[1] class="mono small">{rule.condition}</td>
+                                <td data-label=RULE_COLUMNS[2] class="inline"><span class=class>{rule.outcome}</span></td>
+                                <td data-label=RULE_COLUMNS[3] class="inline">{rule.observed}</td>
+                                <td data-label=RULE_COLUMNS[4] class="small">{(!rule.evidence.is_empty()).then_some(rule.evidence)}</td>
+                            </tr>
+                        }
+                    }).collect_view())}
                 </section>
                 <section class="card">
                     <h2>"4 · Memory fit"</h2>
@@ -103,23 +102,16 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                         <div class="chart" inner_html=charts.ttft.clone()></div>
                         <div class="chart" inner_html=charts.goodput.clone()></div>
                     </div>
-                    <div class="scroll">
-                        <table>
-                            <thead><tr><th>"Metric"</th><th>"Population"</th><th>"n"</th><th>"p50"</th><th>"p90"</th><th>"p99"</th></tr></thead>
-                            <tbody>
-                                {v.latencies.clone().into_iter().map(|l| view! {
-                                    <tr>
-                                        <td>{l.metric}</td>
-                                        <td class="small">{l.population}</td>
-                                        <td>{l.count}</td>
-                                        <td>{l.p50}</td>
-                                        <td>{l.p90}</td>
-                                        <td>{l.p99}</td>
-                                    </tr>
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                    {card_table("", LATENCY_COLUMNS, v.latencies.clone().into_iter().map(|l| view! {
+                        <tr>
+                            <td data-label=LATENCY_COLUMNS[0]>{l.metric}</td>
+                            <td data-label=LATENCY_COLUMNS[1] class="small">{l.population}</td>
+                            <td data-label=LATENCY_COLUMNS[2] class="inline">{l.count}</td>
+                            <td data-label=LATENCY_COLUMNS[3] class="inline">{l.p50}</td>
+                            <td data-label=LATENCY_COLUMNS[4] class="inline">{l.p90}</td>
+                            <td data-label=LATENCY_COLUMNS[5] class="inline">{l.p99}</td>
+                        </tr>
+                    }).collect_view())}
                     <h3>"Sweep"</h3>
                     <div class="scroll">
                         <table>

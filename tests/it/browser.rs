@@ -99,14 +99,16 @@ async fn shoot(c: &Client, name: &str) {
             overflow.as_i64().unwrap_or(0) <= 0,
             "{name} scrolls sideways at {width} px by {overflow}"
         );
-        // Lists (studies, eval sets, candidates, schedules) on a phone: each row's cells stack
-        // across the whole width, so no column is squeezed to a few letters a line or hidden in
-        // a box that scrolls sideways.
+        // Tables of records (studies, eval sets, candidates, schedules, jobs, runs, rules,
+        // latencies) on a phone: each row's cells stack across the whole width, but for short
+        // values side by side (`inline`), so no column is squeezed to a few letters a line or
+        // hidden in a box that scrolls sideways.
         if width == 390 {
             let narrow = c
                 .execute(
-                    "return [...document.querySelectorAll('table.cards td')]
-                       .filter(td => td.getBoundingClientRect().width < 0.9 * td.closest('table').parentElement.clientWidth)
+                    "return [...document.querySelectorAll('table.cards td:not(.inline)')]
+                       .filter(td => td.getClientRects().length > 0
+                         && td.getBoundingClientRect().width < 0.9 * td.closest('table').parentElement.clientWidth)
                        .map(td => (td.dataset.label || 'first') + ': ' + Math.round(td.getBoundingClientRect().width) + ' px');",
                     vec![],
                 )
@@ -116,6 +118,32 @@ async fn shoot(c: &Client, name: &str) {
                 narrow,
                 json!([]),
                 "{name}: cells of a list squeezed side by side at {width} px"
+            );
+            // No table anywhere squeezes a column of text into a tower: text in a cell under half
+            // its box's width and taller than ten lines reads a word a line.
+            let towers = c
+                .execute(
+                    "return [...document.querySelectorAll('td, th')]
+                       .map(td => {
+                         const text = document.createRange();
+                         text.selectNodeContents(td);
+                         const r = text.getBoundingClientRect();
+                         const box = td.closest('table').parentElement.clientWidth;
+                         const line = parseFloat(getComputedStyle(td).lineHeight) || 20;
+                         return r.width < 0.5 * box && r.height > 10 * line
+                           ? td.textContent.trim().slice(0, 40) + ': ' + Math.round(r.width)
+                             + ' × ' + Math.round(r.height) + ' px'
+                           : null;
+                       })
+                       .filter(t => t);",
+                    vec![],
+                )
+                .await
+                .unwrap();
+            assert_eq!(
+                towers,
+                json!([]),
+                "{name}: a column squeezed into a tower at {width} px"
             );
         }
         let full_height = c
