@@ -83,7 +83,7 @@ fn score_outputs_into_the_category_table() {
         "high-value",
         "tool-call",
         "95% Wilson",
-        "1 case(s) had no output",
+        "1 case had no output",
     ] {
         assert!(table.contains(needle), "`{needle}` not in:\n{table}");
     }

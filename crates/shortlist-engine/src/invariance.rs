@@ -234,12 +234,13 @@ impl InvarianceCase {
             ),
             Some(first) => format!(
                 "{}: {} of {} steps the same bits; first difference at step {first}, largest \
-                 logit difference {:.3e}; greedy choice changed at {} step(s){}",
+                 logit difference {:.3e}; greedy choice changed at {} step{}{}",
                 self.name,
                 self.identical_steps,
                 self.compared_steps,
                 self.largest_difference,
                 self.argmax_changed,
+                if self.argmax_changed == 1 { "" } else { "s" },
                 if self.gaps_where_changed.is_empty() {
                     String::new()
                 } else {

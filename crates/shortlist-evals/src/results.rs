@@ -477,8 +477,13 @@ impl RunResults {
             .filter(|c| c.outcome == CaseOutcome::Missing)
             .count();
         if missing > 0 {
+            let (cases, count) = if missing == 1 {
+                ("case", "counts")
+            } else {
+                ("cases", "count")
+            };
             out.push_str(&format!(
-                "{missing} case(s) had no output and count as failed\n"
+                "{missing} {cases} had no output and {count} as failed\n"
             ));
         }
         if !self.judge_checks.is_empty() {
@@ -768,7 +773,10 @@ cases:
         assert_eq!(r.categories[1].unscored, 1);
         assert_eq!(r.overall.pass_rate.passed, 1);
         assert_eq!(r.failed(), 2);
-        assert!(r.table().contains("count as failed"));
+        assert!(
+            r.table()
+                .contains("1 case had no output and counts as failed")
+        );
         let back = RunResults::from_json("r.json", &serde_json::to_string(&r).unwrap()).unwrap();
         assert_eq!(back, r);
     }

@@ -204,7 +204,8 @@ fn check_parts<'a>(
         return Err(MeasureError::unusable(
             first_source,
             format!(
-                "the step was split in {of} parts; part(s) {} missing: the merged figures would miss their requests",
+                "the step was split in {of} parts; part{} {} missing: the merged figures would miss their requests",
+                if missing.len() == 1 { "" } else { "s" },
                 missing.join(", ")
             ),
         ));
@@ -383,7 +384,7 @@ mod tests {
         // A part missing.
         let mut inputs = split(&lags, &ttfts, 3);
         inputs.pop();
-        assert!(error(inputs).contains("part(s) 2 missing"));
+        assert!(error(inputs).contains("part 2 missing"));
         // A part given twice.
         let mut inputs = split(&lags, &ttfts, 2);
         inputs.pop();

@@ -615,9 +615,10 @@ fn view_for(r: &SelectionRecord, paper: &str, s: Medium) -> View {
                 row(
                     "from capacity",
                     format!(
-                        "{} per replica × {} device(s) per replica, at {} per device-hour",
+                        "{} per replica × {} device{} per replica, at {} per device-hour",
                         rps(c.capacity_rps_per_replica),
                         c.devices_per_replica,
+                        if c.devices_per_replica == 1 { "" } else { "s" },
                         money(s, c.price_per_device_hour, &c.currency)
                     ),
                 ),

@@ -235,10 +235,15 @@ fn run_import(a: ImportArgs) -> anyhow::Result<Outcome> {
         }))?;
     } else {
         println!(
-            "wrote {out_name}: {} cases, sha256 {}; {} item(s) unmapped",
+            "wrote {out_name}: {} cases, sha256 {}; {} item{} unmapped",
             set.cases().len(),
             set.sha256(),
-            imported.unmapped.len()
+            imported.unmapped.len(),
+            if imported.unmapped.len() == 1 {
+                ""
+            } else {
+                "s"
+            }
         );
     }
     Ok(if imported.unmapped.is_empty() {

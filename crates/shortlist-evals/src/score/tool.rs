@@ -369,7 +369,12 @@ impl Scorer for ToolCallCheck {
         if made.len() != self.calls.len() {
             return Verdict::fail_code(
                 "wrong_call_count",
-                format!("expected {} call(s), got {}", self.calls.len(), made.len()),
+                format!(
+                    "expected {} call{}, got {}",
+                    self.calls.len(),
+                    if self.calls.len() == 1 { "" } else { "s" },
+                    made.len()
+                ),
             );
         }
         if self.ordered || self.calls.len() == 1 {

@@ -294,8 +294,13 @@ impl StudyService {
             return Err(ServiceError::invalid(
                 file,
                 format!(
-                    "nothing could be imported as a case ({} item(s) unmapped{first})",
-                    imported.unmapped.len()
+                    "nothing could be imported as a case ({} item{} unmapped{first})",
+                    imported.unmapped.len(),
+                    if imported.unmapped.len() == 1 {
+                        ""
+                    } else {
+                        "s"
+                    }
                 ),
             ));
         }
