@@ -333,6 +333,7 @@ fn llama_cpp_server_and_the_engine_side_by_side_on_the_same_gguf() {
         models_dir: d.to_path_buf(),
         home: d.to_path_buf(),
         threads: 1,
+        quality_threads: 1,
         worker: "engines-test".to_owned(),
         device: None,
     };

@@ -294,6 +294,23 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
         .map(|(_, done)| *done)
         .expect("the taken-over job's second attempt reported progress");
     assert_eq!(resumed_at as usize, first.len(), "{counts:?}");
+    // Asked for no thread count, the load run left a core to the load generator and the
+    // quality run, on two cores, computed on both; each run's fingerprint says which.
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    let threads_of = |kind: &str| {
+        let runs = status["generations"][0]["runs"].as_array().unwrap();
+        let run = runs.iter().find(|r| r["kind"] == kind).unwrap();
+        let machine = run["machine"].as_str().unwrap().to_owned();
+        let words = machine.rsplit(", ").next().unwrap().to_owned();
+        (words, machine)
+    };
+    let plural = |n: usize| format!("{n} compute thread{}", if n == 1 { "" } else { "s" });
+    let (quality, machine) = threads_of("quality");
+    let load_threads = cores.saturating_sub(1).max(1);
+    let quality_threads = if cores == 2 { 2 } else { load_threads };
+    assert_eq!(quality, plural(quality_threads), "{machine}");
+    let (load, machine) = threads_of("load");
+    assert_eq!(load, plural(load_threads), "{machine}");
     assert_eq!(counts.last().unwrap().1, 6, "{counts:?}");
     let all = stored_cases(&url, d);
     assert_eq!(all.len(), 6, "no case was lost: {all:?}");

@@ -53,7 +53,7 @@ impl GatedActivation {
         }
         let dst = SharedOut(out.as_mut_ptr());
         let n = out.len();
-        candle_core::utils::barrier_pool().execute_chunked(pieces, |range| {
+        crate::pool::execute_chunked(pieces, |range| {
             for p in range {
                 let r = p * PIECE..((p + 1) * PIECE).min(n);
                 // SAFETY: pieces are disjoint ranges inside `out`, each handed to one thread.

@@ -155,7 +155,7 @@ impl BlockedAttention {
             .map(|group| group.iter().map(|&i| g * seqs[i].t).sum())
             .collect();
         let most = most.unwrap_or_else(|| {
-            let threads = candle_core::utils::barrier_pool().n_workers() + 1;
+            let threads = crate::pool::threads();
             tile_rows_for(&group_rows, nkv, threads)
         });
         assert!((1..=QUERY_TILE).contains(&most), "tiles of {most} rows");
@@ -168,7 +168,7 @@ impl BlockedAttention {
         }
         let mut out = vec![0f32; total * nh * hd];
         let shared = SharedOut(out.as_mut_ptr());
-        candle_core::utils::barrier_pool().execute_chunked(items, |range| {
+        crate::pool::execute_chunked(items, |range| {
             let mut state = TileState::new(hd);
             for item in range {
                 let p = plan.partition_point(|&(first, _, _)| first <= item) - 1;

@@ -40,6 +40,7 @@ pub mod http;
 pub mod invariance;
 pub mod metrics;
 pub mod model;
+pub mod pool;
 pub mod prefix;
 pub mod qmatmul;
 pub mod qpacked;

@@ -490,7 +490,7 @@ pub(crate) fn assert_runs(isa: Isa) {
     );
 }
 
-/// Runs `f(weight rows, activation rows)` on candle's compute threads for every work item of an
+/// Runs `f(weight rows, activation rows)` on the engine's compute threads ([`crate::pool`]) for every work item of an
 /// `(m, n)` product cut into `(weight rows, activation rows)` chunks.
 pub(crate) fn for_each_item(
     n: usize,
@@ -499,7 +499,7 @@ pub(crate) fn for_each_item(
     f: impl Fn(std::ops::Range<usize>, std::ops::Range<usize>) + Sync,
 ) {
     let (wn, an) = (n.div_ceil(wc), m.div_ceil(ac));
-    candle_core::utils::barrier_pool().execute_chunked(wn * an, |items| {
+    crate::pool::execute_chunked(wn * an, |items| {
         for item in items {
             let (wi, ai) = (item / an, item % an);
             f(wi * wc..n.min(wi * wc + wc), ai * ac..m.min(ai * ac + ac));

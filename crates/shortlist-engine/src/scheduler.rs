@@ -715,7 +715,7 @@ fn choose_all(
         }
     };
     if jobs.len() > 1 {
-        candle_core::utils::barrier_pool().execute_chunked(jobs.len(), run);
+        crate::pool::execute_chunked(jobs.len(), run);
     } else {
         run(0..jobs.len());
     }

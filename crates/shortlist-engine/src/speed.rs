@@ -203,7 +203,7 @@ pub fn measure(
         model: m.name().to_owned(),
         device: device_name.to_owned(),
         gpu: gpu_info(dev)?,
-        threads: candle_core::utils::barrier_pool().n_workers() + 1,
+        threads: crate::pool::threads(),
         weight_bytes: m.model().weight_bytes() as u64,
         kv_bytes_per_token: m.model().config().kv_bytes_per_token() as u64,
         prefill,

@@ -382,6 +382,7 @@ pub fn web_upload(data: &[u8]) {
                 models_dir: dir.join("shortlist-fuzz-no-models"),
                 home: dir.join("shortlist-fuzz-no-home"),
                 threads: 1,
+                quality_threads: 1,
                 worker: "fuzz".to_owned(),
                 device: None,
             };

@@ -17,8 +17,10 @@ pub struct Config {
     pub models_dir: PathBuf,
     /// The user's home folder, for `~/` in candidate sources.
     pub home: PathBuf,
-    /// Compute threads of the engine for in-process candidates.
+    /// Compute threads of the engine serving in-process candidates for load runs.
     pub threads: usize,
+    /// Compute threads of the engine for quality runs of in-process candidates.
+    pub quality_threads: usize,
     /// The name this process's worker claims jobs under.
     pub worker: String,
     /// Where local candidates run when their study does not say: `SHORTLIST_DEVICE` (`cpu`,
@@ -36,24 +38,26 @@ impl Config {
     /// Settings from the environment and the command line, resolved once at start-up:
     /// `DATABASE_URL` (else [`DEFAULT_DATABASE_URL`]), `SHORTLIST_MODELS_DIR` (else
     /// `~/.cache/shortlist/models`), threads from `CANDLE_NUM_THREADS` when set (candle's own
-    /// setting wins), else `threads`, else cores − 1 and at least 1, so a core is left to the load
-    /// generator and the HTTP server during load runs.
+    /// setting wins), else `threads`, else cores − 1 and at least 1, so a core is left to the
+    /// load generator and the HTTP server during load runs; quality runs, which have neither,
+    /// get both cores of a two-core machine ([`compute_threads`]).
     pub fn from_env(threads: Option<usize>) -> Config {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
         let home = PathBuf::from(var("HOME").unwrap_or_default());
         let models_dir = var("SHORTLIST_MODELS_DIR")
             .map(PathBuf::from)
             .unwrap_or_else(|| home.join(".cache/shortlist/models"));
-        let cores = cores();
+        let (threads, quality_threads) = compute_threads(
+            var("CANDLE_NUM_THREADS").and_then(|t| t.parse().ok()),
+            threads,
+            cores(),
+        );
         Config {
             database_url: var("DATABASE_URL").unwrap_or_else(|| DEFAULT_DATABASE_URL.to_owned()),
             models_dir,
             home,
-            threads: var("CANDLE_NUM_THREADS")
-                .and_then(|t| t.parse().ok())
-                .or(threads)
-                .unwrap_or(cores.saturating_sub(1))
-                .max(1),
+            threads,
+            quality_threads,
             worker: format!("{}-{}", hostname(), std::process::id()),
             device: var("SHORTLIST_DEVICE"),
         }
@@ -97,6 +101,24 @@ impl Config {
     }
 }
 
+/// Compute threads for load runs and for quality runs: the environment's count, else the
+/// command line's, for both; else cores − 1 (at least 1) for load runs, and for quality runs the
+/// same but on two cores both (a quality run has no load generator to leave a core to). Only
+/// there: with one compute thread by default, candle's pool has no thread of its own, so the
+/// engine's pool adds the second core with nothing of candle's contending with it
+/// (`shortlist_engine::pool`); on more cores the extra core would be one in `cores − 1` and a
+/// second pool's threads would contend with candle's.
+fn compute_threads(env: Option<usize>, flag: Option<usize>, cores: usize) -> (usize, usize) {
+    match env.or(flag) {
+        Some(asked) => (asked.max(1), asked.max(1)),
+        None if cores == 2 => (1, 2),
+        None => (
+            cores.saturating_sub(1).max(1),
+            cores.saturating_sub(1).max(1),
+        ),
+    }
+}
+
 /// This host's name (for worker names and fingerprints), or `localhost`.
 pub fn hostname() -> String {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -116,9 +138,21 @@ mod tests {
             models_dir: PathBuf::from("/models"),
             home: PathBuf::from("/home/u"),
             threads: 1,
+            quality_threads: 1,
             worker: "w".to_owned(),
             device: None,
         }
+    }
+
+    #[test]
+    fn quality_runs_get_both_cores_of_two_unless_a_count_is_asked_for() {
+        assert_eq!(compute_threads(None, None, 2), (1, 2));
+        assert_eq!(compute_threads(None, None, 16), (15, 15));
+        assert_eq!(compute_threads(None, None, 3), (2, 2));
+        assert_eq!(compute_threads(None, None, 1), (1, 1));
+        assert_eq!(compute_threads(None, Some(3), 16), (3, 3));
+        assert_eq!(compute_threads(Some(4), Some(3), 16), (4, 4));
+        assert_eq!(compute_threads(Some(0), None, 16), (1, 1));
     }
 
     #[test]

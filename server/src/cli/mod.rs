@@ -124,6 +124,8 @@ pub(crate) fn main() -> ExitCode {
     };
     let config = shortlist_runner::config::Config::from_env(threads);
     apply_compute_threads(config.threads);
+    // The engine's pool: load runs use `threads`, quality jobs `quality_threads`.
+    shortlist_engine::pool::configure(config.threads, config.quality_threads.max(config.threads));
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
@@ -185,7 +187,8 @@ pub(crate) fn threads_or_every_core(threads: Option<u64>) -> usize {
     threads.map_or_else(shortlist_runner::config::cores, |t| t as usize)
 }
 
-/// Size candle's compute pools. candle reads them from `CANDLE_NUM_THREADS` /
+/// Size candle's compute pools (its own operations: norms, rotations, copies; the engine's
+/// kernels run on [`shortlist_engine::pool`]). candle reads them from `CANDLE_NUM_THREADS` /
 /// `RAYON_NUM_THREADS` on first use and offers no other way, so this — called from `main` before
 /// any thread exists, with the one resolved thread count — is the program's only write to its
 /// environment; a value the user set is kept (and was read into the configuration).

@@ -233,7 +233,8 @@ impl JobContext {
     }
 
     /// [`JobContext::start_run`], the run stamped with the device its local candidate runs on
-    /// (the worker's fingerprint with the backend and GPU of `placement`).
+    /// (the worker's fingerprint with the backend and GPU of `placement`, and for a quality run
+    /// the compute threads quality runs use).
     pub fn start_run_on(
         &self,
         kind: RunKind,
@@ -242,9 +243,12 @@ impl JobContext {
     ) -> Result<Run, ServiceError> {
         let mut executor = self.executor.clone();
         if let Some(placement) = placement
-            && let Ok(machine) =
+            && let Ok(mut machine) =
                 serde_json::from_value::<MachineFingerprint>(executor.machine.clone())
         {
+            if kind == RunKind::Quality {
+                machine.threads = self.config.quality_threads;
+            }
             executor.machine =
                 serde_json::to_value(placement.stamp(machine)).unwrap_or(executor.machine);
         }

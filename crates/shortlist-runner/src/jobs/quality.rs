@@ -111,7 +111,11 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         let mut transport_in_a_row = 0;
         let mut unreachable = None;
         let mut store_failed = None;
-        let outcome = generator.ask_all(
+        // A quality run has no load generator beside it: the engine computes on the threads
+        // `Config::quality_threads` gives it (both cores of two), as its run's fingerprint says.
+        let threads = ctx.config.quality_threads;
+        let outcome = shortlist_engine::pool::with_threads(threads, || {
+            generator.ask_all(
             &requests,
             &decoding,
             concurrency,
@@ -189,7 +193,8 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
                 }
                 Ok(true)
             },
-        );
+        )
+        });
         if let Some(e) = store_failed {
             return Err(e.into());
         }
