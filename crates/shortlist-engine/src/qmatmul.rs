@@ -490,8 +490,8 @@ pub(crate) fn assert_runs(isa: Isa) {
     );
 }
 
-/// Runs `f(weight rows, activation rows)` on the engine's compute threads ([`crate::pool`]) for every work item of an
-/// `(m, n)` product cut into `(weight rows, activation rows)` chunks.
+/// Runs `f(weight rows, activation rows)` on the engine's compute threads ([`crate::pool`]) for
+/// every work item of an `(m, n)` product cut into `(weight rows, activation rows)` chunks.
 pub(crate) fn for_each_item(
     n: usize,
     m: usize,

@@ -187,11 +187,12 @@ pub(crate) fn threads_or_every_core(threads: Option<u64>) -> usize {
     threads.map_or_else(shortlist_runner::config::cores, |t| t as usize)
 }
 
-/// Size candle's compute pools (its own operations: norms, rotations, copies; the engine's
-/// kernels run on [`shortlist_engine::pool`]). candle reads them from `CANDLE_NUM_THREADS` /
-/// `RAYON_NUM_THREADS` on first use and offers no other way, so this — called from `main` before
-/// any thread exists, with the one resolved thread count — is the program's only write to its
-/// environment; a value the user set is kept (and was read into the configuration).
+/// Size candle's compute pools (which the engine's kernels use too, through
+/// [`shortlist_engine::pool`], unless a quality job asks for more threads). candle reads them
+/// from `CANDLE_NUM_THREADS` / `RAYON_NUM_THREADS` on first use and offers no other way, so this
+/// — called from `main` before any thread exists, with the one resolved thread count — is the
+/// program's only write to its environment; a value the user set is kept (and was read into the
+/// configuration).
 fn apply_compute_threads(threads: usize) {
     for var in ["CANDLE_NUM_THREADS", "RAYON_NUM_THREADS"] {
         if std::env::var_os(var).is_none() {

@@ -116,84 +116,84 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         let threads = ctx.config.quality_threads;
         let outcome = shortlist_engine::pool::with_threads(threads, || {
             generator.ask_all(
-            &requests,
-            &decoding,
-            concurrency,
-            AskPolicy::default(),
-            &mut |k, asked| {
-                let case = pending[k];
-                match asked {
-                    Asked::Answered(generated) => {
-                        transport_in_a_row = 0;
-                        let output = generated.text.clone();
-                        let (input_tokens, output_tokens, latency_s) = (
-                            generated.prompt_tokens.unwrap_or(0),
-                            generated.output_tokens.unwrap_or(0),
-                            generated.latency_s,
-                        );
-                        let result = scored(case, generated, &mut judges, in_flight)?;
-                        let stored = StoredCase {
-                            case_id: case.id().to_owned(),
-                            passed: result.outcome == CaseOutcome::Pass,
-                            output,
-                            scores: serde_json::to_value(&result).unwrap_or(Json::Null),
-                            input_tokens,
-                            output_tokens,
-                            latency_s,
-                        };
-                        if let Err(e) = ctx
-                            .block(ctx.store.put_case_result(run.id, &stored))
-                            .and_then(|_| ctx.block(ctx.store.clear_case_error(run.id, case.id())))
-                        {
-                            store_failed = Some(e);
-                            return Ok(false);
+                &requests,
+                &decoding,
+                concurrency,
+                AskPolicy::default(),
+                &mut |k, asked| {
+                    let case = pending[k];
+                    match asked {
+                        Asked::Answered(generated) => {
+                            transport_in_a_row = 0;
+                            let output = generated.text.clone();
+                            let (input_tokens, output_tokens, latency_s) = (
+                                generated.prompt_tokens.unwrap_or(0),
+                                generated.output_tokens.unwrap_or(0),
+                                generated.latency_s,
+                            );
+                            let result = scored(case, generated, &mut judges, in_flight)?;
+                            let stored = StoredCase {
+                                case_id: case.id().to_owned(),
+                                passed: result.outcome == CaseOutcome::Pass,
+                                output,
+                                scores: serde_json::to_value(&result).unwrap_or(Json::Null),
+                                input_tokens,
+                                output_tokens,
+                                latency_s,
+                            };
+                            if let Err(e) = ctx
+                                .block(ctx.store.put_case_result(run.id, &stored))
+                                .and_then(|_| ctx.block(ctx.store.clear_case_error(run.id, case.id())))
+                            {
+                                store_failed = Some(e);
+                                return Ok(false);
+                            }
+                            counts.done += 1;
+                            match result.outcome.decided() {
+                                Some(true) => counts.passed += 1,
+                                Some(false) => counts.failed += 1,
+                                None => {}
+                            }
+                            report(counts, None);
                         }
-                        counts.done += 1;
-                        match result.outcome.decided() {
-                            Some(true) => counts.passed += 1,
-                            Some(false) => counts.failed += 1,
-                            None => {}
+                        Asked::Failed {
+                            error,
+                            attempts,
+                            transport,
+                        } => {
+                            if let Err(e) = ctx.block(
+                                ctx.store
+                                    .put_case_error(run.id, case.id(), attempts, &error),
+                            ) {
+                                store_failed = Some(e);
+                                return Ok(false);
+                            }
+                            counts.errors += 1;
+                            report(
+                                counts,
+                                Some(format!(
+                                    "case {} failed outside the model after {attempts} attempts: {error}",
+                                    case.id()
+                                )),
+                            );
+                            transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
+                            errors.push(error);
+                            if transport_in_a_row >= UNREACHABLE_AFTER {
+                                unreachable = Some(format!(
+                                    "{UNREACHABLE_AFTER} cases in a row could not reach it; the last: {}",
+                                    errors.last().cloned().unwrap_or_default()
+                                ));
+                                return Ok(false);
+                            }
                         }
-                        report(counts, None);
                     }
-                    Asked::Failed {
-                        error,
-                        attempts,
-                        transport,
-                    } => {
-                        if let Err(e) = ctx.block(
-                            ctx.store
-                                .put_case_error(run.id, case.id(), attempts, &error),
-                        ) {
-                            store_failed = Some(e);
-                            return Ok(false);
-                        }
-                        counts.errors += 1;
-                        report(
-                            counts,
-                            Some(format!(
-                                "case {} failed outside the model after {attempts} attempts: {error}",
-                                case.id()
-                            )),
-                        );
-                        transport_in_a_row = if transport { transport_in_a_row + 1 } else { 0 };
-                        errors.push(error);
-                        if transport_in_a_row >= UNREACHABLE_AFTER {
-                            unreachable = Some(format!(
-                                "{UNREACHABLE_AFTER} cases in a row could not reach it; the last: {}",
-                                errors.last().cloned().unwrap_or_default()
-                            ));
-                            return Ok(false);
-                        }
+                    if ctx.stopping() {
+                        released = true;
+                        return Ok(false);
                     }
-                }
-                if ctx.stopping() {
-                    released = true;
-                    return Ok(false);
-                }
-                Ok(true)
-            },
-        )
+                    Ok(true)
+                },
+            )
         });
         if let Some(e) = store_failed {
             return Err(e.into());
