@@ -112,10 +112,10 @@ fn compute_threads(env: Option<usize>, flag: Option<usize>, cores: usize) -> (us
     match env.or(flag) {
         Some(asked) => (asked.max(1), asked.max(1)),
         None if cores == 2 => (1, 2),
-        None => (
-            cores.saturating_sub(1).max(1),
-            cores.saturating_sub(1).max(1),
-        ),
+        None => {
+            let load = cores.saturating_sub(1).max(1);
+            (load, load)
+        }
     }
 }
 
