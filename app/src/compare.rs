@@ -6,6 +6,7 @@
 use leptos::prelude::*;
 use shortlist_report::charts::num;
 use shortlist_report::overlay;
+use shortlist_report::view::amount;
 use shortlist_runner::service::views::{CaseRow, Comparison};
 use shortlist_study::record::{Cost, NEAR_TIE, SelectionRecord};
 
@@ -321,7 +322,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                             {summary_row("Capacity", &records, |r| r.performance.capacity_rps.map_or_else(|| "none".to_owned(), |c| format!("{c} req/s")))}
                             {summary_row("Memory", &records, |r| r.memory.summary.clone())}
                             {summary_row("Cost per hour (ordinary / peak)", &records, |r| match &r.cost {
-                                Cost::Estimate(e) => format!("{:.4} / {:.4} {}", e.ordinary.cost_per_hour, e.peak.cost_per_hour, e.currency),
+                                Cost::Estimate(e) => format!("{} / {} {}", amount(e.ordinary.cost_per_hour), amount(e.peak.cost_per_hour), e.currency),
                                 Cost::Unavailable(no) => format!("not available: {}", no.why),
                             })}
                         </tbody>

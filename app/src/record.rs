@@ -143,9 +143,10 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                     <h2>"7 · Cost"</h2>
                     {v.cost_missing.clone().map(|m| view! { <p>{m}</p> })}
                     {(!v.cost.is_empty()).then(|| view! {
+                        <p class="muted small">{format!("{} Devices = replicas needed to hold the SLO at that rate × devices per replica.", v.cost_currency)}</p>
                         <div class="scroll">
                             <table>
-                                <thead><tr><th>"Traffic"</th><th>"Rate"</th><th>"Devices"</th><th>{format!("Per hour ({})", v.cost_currency)}</th><th>"Per 1M requests"</th><th>"Per 1M output tokens"</th></tr></thead>
+                                <thead><tr><th>"Traffic"</th><th>"Rate"</th><th>"Devices"</th><th>"Per hour"</th><th>"Per 1M requests"</th><th>"Per 1M output tokens"</th></tr></thead>
                                 <tbody>
                                     {v.cost.clone().into_iter().map(|c| view! {
                                         <tr><td>{c.level}</td><td>{c.rate}</td><td>{c.devices}</td><td>{c.per_hour}</td><td>{c.per_million_requests}</td><td>{c.per_million_output_tokens}</td></tr>

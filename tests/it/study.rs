@@ -311,6 +311,7 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
     assert_eq!(quality, plural(quality_threads), "{machine}");
     let (load, machine) = threads_of("load");
     assert_eq!(load, plural(load_threads), "{machine}");
+    let host = machine.rsplit_once(", ").unwrap().0.to_owned();
     assert_eq!(counts.last().unwrap().1, 6, "{counts:?}");
     let all = stored_cases(&url, d);
     assert_eq!(all.len(), 6, "no case was lost: {all:?}");
@@ -329,6 +330,17 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
     let verify = sl(&url, d, &["study", "verify", "mini", "--json"]);
     assert_eq!(record["study"]["lock_sha256"], json_of(&verify)["sha256"]);
     assert_eq!(record["record_sha256"].as_str().unwrap().len(), 64);
+    // The record names the host once, with each kind of run's threads where they differ.
+    let threads = if quality_threads == load_threads {
+        plural(load_threads)
+    } else {
+        format!(
+            "{} for quality, {load_threads} for load and sweep",
+            plural(quality_threads)
+        )
+    };
+    assert_eq!(record["machine"], format!("{host}, {threads}"));
+    assert_eq!(record["performance"]["hardware"], record["machine"]);
     assert_eq!(record["quality"]["overall"]["n"], 6);
     // The engine tells each greedy answer's top-2 gaps: every answered case is counted.
     let ties = &record["quality"]["near_ties"];

@@ -142,21 +142,25 @@ fn gib(bytes: u64) -> String {
 }
 
 fn money(s: Medium, v: f64, currency: &str) -> String {
+    if currency.is_empty() {
+        amount(v)
+    } else {
+        format!("{} {}", amount(v), s.clip(currency, 12))
+    }
+}
+
+/// An amount of money with three significant figures, so a column reads alike: 139, 55.6, 2.17,
+/// 0.868 (never more than six decimals; trailing zeros dropped; "n/a" when not finite).
+pub fn amount(v: f64) -> String {
     if !v.is_finite() {
         return "n/a".to_owned();
     }
-    let digits = if v.abs() >= 100.0 {
+    let digits = if v == 0.0 {
         0
-    } else if v.abs() >= 1.0 {
-        2
     } else {
-        4
+        (2 - v.abs().log10().floor() as i64).clamp(0, 6) as usize
     };
-    if currency.is_empty() {
-        num(v, digits)
-    } else {
-        format!("{} {}", num(v, digits), s.clip(currency, 12))
-    }
+    num(v, digits)
 }
 
 /// The verdict as the page's headline.
@@ -534,7 +538,7 @@ fn view_for(r: &SelectionRecord, paper: &str, s: Medium) -> View {
                 s.clip(&p.capacity_rule, 140)
             ),
         ),
-        row("hardware", or_unknown(s, &p.hardware, 90)),
+        row("hardware", or_unknown(s, &p.hardware, 150)),
     ];
     if !p.senders.is_empty() {
         let each: Vec<String> = p
@@ -622,8 +626,8 @@ fn view_for(r: &SelectionRecord, paper: &str, s: Medium) -> View {
                         money(s, c.price_per_device_hour, &c.currency)
                     ),
                 ),
-                row("measured on", or_unknown(s, &c.hardware, 90)),
-                row("under", or_unknown(s, &c.capacity_context, 90)),
+                row("measured on", or_unknown(s, &c.hardware, 150)),
+                row("under", or_unknown(s, &c.capacity_context, 160)),
             ],
             None,
         ),
@@ -649,7 +653,7 @@ fn view_for(r: &SelectionRecord, paper: &str, s: Medium) -> View {
         memory_fits: m.fits,
         memory,
         memory_summary: s.clip(&m.summary, 200),
-        memory_assumptions: s.breakable(&s.list(&m.assumptions, MAX_ASSUMPTIONS, 90), 24),
+        memory_assumptions: s.breakable(&s.list(&m.assumptions, MAX_ASSUMPTIONS, 130), 24),
         performance,
         latencies,
         latencies_more,
@@ -701,4 +705,23 @@ fn near_ties_text(s: Medium, n: Option<&shortlist_study::record::NearTies>) -> S
         }
     }
     text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts_have_three_significant_figures() {
+        let m = |v| money(Medium::Screen, v, "");
+        assert_eq!(m(138.9), "139");
+        assert_eq!(m(55.555), "55.6");
+        assert_eq!(m(2.1712), "2.17");
+        assert_eq!(m(0.86812), "0.868");
+        assert_eq!(m(0.05), "0.05");
+        assert_eq!(m(0.000_123_4), "0.000123");
+        assert_eq!(m(0.0), "0");
+        assert_eq!(m(f64::NAN), "n/a");
+        assert_eq!(money(Medium::Screen, 0.05, "USD"), "0.05 USD");
+    }
 }

@@ -69,6 +69,16 @@ impl MachineFingerprint {
     /// In words, for records and pages: "AMD EPYC 9B14, 2 cores (avx2, fma), CPU backend, 1
     /// compute thread".
     pub fn describe(&self) -> String {
+        format!(
+            "{}, {}",
+            self.describe_host(),
+            threads_in_words(self.threads)
+        )
+    }
+
+    /// The machine without the engine's thread count: "AMD EPYC 9B14, 2 cores (avx2, fma), CPU
+    /// backend" (runs of one study on one host may differ only in their threads).
+    pub fn describe_host(&self) -> String {
         let features = if self.cpu_features.is_empty() {
             String::new()
         } else {
@@ -79,11 +89,8 @@ impl MachineFingerprint {
             None => format!("{} backend", self.backend.to_uppercase()),
         };
         format!(
-            "{}, {} cores{features}, {backend}, {} compute thread{}",
-            self.cpu_model,
-            self.cores,
-            self.threads,
-            if self.threads == 1 { "" } else { "s" }
+            "{}, {} cores{features}, {backend}",
+            self.cpu_model, self.cores
         )
     }
 
@@ -126,6 +133,14 @@ impl MachineFingerprint {
         );
         out
     }
+}
+
+/// "1 compute thread", "2 compute threads".
+pub fn threads_in_words(threads: usize) -> String {
+    format!(
+        "{threads} compute thread{}",
+        if threads == 1 { "" } else { "s" }
+    )
 }
 
 #[cfg(test)]

@@ -437,8 +437,7 @@ fn cost_section(inputs: &RecordInputs<'_>, values: &mut MetricValues) -> Cost {
         peak_rps: file.traffic.peak_rps,
         hardware: inputs.machine.clone(),
         capacity_context: format!(
-            "capacity measured on {} with {}, {} workload, SLO `{}`, open loop",
-            inputs.machine,
+            "{}; {} workload, SLO `{}`, open loop",
             m.backend,
             file.workload.kind,
             inputs.locked.study.slo().name()

@@ -18,7 +18,7 @@ pub struct CostInputs {
     pub peak_rps: f64,
     /// Where the capacity was measured, e.g. "AMD EPYC, 2 cores, CPU backend".
     pub hardware: String,
-    /// The workload and SLO the capacity belongs to.
+    /// The serving, workload and SLO the capacity belongs to.
     pub capacity_context: String,
 }
 

@@ -38,6 +38,25 @@ impl KvLayout {
     }
 }
 
+/// The layers a KV cache holds, in words: "30 full-attention layers", or "3 full-attention and 15
+/// sliding-window layers of 512 positions".
+fn layers_in_words(kv: &KvLayout) -> String {
+    let s = |n: u32| if n == 1 { "" } else { "s" };
+    match (kv.full_layers, kv.sliding_layers) {
+        (full, 0) => format!("{full} full-attention layer{}", s(full)),
+        (0, sliding) => format!(
+            "{sliding} sliding-window layer{} of {} positions",
+            s(sliding),
+            kv.sliding_window
+        ),
+        (full, sliding) => format!(
+            "{full} full-attention and {sliding} sliding-window layer{} of {} positions",
+            s(sliding),
+            kv.sliding_window
+        ),
+    }
+}
+
 /// What the study asks a candidate to hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct FitInputs {
@@ -125,13 +144,11 @@ pub fn fit(inputs: &FitInputs) -> MemoryFit {
         summary,
         assumptions: vec![
             format!(
-                "KV cache for {} concurrent sequences of {} tokens each ({} B per token per layer; {} full and {} sliding-window layers of {} positions)",
+                "KV cache: {} sequences × {} tokens, {} B per token per layer, {}",
                 inputs.concurrency,
                 inputs.context_tokens,
                 inputs.kv.bytes_per_token_per_layer(),
-                inputs.kv.full_layers,
-                inputs.kv.sliding_layers,
-                inputs.kv.sliding_window
+                layers_in_words(&inputs.kv)
             ),
             format!("runtime overhead {:.0} % of weights + KV", inputs.overhead_fraction * 100.0),
             format!("{:.0} % of each device's memory usable by the model", inputs.usable_fraction * 100.0),
@@ -174,6 +191,11 @@ mod tests {
             per * 4096 * 3 + per * 512 * 15
         );
         assert_eq!(gemma.bytes_for_sequence(100), per * 100 * 18);
+        assert_eq!(
+            layers_in_words(&gemma),
+            "3 full-attention and 15 sliding-window layers of 512 positions"
+        );
+        assert_eq!(layers_in_words(&smollm2()), "30 full-attention layers");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
+use shortlist_report::view::amount;
 use shortlist_report::{PaperSize, render_pdf};
 use shortlist_runner::config::Config;
 use shortlist_study::cost::CostAt;
@@ -226,8 +227,13 @@ fn print_text(r: &SelectionRecord) {
         Cost::Estimate(e) => {
             let line = |label: &str, c: &CostAt| {
                 println!(
-                    "  cost at {label} ({} req/s): {} devices, {:.2} {}/h, {:.2} per million requests",
-                    c.rate_rps, c.devices, c.cost_per_hour, e.currency, c.cost_per_million_requests
+                    "  cost at {label} ({} req/s): {} device{}, {} {}/h, {} per million requests",
+                    c.rate_rps,
+                    c.devices,
+                    if c.devices == 1 { "" } else { "s" },
+                    amount(c.cost_per_hour),
+                    e.currency,
+                    amount(c.cost_per_million_requests)
                 )
             };
             line("ordinary", &e.ordinary);

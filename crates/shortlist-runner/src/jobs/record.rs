@@ -20,7 +20,7 @@ use super::load::records_text;
 use super::{Finished, JobContext, stored_set};
 use crate::capacity::analyze_stored;
 use crate::error::ServiceError;
-use crate::fingerprint::MachineFingerprint;
+use crate::fingerprint::{MachineFingerprint, threads_in_words};
 use crate::identity::GgufFacts;
 use crate::progress::Phase;
 use crate::time::now_rfc3339;
@@ -166,23 +166,76 @@ async fn scored_cases(store: &Store, run: &Run) -> Result<Vec<CaseResult>, Servi
         .collect()
 }
 
-/// Where the candidate's runs were executed, in words (several machines are all named).
+/// Where the candidate's runs were executed, in words (several machines are all named). Runs on
+/// one host that differ only in their compute threads name the host once: "…, CPU backend, 2
+/// compute threads for quality, 1 for load and sweep" (a study's quality jobs may use a core its
+/// load runs leave to the load generator). The memory fit computes nothing; its threads are not
+/// listed.
 fn machine_of(runs: &[Run], candidate: &str) -> String {
-    let mut seen: Vec<String> = Vec::new();
+    // Each host in the order its first run names it, with its thread counts and their runs' kinds.
+    type Threads = Vec<(usize, Vec<&'static str>)>;
+    let mut hosts: Vec<(String, Threads)> = Vec::new();
     for run in runs.iter().filter(|r| r.candidate == candidate) {
         let Some(executor) = &run.executor else {
             continue;
         };
-        let described = serde_json::from_value::<MachineFingerprint>(executor.machine.clone())
-            .map_or_else(|_| executor.machine.to_string(), |m| m.describe());
-        if !seen.contains(&described) {
-            seen.push(described);
+        let (host, threads) =
+            match serde_json::from_value::<MachineFingerprint>(executor.machine.clone()) {
+                Ok(m) => (m.describe_host(), Some(m.threads)),
+                Err(_) => (executor.machine.to_string(), None),
+            };
+        let at = match hosts.iter().position(|(h, _)| *h == host) {
+            Some(at) => at,
+            None => {
+                hosts.push((host, Vec::new()));
+                hosts.len() - 1
+            }
+        };
+        let Some(threads) = threads.filter(|_| run.kind != RunKind::Fit) else {
+            continue;
+        };
+        let counts = &mut hosts[at].1;
+        let kind = run.kind.as_str();
+        match counts.iter_mut().find(|(n, _)| *n == threads) {
+            Some((_, kinds)) if kinds.contains(&kind) => {}
+            Some((_, kinds)) => kinds.push(kind),
+            None => counts.push((threads, vec![kind])),
         }
     }
-    if seen.is_empty() {
-        "not recorded (no run has started)".to_owned()
-    } else {
-        seen.join("; ")
+    if hosts.is_empty() {
+        return "not recorded (no run has started)".to_owned();
+    }
+    hosts
+        .into_iter()
+        .map(|(host, counts)| match counts.as_slice() {
+            [] => host,
+            [(threads, _)] => format!("{host}, {}", threads_in_words(*threads)),
+            several => {
+                let each: Vec<String> = several
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (threads, kinds))| {
+                        let count = if i == 0 {
+                            threads_in_words(*threads)
+                        } else {
+                            threads.to_string()
+                        };
+                        format!("{count} for {}", and_list(kinds))
+                    })
+                    .collect();
+                format!("{host}, {}", each.join(", "))
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// "quality", "load and sweep", "fit, load and sweep".
+fn and_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => (*one).to_owned(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
     }
 }
 
@@ -284,4 +337,87 @@ async fn measured(
         header_field(&target_records, "backend").unwrap_or_else(|| "not recorded".to_owned()),
         mean_output_tokens(&target_records),
     )))
+}
+
+#[cfg(test)]
+mod tests {
+    use shortlist_store::generations::Trigger;
+    use shortlist_store::runs::Executor;
+
+    use super::*;
+
+    fn run(candidate: &str, kind: RunKind, machine: Option<serde_json::Value>) -> Run {
+        Run {
+            id: 1,
+            study_id: 1,
+            generation: 1,
+            trigger: Trigger::Manual,
+            candidate: candidate.to_owned(),
+            kind,
+            label: String::new(),
+            state: RunState::Done,
+            error: None,
+            executor: machine.map(|machine| Executor {
+                worker: "w".to_owned(),
+                machine,
+                code_version: "0.1.0".to_owned(),
+            }),
+            created_at_ms: 0,
+            started_at_ms: None,
+            finished_at_ms: None,
+        }
+    }
+
+    fn machine(cpu: &str, threads: usize) -> serde_json::Value {
+        let mut m = MachineFingerprint::current(threads);
+        m.cpu_model = cpu.to_owned();
+        m.cores = 2;
+        m.cpu_features = vec!["avx2".to_owned()];
+        serde_json::to_value(m).unwrap()
+    }
+
+    #[test]
+    fn one_host_is_named_once_with_each_kind_of_runs_threads() {
+        let runs = [
+            run("a", RunKind::Fit, Some(machine("X", 1))),
+            run("a", RunKind::Quality, Some(machine("X", 2))),
+            run("a", RunKind::Load, Some(machine("X", 1))),
+            run("a", RunKind::Sweep, Some(machine("X", 1))),
+            run("b", RunKind::Quality, Some(machine("Y", 4))),
+        ];
+        assert_eq!(
+            machine_of(&runs, "a"),
+            "X, 2 cores (avx2), CPU backend, 2 compute threads for quality, 1 for load and sweep"
+        );
+        // One thread count: said once, as before.
+        assert_eq!(
+            machine_of(&runs[2..], "a"),
+            "X, 2 cores (avx2), CPU backend, 1 compute thread"
+        );
+        // Only the fit has started: the host, no threads.
+        assert_eq!(
+            machine_of(&runs[..1], "a"),
+            "X, 2 cores (avx2), CPU backend"
+        );
+        assert_eq!(
+            machine_of(&runs[..1], "b"),
+            "not recorded (no run has started)"
+        );
+    }
+
+    #[test]
+    fn other_hosts_and_unreadable_fingerprints_are_all_named() {
+        let runs = [
+            run("a", RunKind::Quality, Some(machine("X", 2))),
+            run("a", RunKind::Load, Some(machine("Y", 1))),
+            run("a", RunKind::Sweep, Some(serde_json::json!({"cpu": "old"}))),
+            run("a", RunKind::Sweep, None),
+        ];
+        assert_eq!(
+            machine_of(&runs, "a"),
+            "X, 2 cores (avx2), CPU backend, 2 compute threads; \
+             Y, 2 cores (avx2), CPU backend, 1 compute thread; {\"cpu\":\"old\"}"
+        );
+        assert_eq!(and_list(&["fit", "load", "sweep"]), "fit, load and sweep");
+    }
 }
