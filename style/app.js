@@ -8,7 +8,10 @@
   const live = document.getElementById("live");
   const after = section.dataset.after || "0";
   const source = new EventSource("/studies/" + encodeURIComponent(study) + "/events?after=" + encodeURIComponent(after));
-  let seenState = null;
+  // The study's state as the page was rendered, until the stream says otherwise (so a finished
+  // study never reads "following the runs" while the first event is on its way).
+  const rendered = document.getElementById("study-state");
+  let seenState = rendered ? rendered.textContent.trim() : null;
   function text(row, field, value) {
     const el = row.querySelector('[data-field="' + field + '"]');
     if (el) el.textContent = value;
