@@ -523,9 +523,10 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     }
     ctx.block(ctx.store.finish_run(sweep_run.id, Ok(())))?;
     Ok(Finished::Done(format!(
-        "{}: load run and {} sweep steps stored",
+        "{}: load run and {} sweep step{} stored",
         c.name,
-        measured.len()
+        measured.len(),
+        if measured.len() == 1 { "" } else { "s" }
     )))
 }
 
