@@ -1,7 +1,21 @@
 // Live progress on a study's page: server-sent events of the stored progress events update the
-// job rows in place. Without this script the page still works: it offers a refresh link.
+// job rows in place. Without this script the page still works: it offers a refresh link. Also:
+// forms that destroy something ask for confirmation first, and a new schedule's time zone is
+// the browser's.
 "use strict";
 (function () {
+  // A form that destroys something asks first (data-confirm holds the question).
+  document.querySelectorAll("form[data-confirm]").forEach(function (form) {
+    form.addEventListener("submit", function (event) {
+      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  });
+  // A new schedule's time zone defaults to the browser's.
+  const zone = document.querySelector("input[data-local-zone]");
+  if (zone && window.Intl) {
+    const local = Intl.DateTimeFormat().resolvedOptions().timeZone;
+    if (local) zone.value = local;
+  }
   const section = document.getElementById("progress");
   if (!section || !window.EventSource) return;
   const study = section.dataset.study;

@@ -4,8 +4,8 @@
 use leptos::prelude::*;
 use shortlist_runner::progress::ProgressEvent;
 use shortlist_runner::service::views::{
-    EvalSetSummary, GenerationView, JobView, RecentRun, RunProgress, StudyState, StudySummaryView,
-    StudyView,
+    BaselineView, EvalSetSummary, GenerationView, JobView, RecentRun, RunProgress, StudyState,
+    StudySummaryView, StudyView,
 };
 
 use crate::layout::{card_table, document, list_table};
@@ -299,7 +299,26 @@ fn job_row(job: JobView) -> impl IntoView {
     }
 }
 
-fn generation(g: GenerationView) -> impl IntoView {
+/// A generation's card. `baseline`: the accepted baseline's generation and who accepted it when;
+/// `accept`: where a finished generation's **Accept as baseline** posts.
+fn generation(
+    g: GenerationView,
+    version: u32,
+    baseline: Option<&BaselineView>,
+    accept: &str,
+) -> impl IntoView {
+    let version = version.to_string();
+    let is_baseline = baseline.is_some_and(|b| b.generation == g.number);
+    let baseline_note = baseline.filter(|_| is_baseline).map(|b| {
+        format!(
+            "accepted as the baseline by {} at {}",
+            b.accepted_by, b.accepted_at
+        )
+    });
+    // Only a run with records can be a baseline; later runs are checked against it.
+    let can_accept = !is_baseline && !g.records.is_empty();
+    let accept = accept.to_owned();
+    let number = g.number.to_string();
     let title = format!(
         "Generation {} · {} · {}",
         g.number,
@@ -313,7 +332,17 @@ fn generation(g: GenerationView) -> impl IntoView {
     let runs = g.runs.clone();
     view! {
         <section class="card">
-            <h3>{title}</h3>
+            <div class="generation-head">
+                <h3>{title}</h3>
+                {baseline_note.map(|note| view! { <span class="badge good">"baseline"</span><span class="small muted">{note}</span> })}
+                {can_accept.then(|| view! {
+                    <form method="post" action=accept.clone()>
+                        <input type="hidden" name="version" value=version.clone()/>
+                        <input type="hidden" name="generation" value=number.clone()/>
+                        <button type="submit" class="secondary small">"Accept as baseline"</button>
+                    </form>
+                })}
+            </div>
             {card_table("jobs", JOB_COLUMNS, g.jobs.into_iter().map(job_row).collect_view())}
             <details>
                 <summary>"Runs and where they were executed"</summary>
@@ -398,6 +427,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
         );
         let lock_action = format!("/studies/{name}/lock");
         let run_action = format!("/studies/{name}/runs");
+        let schedule_href = format!("/schedules?study={}#add", crate::encode(&name));
         let done = v.state == StudyState::Done;
         let candidate_rows = v
             .candidates
@@ -429,6 +459,8 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             })
             .collect_view();
         let generations = progress.generations.clone();
+        let baseline = progress.baseline.clone();
+        let accept_action = format!("/studies/{}/baseline", crate::encode(&name));
         let after = progress.last_event_id.to_string();
         view! {
             <h1>{format!("{} v{}", v.name, v.version)} " " <span class=format!("badge {state_tone}") id="study-state">{state}</span></h1>
@@ -466,6 +498,9 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                             <button type="submit" class="secondary">"Run again (new generation)"</button>
                         </form>
                     })}
+                    {locked.then(|| view! {
+                        <a class="button secondary" href=schedule_href.clone()>"Run it on a schedule…"</a>
+                    })}
                 </div>
             </section>
             <section class="card">
@@ -482,7 +517,11 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 {if generations.is_empty() {
                     view! { <p class="muted">"Not run yet."</p> }.into_any()
                 } else {
-                    generations.into_iter().map(generation).collect_view().into_any()
+                    generations
+                        .into_iter()
+                        .map(|g| generation(g, progress.version, baseline.as_ref(), &accept_action))
+                        .collect_view()
+                        .into_any()
                 }}
             </section>
         }

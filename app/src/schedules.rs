@@ -25,8 +25,93 @@ const SCHEDULE_COLUMNS: &[&str] = &[
     "Last due (UTC)",
 ];
 
-/// `/schedules`.
-pub fn schedules_page(list: Vec<ScheduleView>) -> String {
+/// What the "Add a schedule" form holds: empty for a new form, what was sent when it comes back
+/// with an error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScheduleForm {
+    pub name: String,
+    pub study: String,
+    pub cron: String,
+    pub tz: String,
+    /// `all`, `quality` or `load`.
+    pub what: String,
+    /// Comma-separated; empty: all of the study's.
+    pub candidates: String,
+}
+
+impl Default for ScheduleForm {
+    fn default() -> Self {
+        ScheduleForm {
+            name: String::new(),
+            study: String::new(),
+            cron: "30 2 * * *".to_owned(),
+            tz: "UTC".to_owned(),
+            what: "all".to_owned(),
+            candidates: String::new(),
+        }
+    }
+}
+
+/// The form that adds a schedule: `studies` are the names of the studies with a locked version
+/// (only those can be scheduled).
+fn add_form(studies: Vec<String>, form: ScheduleForm, error: Option<String>) -> impl IntoView {
+    let no_study = studies.is_empty();
+    // A fresh form's zone is the browser's (the script fills it in); one sent back keeps its own.
+    let local_zone = error.is_none().then_some("true");
+    let options = studies
+        .into_iter()
+        .map(|name| {
+            let selected = name == form.study;
+            view! { <option value=name.clone() selected=selected>{name.clone()}</option> }
+        })
+        .collect_view();
+    let what = [
+        ("all", "quality and load"),
+        ("quality", "quality only"),
+        ("load", "load only"),
+    ]
+    .into_iter()
+    .map(|(value, label)| {
+        let selected = form.what == value;
+        view! { <option value=value selected=selected>{label}</option> }
+    })
+    .collect_view();
+    view! {
+        <section class="card" id="add">
+            <h2>"Add a schedule"</h2>
+            {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+            {no_study.then(|| view! {
+                <p class="muted">"No study is locked yet: a schedule runs a locked study again, so lock one first (its page has the button)."</p>
+            })}
+            {(!no_study).then(|| view! {
+                <form method="post" action="/schedules" class="stack narrow">
+                    <label for="sname">"Name"</label>
+                    <input id="sname" name="name" value=form.name.clone() autocomplete="off" placeholder="nightly"/>
+                    <label for="sstudy">"Study (its latest locked version at each run)"</label>
+                    <select id="sstudy" name="study">{options}</select>
+                    <label for="scron">"When: minute hour day-of-month month day-of-week, or @daily, @hourly, @weekly, @monthly"</label>
+                    <input id="scron" name="cron" value=form.cron.clone() class="mono" autocomplete="off"/>
+                    <p class="small muted">"30 2 * * * is 02:30 every night; 0 3 * * 1-5 is 03:00 on weekdays."</p>
+                    <label for="stz">"Time zone (IANA, e.g. Europe/Berlin)"</label>
+                    <input id="stz" name="tz" value=form.tz.clone() autocomplete="off" data-local-zone=local_zone/>
+                    <label for="swhat">"Runs"</label>
+                    <select id="swhat" name="what">{what}</select>
+                    <label for="scands">"Candidates (comma-separated; empty: all of the study's)"</label>
+                    <input id="scands" name="candidates" value=form.candidates.clone() autocomplete="off"/>
+                    <button type="submit">"Add schedule"</button>
+                </form>
+            })}
+        </section>
+    }
+}
+
+/// `/schedules`: the schedules, and the form that adds one.
+pub fn schedules_page(
+    list: Vec<ScheduleView>,
+    studies: Vec<String>,
+    form: ScheduleForm,
+    error: Option<String>,
+) -> String {
     document("Schedules", move || {
         let empty = list.is_empty();
         let rows = list
@@ -54,10 +139,11 @@ pub fn schedules_page(list: Vec<ScheduleView>) -> String {
             <h1>"Schedules"</h1>
             <section class="card">
                 {empty.then(|| view! {
-                    <p class="muted">"No schedule yet. Add one with "<code>"shortlist schedule add NAME --study S --cron \"30 2 * * *\" --tz Europe/Berlin"</code>"."</p>
+                    <p class="muted">"No schedule yet. Add one below, or with "<code>"shortlist schedule add NAME --study S --cron \"30 2 * * *\" --tz Europe/Berlin"</code>"."</p>
                 })}
                 {(!empty).then(|| list_table(SCHEDULE_COLUMNS, rows))}
             </section>
+            {add_form(studies, form, error)}
         }
     })
 }
@@ -351,7 +437,10 @@ pub fn schedule_page(
                     <dt>"Due after (UTC)"</dt><dd class="mono small">{short_due(&s.from)}</dd>
                     <dt>"Next due (UTC)"</dt><dd class="mono small">{s.next_due.as_deref().map_or_else(|| if s.enabled { "never again".to_owned() } else { "paused".to_owned() }, short_due)}</dd>
                 </dl>
-                <form method="post" action=action class="actions"><button type="submit" class="secondary">{label}</button></form>
+                <div class="row">
+                    <form method="post" action=action class="actions"><button type="submit" class="secondary">{label}</button></form>
+                    <form method="post" action=format!("{base}/remove") class="actions" data-confirm=format!("Remove the schedule {}? Its nights' history goes with it; the runs and records it made stay with their study.", s.name)><button type="submit" class="secondary danger">"Remove"</button></form>
+                </div>
             </section>
             <section class="card">
                 <h2>"What changed"</h2>

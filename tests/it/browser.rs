@@ -529,6 +529,77 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "cells said to be the same as the night before"
     );
     shoot(&c, "schedule").await;
+
+    // A schedule added from the form — the study page's link chooses the study, the zone is the
+    // browser's — and removed after the confirmation the script asks for.
+    c.goto(&format!("{base}/studies/mini")).await.unwrap();
+    click(&c, Locator::LinkText("Run it on a schedule…")).await;
+    c.wait()
+        .for_element(Locator::Css("form[action='/schedules']"))
+        .await
+        .unwrap();
+    let chosen = c
+        .execute(
+            "return [document.getElementById('sstudy').value, document.getElementById('stz').value, Intl.DateTimeFormat().resolvedOptions().timeZone];",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(chosen[0], "mini", "{chosen}");
+    assert_eq!(chosen[1], chosen[2], "the browser's zone: {chosen}");
+    shoot(&c, "schedules").await;
+    c.execute(
+        "document.getElementById('sname').value = 'weekly'; document.getElementById('scron').value = '@weekly';",
+        vec![],
+    )
+    .await
+    .unwrap();
+    click(&c, Locator::Css("#add button[type=submit]")).await;
+    let weekly = format!("{base}/schedules/weekly");
+    c.wait().for_url(&weekly.parse().unwrap()).await.unwrap();
+    assert!(text_of(&c, "main").await.contains("@weekly"));
+    // Dismissed, nothing is removed; accepted, the schedule goes.
+    click(&c, Locator::Css("button.danger")).await;
+    let question = c.get_alert_text().await.unwrap();
+    assert!(
+        question.starts_with("Remove the schedule weekly?"),
+        "{question}"
+    );
+    c.dismiss_alert().await.unwrap();
+    assert_eq!(c.current_url().await.unwrap().as_str(), weekly);
+    click(&c, Locator::Css("button.danger")).await;
+    c.accept_alert().await.unwrap();
+    c.wait()
+        .for_url(&format!("{base}/schedules").parse().unwrap())
+        .await
+        .unwrap();
+    let left = text_of(&c, "main table").await;
+    assert!(
+        left.contains("nightly") && !left.contains("weekly"),
+        "{left}"
+    );
+
+    // A finished run accepted as the baseline from its generation's card.
+    c.goto(&format!("{base}/studies/mini")).await.unwrap();
+    let offered = c
+        .find_all(Locator::Css(".generation-head button"))
+        .await
+        .unwrap()
+        .len();
+    assert!(offered >= 1, "no finished generation offers itself");
+    click(&c, Locator::Css(".generation-head button")).await;
+    c.wait()
+        .for_element(Locator::Css(".generation-head .badge.good"))
+        .await
+        .unwrap();
+    assert_eq!(
+        c.find_all(Locator::Css(".generation-head button"))
+            .await
+            .unwrap()
+            .len(),
+        offered - 1
+    );
+    shoot(&c, "study-baseline").await;
     c.close().await.unwrap();
 
     let pdf = http(

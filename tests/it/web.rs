@@ -450,6 +450,44 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(both["pairs"][0]["only_a"], 0, "{both}");
     assert_eq!(both["pairs"][0]["only_b"], 0, "{both}");
+    // A finished run accepted as the baseline from the page: marked, and the other run still
+    // offers it; only a run with records can be one; the API does the same.
+    let page = http(a, "GET", "/studies/mini", &[], b"").body;
+    assert_eq!(page.matches("Accept as baseline").count(), 2, "{page}");
+    let version =
+        http(a, "GET", "/api/studies/mini/status", &[], b"").json()["version"].to_string();
+    let accept = |generation: &str| {
+        http(
+            a,
+            "POST",
+            "/studies/mini/baseline",
+            &[FORM],
+            &form(&[("version", &version), ("generation", generation)]),
+        )
+    };
+    let accepted = accept("1");
+    assert_eq!(accepted.status, 303, "{}", accepted.body);
+    let page = http(a, "GET", "/studies/mini", &[], b"").body;
+    assert_eq!(page.matches("Accept as baseline").count(), 1, "{page}");
+    assert!(
+        page.contains("accepted as the baseline by workbench"),
+        "{page}"
+    );
+    let status = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
+    assert_eq!(status["baseline"]["generation"], 1, "{status}");
+    let none = accept("9");
+    assert_eq!(none.status, 400, "{}", none.body);
+    assert!(none.body.contains("has no record"), "{}", none.body);
+    let api = http(
+        a,
+        "POST",
+        "/api/studies/mini/baseline",
+        &[("content-type", "application/json")],
+        br#"{"generation": 2}"#,
+    );
+    assert_eq!(api.status, 200, "{}", api.body);
+    assert_eq!(api.json()["generation"], 2);
+    assert_eq!(api.json()["accepted_by"], "api");
     // One candidate from two runs is a column each; v1 has criteria like v2's but no record.
     let same_criteria = http(
         a,
@@ -895,4 +933,112 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
     assert_eq!(shown["schedule"]["enabled"], false);
     assert_eq!(shown["history"][0]["state"], "started");
     assert_eq!(http(a, "GET", "/schedules/nothing", &[], b"").status, 404);
+
+    // Schedules added and removed here: the study page links to the form with its study chosen.
+    let study_page = http(a, "GET", "/studies/mini", &[], b"").body;
+    assert!(
+        study_page.contains("/schedules?study=mini#add"),
+        "{study_page}"
+    );
+    let form_page = http(a, "GET", "/schedules?study=mini", &[], b"").body;
+    assert!(
+        form_page.contains(r#"<option value="mini" selected"#),
+        "{form_page}"
+    );
+    let add = |fields: &[(&str, &str)], headers: &[(&str, &str)]| {
+        let mut all = vec![FORM];
+        all.extend_from_slice(headers);
+        http(a, "POST", "/schedules", &all, &form(fields))
+    };
+    let weekdays = [
+        ("name", "weekdays"),
+        ("study", "mini"),
+        ("cron", "0 3 * * 1-5"),
+        ("tz", "Europe/Berlin"),
+        ("what", "quality"),
+        ("candidates", " smol "),
+    ];
+    // Each refusal names its field and why; the form comes back with what was sent; nothing
+    // is stored.
+    for (field, value, status, says) in [
+        ("cron", "0 25 * * 1-5", 400, "hour field `25`"),
+        ("tz", "Nowhere/City", 400, "Nowhere/City"),
+        ("candidates", "ghost", 400, "no candidate `ghost`"),
+        ("what", "everything", 400, "expected all, quality or load"),
+        ("study", "nothing", 404, "nothing"),
+        ("name", "nightly", 400, "a schedule named `nightly` exists"),
+    ] {
+        let fields: Vec<(&str, &str)> = weekdays
+            .iter()
+            .map(|(k, v)| (*k, if *k == field { value } else { *v }))
+            .collect();
+        let refused = add(&fields, &[]);
+        assert_eq!(refused.status, status, "{field}: {}", refused.body);
+        assert!(refused.body.contains(says), "{field}: {}", refused.body);
+        // (A choice from a list comes back as the list; a typed value as typed.)
+        assert!(
+            ["study", "what"].contains(&field)
+                || refused.body.contains(&format!(r#"value="{value}""#)),
+            "{field}: the value sent comes back: {}",
+            refused.body
+        );
+    }
+    let evil = add(&weekdays, &[("origin", "http://evil.example")]);
+    assert_eq!(evil.status, 403);
+    let listed = |a: &str| -> Vec<String> {
+        http(a, "GET", "/api/schedules", &[], b"")
+            .json()
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(listed(a), ["nightly"]);
+    let added = add(&weekdays, &[]);
+    assert_eq!(added.status, 303, "{}", added.body);
+    assert_eq!(added.header("location"), Some("/schedules/weekdays"));
+    let shown = http(a, "GET", "/api/schedules/weekdays", &[], b"").json()["schedule"].clone();
+    assert_eq!(shown["cron"], "0 3 * * 1-5");
+    assert_eq!(shown["tz"], "Europe/Berlin");
+    assert_eq!(shown["what"], "quality");
+    assert_eq!(shown["candidates"], serde_json::json!(["smol"]));
+    assert_eq!(shown["enabled"], true);
+    assert!(shown["next_due"].is_string(), "{shown}");
+    // The API: the same checks, errors in its JSON shape.
+    let json = [("content-type", "application/json")];
+    let api_add = |body: &str| http(a, "POST", "/api/schedules", &json, body.as_bytes());
+    let bad = api_add(r#"{"name": "api", "study": "mini", "cron": "@sometimes"}"#);
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(
+        bad.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cron expression"),
+        "{}",
+        bad.body
+    );
+    let made = api_add(
+        r#"{"name": "api", "study": "mini", "cron": "@daily", "from": "2026-12-01T00:00:00Z"}"#,
+    );
+    assert_eq!(made.status, 201, "{}", made.body);
+    assert_eq!(made.json()["what"], "all");
+    assert_eq!(made.json()["tz"], "UTC");
+    assert_eq!(listed(a), ["api", "nightly", "weekdays"]);
+    // Removed: from the page (the script asks first) and through the API.
+    let page = http(a, "GET", "/schedules/weekdays", &[], b"").body;
+    assert!(page.contains("data-confirm"), "{page}");
+    let removed = http(a, "POST", "/schedules/weekdays/remove", &[FORM], b"");
+    assert_eq!(removed.status, 303);
+    assert_eq!(removed.header("location"), Some("/schedules"));
+    assert_eq!(http(a, "GET", "/schedules/weekdays", &[], b"").status, 404);
+    assert_eq!(
+        http(a, "DELETE", "/api/schedules/api", &[], b"").status,
+        204
+    );
+    assert_eq!(
+        http(a, "DELETE", "/api/schedules/api", &[], b"").status,
+        404
+    );
+    assert_eq!(listed(a), ["nightly"]);
 }

@@ -148,3 +148,25 @@ pub(crate) async fn record(
         .await?
         .record)
 }
+
+/// `POST /api/studies/{name}/baseline`'s body.
+#[derive(Debug, serde::Deserialize)]
+pub(crate) struct BaselineBody {
+    generation: u32,
+    /// Default: the latest version.
+    #[serde(default)]
+    version: Option<u32>,
+}
+
+/// `POST /api/studies/{name}/baseline` with `{"generation", "version"?}`: accept a finished run
+/// as the baseline later runs are checked against.
+pub(crate) async fn accept_baseline(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Json(b): Json<BaselineBody>,
+) -> ApiResult {
+    st.service
+        .accept_baseline(&name, b.version, b.generation, "api")
+        .await?;
+    ok(st.service.run_progress(&name, b.version).await?.baseline)
+}

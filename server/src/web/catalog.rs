@@ -275,14 +275,211 @@ pub(crate) mod schedules {
     use axum::extract::{Path, State};
     use axum::http::StatusCode;
     use axum::response::{IntoResponse, Redirect, Response};
-    use shortlist_app::encode;
+    use serde::Deserialize;
+    use shortlist_app::{ScheduleForm, encode};
+    use shortlist_runner::ServiceError;
+    use shortlist_runner::service::schedule::ScheduleSpec;
+    use shortlist_store::schedules::ScheduleWhat;
 
-    use crate::web::pages::PageError;
+    use crate::web::pages::{PageError, status_of};
     use crate::web::{AppState, html};
 
-    pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, PageError> {
+    /// The names of the studies with a locked version: those a schedule can run.
+    async fn locked_studies(st: &AppState) -> Result<Vec<String>, ServiceError> {
+        let mut names: Vec<String> = st
+            .service
+            .list_studies()
+            .await?
+            .into_iter()
+            .filter(|s| s.lock_sha256.is_some())
+            .map(|s| s.name)
+            .collect();
+        names.sort();
+        names.dedup();
+        Ok(names)
+    }
+
+    async fn page(
+        st: &AppState,
+        status: StatusCode,
+        form: ScheduleForm,
+        error: Option<String>,
+    ) -> Result<Response, PageError> {
         let list = st.service.list_schedules().await?;
-        Ok(html(StatusCode::OK, shortlist_app::schedules_page(list)))
+        let studies = locked_studies(st).await?;
+        Ok(html(
+            status,
+            shortlist_app::schedules_page(list, studies, form, error),
+        ))
+    }
+
+    /// `/schedules[?study=NAME]`: the form's study preselected when one is named.
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct ListQuery {
+        #[serde(default)]
+        study: Option<String>,
+    }
+
+    pub(crate) async fn list(
+        State(st): State<AppState>,
+        axum::extract::Query(q): axum::extract::Query<ListQuery>,
+    ) -> Result<Response, PageError> {
+        let form = ScheduleForm {
+            study: q.study.unwrap_or_default(),
+            ..ScheduleForm::default()
+        };
+        page(&st, StatusCode::OK, form, None).await
+    }
+
+    fn what_of(what: &str) -> Result<ScheduleWhat, ServiceError> {
+        match what.trim() {
+            "" | "all" => Ok(ScheduleWhat::All),
+            "quality" => Ok(ScheduleWhat::Quality),
+            "load" => Ok(ScheduleWhat::Load),
+            other => Err(ServiceError::invalid(
+                "what to run",
+                format!("`{other}`: expected all, quality or load"),
+            )),
+        }
+    }
+
+    /// "a, b" as the list of names (empty: all of the study's).
+    fn candidates_of(text: &str) -> Vec<String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|c| !c.is_empty())
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// The "Add a schedule" form as sent.
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct AddForm {
+        #[serde(default)]
+        name: String,
+        #[serde(default)]
+        study: String,
+        #[serde(default)]
+        cron: String,
+        #[serde(default)]
+        tz: String,
+        #[serde(default)]
+        what: String,
+        #[serde(default)]
+        candidates: String,
+    }
+
+    /// `POST /schedules`: add a schedule, checked whole before anything is stored; the form
+    /// comes back with the reason and what was sent when it is refused.
+    pub(crate) async fn add(
+        State(st): State<AppState>,
+        axum::Form(form): axum::Form<AddForm>,
+    ) -> Result<Response, PageError> {
+        let tz = match form.tz.trim() {
+            "" => "UTC".to_owned(),
+            tz => tz.to_owned(),
+        };
+        let spec = what_of(&form.what).map(|what| ScheduleSpec {
+            name: form.name.trim().to_owned(),
+            study: form.study.trim().to_owned(),
+            version: None,
+            cron: form.cron.trim().to_owned(),
+            tz: tz.clone(),
+            what,
+            candidates: candidates_of(&form.candidates),
+            from: None,
+        });
+        let added = match spec {
+            Ok(spec) => st.service.add_schedule(&spec).await,
+            Err(e) => Err(e),
+        };
+        match added {
+            Ok(view) => {
+                Ok(Redirect::to(&format!("/schedules/{}", encode(&view.name))).into_response())
+            }
+            Err(e) => {
+                let sent = ScheduleForm {
+                    name: form.name,
+                    study: form.study,
+                    cron: form.cron,
+                    tz,
+                    what: form.what,
+                    candidates: form.candidates,
+                };
+                page(&st, status_of(&e), sent, Some(e.to_string())).await
+            }
+        }
+    }
+
+    /// `POST /schedules/{name}/remove`: the schedule and its nights' history go; the runs and
+    /// records it made stay with their study.
+    pub(crate) async fn remove(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> Result<Response, PageError> {
+        st.service.remove_schedule(&name).await?;
+        Ok(Redirect::to("/schedules").into_response())
+    }
+
+    /// `POST /api/schedules`'s body.
+    #[derive(Debug, Deserialize)]
+    pub(crate) struct AddBody {
+        name: String,
+        study: String,
+        #[serde(default)]
+        version: Option<u32>,
+        cron: String,
+        #[serde(default)]
+        tz: Option<String>,
+        /// `all` (the default), `quality` or `load`.
+        #[serde(default)]
+        what: Option<String>,
+        #[serde(default)]
+        candidates: Vec<String>,
+        /// RFC 3339: due only at instants after this (default: now).
+        #[serde(default)]
+        from: Option<String>,
+    }
+
+    /// `POST /api/schedules` with `{"name", "study", "cron", "tz"?, "what"?, "candidates"?,
+    /// "version"?, "from"?}`: the schedule as stored, or the error in the API's shape.
+    pub(crate) async fn api_add(
+        State(st): State<AppState>,
+        axum::Json(b): axum::Json<AddBody>,
+    ) -> Result<Response, crate::web::api::ApiError> {
+        let from = match b.from.as_deref() {
+            None => None,
+            Some(t) => Some(t.parse::<jiff::Timestamp>().map_err(|e| {
+                ServiceError::invalid("from", format!("`{t}` is not an RFC 3339 instant: {e}"))
+            })?),
+        };
+        let view = st
+            .service
+            .add_schedule(&ScheduleSpec {
+                name: b.name,
+                study: b.study,
+                version: b.version,
+                cron: b.cron,
+                tz: b.tz.unwrap_or_else(|| "UTC".to_owned()),
+                what: what_of(b.what.as_deref().unwrap_or("all"))?,
+                candidates: b.candidates,
+                from,
+            })
+            .await?;
+        Ok((
+            StatusCode::CREATED,
+            axum::Json(serde_json::to_value(view).unwrap_or_default()),
+        )
+            .into_response())
+    }
+
+    /// `DELETE /api/schedules/{name}`.
+    pub(crate) async fn api_remove(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+    ) -> Result<Response, crate::web::api::ApiError> {
+        st.service.remove_schedule(&name).await?;
+        Ok(StatusCode::NO_CONTENT.into_response())
     }
 
     pub(crate) async fn show(

@@ -115,6 +115,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/studies/{name}", get(pages::study))
         .route("/studies/{name}/lock", post(pages::lock))
         .route("/studies/{name}/runs", post(pages::run))
+        .route("/studies/{name}/baseline", post(pages::accept_baseline))
         .route("/studies/{name}/events", get(pages::events))
         .route("/studies/{name}/compare", get(pages::compare))
         .route("/studies/{name}/cases/{case}", get(pages::case))
@@ -138,8 +139,12 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(catalog::candidates).post(catalog::register),
         )
         .route("/candidates/{name}", get(catalog::candidate))
-        .route("/schedules", get(catalog::schedules::list))
+        .route(
+            "/schedules",
+            get(catalog::schedules::list).post(catalog::schedules::add),
+        )
         .route("/schedules/{name}", get(catalog::schedules::show))
+        .route("/schedules/{name}/remove", post(catalog::schedules::remove))
         .route("/schedules/{name}/pause", post(catalog::schedules::pause))
         .route("/schedules/{name}/resume", post(catalog::schedules::resume))
         .route(
@@ -152,6 +157,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/api/studies/{name}/status", get(api::status))
         .route("/api/studies/{name}/lock", post(api::lock))
         .route("/api/studies/{name}/runs", post(api::run))
+        .route("/api/studies/{name}/baseline", post(api::accept_baseline))
         .route("/api/studies/{name}/compare", get(api::compare))
         .route(
             "/api/studies/{name}/candidates/{candidate}/record",
@@ -165,8 +171,14 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(catalog::api::candidates).post(catalog::api::register),
         )
         .route("/api/candidates/{name}", get(catalog::api::candidate))
-        .route("/api/schedules", get(catalog::schedules::api_list))
-        .route("/api/schedules/{name}", get(catalog::schedules::api_show))
+        .route(
+            "/api/schedules",
+            get(catalog::schedules::api_list).post(catalog::schedules::api_add),
+        )
+        .route(
+            "/api/schedules/{name}",
+            get(catalog::schedules::api_show).delete(catalog::schedules::api_remove),
+        )
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))
         .route(

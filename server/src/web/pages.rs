@@ -215,6 +215,26 @@ pub(crate) async fn run(
     Ok(Redirect::to(&format!("/studies/{}#progress", encode(&name))).into_response())
 }
 
+/// The form that accepts a finished generation as its version's baseline.
+#[derive(Debug, Deserialize)]
+pub(crate) struct BaselineForm {
+    version: u32,
+    generation: u32,
+}
+
+/// `POST /studies/{name}/baseline`: later runs are checked against this one (the schedule's
+/// nights, `shortlist study check --against baseline`).
+pub(crate) async fn accept_baseline(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<BaselineForm>,
+) -> Result<Response, PageError> {
+    st.service
+        .accept_baseline(&name, Some(form.version), form.generation, "workbench")
+        .await?;
+    Ok(Redirect::to(&format!("/studies/{}#progress", encode(&name))).into_response())
+}
+
 /// `/studies/{name}/events`: server-sent events of the study's stored progress (each event's id
 /// is its row id, so a reconnecting browser resumes where it was), and its state.
 #[derive(Debug, Deserialize)]

@@ -11,8 +11,8 @@ use shortlist_store::studies::StoredStudy;
 use shortlist_study::record::Verdict;
 
 use super::views::{
-    CandidateView, GenerationView, JobView, RunProgress, RunView, StudyState, StudySummaryView,
-    StudyView,
+    BaselineView, CandidateView, GenerationView, JobView, RunProgress, RunView, StudyState,
+    StudySummaryView, StudyView,
 };
 use super::{StudyService, not_found};
 use crate::error::ServiceError;
@@ -220,12 +220,22 @@ impl StudyService {
                     .collect(),
             });
         }
+        let baseline =
+            self.store
+                .baseline(name, version)
+                .await?
+                .map(|(generation, accepted_by, at_ms)| BaselineView {
+                    generation,
+                    accepted_by,
+                    accepted_at: rfc3339_ms(at_ms),
+                });
         Ok(RunProgress {
             study: name.to_owned(),
             version,
             state: state_of(matches!(stored, StoredStudy::Locked(_)), &jobs),
             last_event_id,
             generations,
+            baseline,
         })
     }
 

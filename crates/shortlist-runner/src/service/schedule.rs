@@ -138,9 +138,10 @@ impl StudyService {
     /// Add a schedule after checking it whole: the expression, the zone, the study (and the
     /// pinned version, which must be locked) and the candidates named.
     pub async fn add_schedule(&self, spec: &ScheduleSpec) -> Result<ScheduleView, ServiceError> {
-        let cron =
-            Cron::parse(&spec.cron).map_err(|e| ServiceError::invalid("--cron", e.to_string()))?;
-        Schedule::new(cron, &spec.tz).map_err(|e| ServiceError::invalid("--tz", e.to_string()))?;
+        let cron = Cron::parse(&spec.cron)
+            .map_err(|e| ServiceError::invalid("the cron expression", e.to_string()))?;
+        Schedule::new(cron, &spec.tz)
+            .map_err(|e| ServiceError::invalid("the time zone", e.to_string()))?;
         let version = self.version_of(&spec.study, spec.version).await?;
         let locked = match spec.version {
             Some(v) => self.store.verify_study(&spec.study, v).await?,

@@ -152,6 +152,18 @@ pub struct RunProgress {
     pub last_event_id: i64,
     /// Newest first.
     pub generations: Vec<GenerationView>,
+    /// The generation accepted as this version's baseline, if one is.
+    pub baseline: Option<BaselineView>,
+}
+
+/// An accepted baseline: the run later runs are checked against.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BaselineView {
+    pub generation: u32,
+    /// Who accepted it (the worker or user name; `workbench` from the web).
+    pub accepted_by: String,
+    /// RFC 3339.
+    pub accepted_at: String,
 }
 
 /// What asking for a run did.
