@@ -54,8 +54,8 @@ fn wall_time(latency_s: Option<f64>, concurrency: Option<u32>) -> String {
 pub fn case_page(case: CaseView) -> String {
     let title = format!("{} · {}", case.id, case.study);
     document(&title.clone(), move || {
-        let study_href = format!("/studies/{}", case.study);
-        let compare_href = format!("/studies/{}/compare?mode=all", case.study);
+        let study_href = format!("/studies/{}", crate::encode(&case.study));
+        let compare_href = format!("/studies/{}/compare?mode=all", crate::encode(&case.study));
         let tools = if case.tools.is_empty() {
             None
         } else {

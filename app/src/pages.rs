@@ -96,7 +96,7 @@ pub fn home_page(data: HomeData) -> String {
         let study_rows = studies
             .into_iter()
             .map(|s| {
-                let href = format!("/studies/{}", s.name);
+                let href = format!("/studies/{}", crate::encode(&s.name));
                 let name = format!("{} v{}", s.name, s.version);
                 let (word, tone) = state_word(s.state);
                 let verdicts = s
@@ -144,7 +144,7 @@ pub fn home_page(data: HomeData) -> String {
                             {running
                                 .into_iter()
                                 .map(|(study, version, job)| {
-                                    let href = format!("/studies/{study}");
+                                    let href = format!("/studies/{}", crate::encode(&study));
                                     let line = format!(
                                         "{study} v{version}: {} {} {}",
                                         job.candidate,
@@ -421,12 +421,18 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             })
             .collect_view();
         let candidates: Vec<String> = v.candidates.iter().map(|c| c.name.clone()).collect();
+        // The name and candidates go into URLs encoded: a name may hold any character.
+        let path = format!("/studies/{}", crate::encode(&name));
         let compare_href = format!(
-            "/studies/{name}/compare?candidates={}",
-            candidates.join(",")
+            "{path}/compare?candidates={}",
+            candidates
+                .iter()
+                .map(|c| crate::encode(c))
+                .collect::<Vec<_>>()
+                .join(",")
         );
-        let lock_action = format!("/studies/{name}/lock");
-        let run_action = format!("/studies/{name}/runs");
+        let lock_action = format!("{path}/lock");
+        let run_action = format!("{path}/runs");
         let schedule_href = format!("/schedules?study={}#add", crate::encode(&name));
         let done = v.state == StudyState::Done;
         let candidate_rows = v
@@ -435,7 +441,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             .map(|c| {
                 let (word, tone) = verdict_word(c.verdict);
                 let class = format!("badge {tone}");
-                let href = format!("/studies/{}/candidates/{}", name, c.name);
+                let href = format!("{path}/candidates/{}", crate::encode(&c.name));
                 let source = c.stored["source"].as_str().unwrap_or("").to_owned();
                 let identity = &c.stored["gguf"]["identity"];
                 let what = if identity.is_null() {
@@ -460,7 +466,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             .collect_view();
         let generations = progress.generations.clone();
         let baseline = progress.baseline.clone();
-        let accept_action = format!("/studies/{}/baseline", crate::encode(&name));
+        let accept_action = format!("{path}/baseline");
         let after = progress.last_event_id.to_string();
         view! {
             <h1>{format!("{} v{}", v.name, v.version)} " " <span class=format!("badge {state_tone}") id="study-state">{state}</span></h1>
@@ -512,7 +518,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 <h2>"Runs"</h2>
                 <p class="muted small" id="live">
                     "Live progress needs JavaScript; without it, "
-                    <a href=format!("/studies/{name}")>"refresh"</a> "."
+                    <a href=path.clone()>"refresh"</a> "."
                 </p>
                 {if generations.is_empty() {
                     view! { <p class="muted">"Not run yet."</p> }.into_any()

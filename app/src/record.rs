@@ -38,14 +38,18 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
         let v = view_;
         let r = record.record;
         let candidate = r.identity.candidate.clone();
-        let base = format!("/studies/{study}/candidates/{candidate}");
+        let base = format!(
+            "/studies/{}/candidates/{}",
+            crate::encode(&study),
+            crate::encode(&candidate)
+        );
         let verdict_class = format!("verdict {}", v.verdict.tone);
         let generation = format!(
             "generation {} · stored {} · record sha256 {}",
             record.generation, record.stored_at, r.record_sha256
         );
         let incomplete = r.incomplete.clone();
-        let study_href = format!("/studies/{study}");
+        let study_href = format!("/studies/{}", crate::encode(&study));
         view! {
             <p class="crumbs"><a href=study_href>{study.clone()}</a> " / " {candidate.clone()}</p>
             <h1>{v.title.clone()}</h1>

@@ -488,6 +488,41 @@ fn forms_runs_and_refusals_over_http() {
     assert_eq!(api.status, 200, "{}", api.body);
     assert_eq!(api.json()["generation"], 2);
     assert_eq!(api.json()["accepted_by"], "api");
+    // A study whose name needs encoding in a URL (a space, `&`, `/`, `#`, non-ASCII): its page's
+    // links and forms still reach it.
+    let odd = "q&a team/β #1";
+    let odd_text = text.replacen("name = \"mini\"", &format!("name = \"{odd}\""), 1);
+    let created = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM],
+        &form(&[("toml", &odd_text)]),
+    );
+    assert_eq!(created.status, 303, "{}", created.body);
+    let odd_path = "/studies/q%26a%20team%2F%CE%B2%20%231";
+    assert_eq!(created.header("location"), Some(odd_path));
+    let page = http(a, "GET", odd_path, &[], b"").body;
+    assert!(
+        page.contains(&format!(r#"action="{odd_path}/lock""#)),
+        "{page}"
+    );
+    let locked = http(a, "POST", &format!("{odd_path}/lock"), &[FORM], b"");
+    assert_eq!(locked.status, 303, "{}", locked.body);
+    let page = http(a, "GET", odd_path, &[], b"").body;
+    let state = page.split("id=\"study-state\"").nth(1).unwrap_or_default();
+    assert!(
+        state.starts_with(" class=\"badge info\">locked<"),
+        "{state}"
+    );
+    for link in [
+        format!(r#"action="{odd_path}/runs""#),
+        format!(r#"href="{odd_path}/candidates/smol""#),
+        format!(r#"href="{odd_path}/compare?candidates=smol""#),
+        r#"href="/schedules?study=q%26a%20team%2F%CE%B2%20%231#add""#.to_owned(),
+    ] {
+        assert!(page.contains(&link), "{link}: {page}");
+    }
     // One candidate from two runs is a column each; v1 has criteria like v2's but no record.
     let same_criteria = http(
         a,
