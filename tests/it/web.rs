@@ -1043,6 +1043,17 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
     // The API: the same checks, errors in its JSON shape.
     let json = [("content-type", "application/json")];
     let api_add = |body: &str| http(a, "POST", "/api/schedules", &json, body.as_bytes());
+    // A body that is not the expected JSON is refused in the same shape, saying what it lacks.
+    let shapeless = api_add(r#"{"name": "api", "study": "mini"}"#);
+    assert_eq!(shapeless.status, 400, "{}", shapeless.body);
+    assert!(
+        shapeless.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("missing field `cron`"),
+        "{}",
+        shapeless.body
+    );
     let bad = api_add(r#"{"name": "api", "study": "mini", "cron": "@sometimes"}"#);
     assert_eq!(bad.status, 400, "{}", bad.body);
     assert!(

@@ -149,6 +149,20 @@ pub(crate) async fn record(
         .record)
 }
 
+/// A JSON body read as `T`, or the API's error (in its JSON shape, like every other refusal)
+/// naming what was expected: `expected` is the body's shape in words.
+pub(crate) fn json_body<T: serde::de::DeserializeOwned>(
+    body: &Bytes,
+    expected: &str,
+) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| {
+        ApiError(ServiceError::Invalid {
+            what: "the request body".to_owned(),
+            why: format!("expected {expected}: {e}"),
+        })
+    })
+}
+
 /// `POST /api/studies/{name}/baseline`'s body.
 #[derive(Debug, serde::Deserialize)]
 pub(crate) struct BaselineBody {
@@ -163,8 +177,9 @@ pub(crate) struct BaselineBody {
 pub(crate) async fn accept_baseline(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    Json(b): Json<BaselineBody>,
+    body: Bytes,
 ) -> ApiResult {
+    let b: BaselineBody = json_body(&body, r#"{"generation": n, "version": n?}"#)?;
     st.service
         .accept_baseline(&name, b.version, b.generation, "api")
         .await?;

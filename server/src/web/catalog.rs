@@ -258,10 +258,9 @@ pub(crate) mod api {
     }
 
     /// `POST /api/candidates` with `{"name", "source", "price_per_device_hour"?}`.
-    pub(crate) async fn register(
-        State(st): State<AppState>,
-        Json(b): Json<RegisterBody>,
-    ) -> ApiResult {
+    pub(crate) async fn register(State(st): State<AppState>, body: Bytes) -> ApiResult {
+        let b: RegisterBody =
+            crate::web::api::json_body(&body, r#"{"name", "source", "price_per_device_hour"?}"#)?;
         let (version, inserted) = st
             .service
             .register_candidate(&b.name, &b.source, b.price_per_device_hour)
@@ -445,8 +444,12 @@ pub(crate) mod schedules {
     /// "version"?, "from"?}`: the schedule as stored, or the error in the API's shape.
     pub(crate) async fn api_add(
         State(st): State<AppState>,
-        axum::Json(b): axum::Json<AddBody>,
+        body: axum::body::Bytes,
     ) -> Result<Response, crate::web::api::ApiError> {
+        let b: AddBody = crate::web::api::json_body(
+            &body,
+            r#"{"name", "study", "cron", "tz"?, "what"?, "candidates"?, "version"?, "from"?}"#,
+        )?;
         let from = match b.from.as_deref() {
             None => None,
             Some(t) => Some(t.parse::<jiff::Timestamp>().map_err(|e| {
