@@ -92,12 +92,7 @@ pub(crate) async fn run(
     let body: RunBody = if body.is_empty() {
         RunBody::default()
     } else {
-        serde_json::from_slice(&body).map_err(|e| {
-            ApiError(ServiceError::Invalid {
-                what: "the request body".to_owned(),
-                why: format!("expected {{\"again\": bool, \"max_tokens\": n}}: {e}"),
-            })
-        })?
+        json_body(&body, r#"{"again": bool, "max_tokens": n}"#)?
     };
     let requested = st
         .service
