@@ -330,15 +330,16 @@ pub(crate) mod schedules {
         page(&st, StatusCode::OK, form, None).await
     }
 
+    /// What a schedule runs, by its stored name (empty: all).
     fn what_of(what: &str) -> Result<ScheduleWhat, ServiceError> {
         match what.trim() {
-            "" | "all" => Ok(ScheduleWhat::All),
-            "quality" => Ok(ScheduleWhat::Quality),
-            "load" => Ok(ScheduleWhat::Load),
-            other => Err(ServiceError::invalid(
-                "what to run",
-                format!("`{other}`: expected all, quality or load"),
-            )),
+            "" => Ok(ScheduleWhat::All),
+            other => ScheduleWhat::parse(other).ok_or_else(|| {
+                ServiceError::invalid(
+                    "what to run",
+                    format!("`{other}`: expected all, quality or load"),
+                )
+            }),
         }
     }
 
