@@ -137,6 +137,37 @@ fn lock_verify_and_a_locked_study_refuses_edits() {
     let out = sl(&url, d, &["study", "show", "mini", "--json"]);
     assert_eq!(json_of(&out)["state"], "draft");
 
+    // v1 as a study file's text (what the workbench's edit form holds): created again, it
+    // replaces the draft v2 with v1's criteria, and reads back field for field as v1's.
+    let out = sl(
+        &url,
+        d,
+        &["study", "show", "mini", "--version", "1", "--toml"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("format = \"shortlist.study.v1\"\n"),
+        "{text}"
+    );
+    assert!(!text.contains("version"), "{text}");
+    let copy = d.join("copy.study.toml");
+    std::fs::write(&copy, &text).unwrap();
+    let out = sl(
+        &url,
+        d,
+        &["study", "create", copy.to_str().unwrap(), "--json"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(json_of(&out)["version"], 2);
+    let mut v2 = json_of(&sl(&url, d, &["study", "show", "mini", "--json"]))["study"].take();
+    let mut v1 = shown["study"].clone();
+    for s in [&mut v1, &mut v2] {
+        s.as_object_mut().unwrap().remove("version");
+        s.as_object_mut().unwrap().remove("previous");
+    }
+    assert_eq!(v2, v1);
+
     // Behind the store's back: the database itself refuses to change a locked row...
     let db = d.join("shortlist.db");
     let sqlite = |sql: &str| {

@@ -48,6 +48,70 @@ pub struct StudyFile {
     pub previous: Option<String>,
 }
 
+impl StudyFile {
+    /// The study as a study file's text, to edit and store again: every field as stored, in
+    /// the order of the file's format, without `version` and `previous`, which the store
+    /// assigns when the text is saved (a changed copy of a locked version becomes its next
+    /// version, pointing back at it). Read back, it gives the same study.
+    pub fn to_toml(&self) -> Result<String, StudyError> {
+        /// The fields a person edits, in the wire form's order.
+        #[derive(Serialize)]
+        struct Editable<'a> {
+            format: &'a str,
+            name: &'a str,
+            question: &'a str,
+            evalset: &'a EvalSetRef,
+            workload: &'a WorkloadRef,
+            slo: NameFirst<'a>,
+            traffic: &'a Traffic,
+            memory: &'a MemoryBudget,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            quality: Option<&'a QualitySettings>,
+            cost: &'a CostAssumptions,
+            #[serde(rename = "candidate")]
+            candidates: &'a [CandidateRef],
+            #[serde(rename = "disqualifier")]
+            disqualifiers: &'a [RuleFile],
+        }
+        /// A table with its `name` first (the SLO's), then its other keys in order.
+        struct NameFirst<'a>(&'a toml::Table);
+        impl Serialize for NameFirst<'_> {
+            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                use serde::ser::SerializeMap as _;
+                let mut map = s.serialize_map(Some(self.0.len()))?;
+                let named = self.0.get_key_value("name");
+                for (k, v) in named
+                    .into_iter()
+                    .chain(self.0.iter().filter(|(k, _)| *k != "name"))
+                {
+                    map.serialize_entry(k, v)?;
+                }
+                map.end()
+            }
+        }
+        toml::to_string(&Editable {
+            format: &self.format,
+            name: &self.name,
+            question: &self.question,
+            evalset: &self.evalset,
+            workload: &self.workload,
+            slo: NameFirst(&self.slo),
+            traffic: &self.traffic,
+            memory: &self.memory,
+            quality: self.quality.as_ref(),
+            cost: &self.cost,
+            candidates: &self.candidates,
+            disqualifiers: &self.disqualifiers,
+        })
+        .map_err(|e| StudyError::Invalid {
+            source_name: self.name.clone(),
+            line: None,
+            field: "study".to_owned(),
+            why: e.to_string(),
+        })
+    }
+}
+
 fn first_version() -> u32 {
     1
 }

@@ -327,3 +327,119 @@ fn a_workload_is_described_in_words_with_only_what_the_study_sets() {
         "trace: traces/day.jsonl (sha256 1f2e3d4c5b6a); open loop"
     );
 }
+
+mod as_text {
+    //! A stored study written back as a study file's text (what the workbench's edit form
+    //! starts from) reads back as the same study, whatever its fields hold.
+
+    use proptest::prelude::*;
+    use shortlist_study::study::{CandidateRef, QualitySettings, Study, StudyFile};
+
+    /// Text a person may type: quotes, backslashes, newlines, `#`, `[`, non-ASCII.
+    fn text() -> impl Strategy<Value = String> {
+        "[a-zA-Z0-9 \"'\\\\#=\\[\\]{}\n\té€β-]{1,40}"
+            .prop_map(|s| format!("q {s}"))
+            .prop_filter("no surrounding spaces", |s| s.trim() == s)
+    }
+
+    fn rate() -> impl Strategy<Value = f64> {
+        (1u32..100_000).prop_map(|n| f64::from(n) / 997.0)
+    }
+
+    prop_compose! {
+        fn candidate()(
+            name in "[a-z][a-z0-9 _.&/-]{0,12}[a-z0-9]",
+            price in rate(),
+            fallback in proptest::option::of(text()),
+            device in proptest::option::of(prop::sample::select(vec!["cpu", "cuda", "cuda:1"])),
+            endpoint in any::<bool>(),
+        ) -> CandidateRef {
+            CandidateRef {
+                source: if endpoint {
+                    format!("http://127.0.0.1:9#{name}")
+                } else {
+                    format!("gguf:${{SHORTLIST_MODELS_DIR}}/{name}.gguf")
+                },
+                device: if endpoint { None } else { device.map(str::to_owned) },
+                name,
+                config_sha256: None,
+                price_per_device_hour: price,
+                fallback,
+            }
+        }
+    }
+
+    prop_compose! {
+        fn study()(
+            question in text(),
+            ordinary in rate(),
+            extra in rate(),
+            target in proptest::option::of(rate()),
+            sweep in proptest::option::of(proptest::collection::vec(rate(), 1..5)),
+            ttft in 1u32..100_000,
+            itl in proptest::option::of(1u32..10_000),
+            concurrency in proptest::option::of(1u32..=64),
+            candidates in proptest::collection::vec(candidate(), 1..4),
+            currency in proptest::option::of(prop::sample::select(vec!["USD", "EUR"])),
+        ) -> StudyFile {
+            let mut file = Study::from_toml("s.study.toml", super::STUDY).unwrap().file().clone();
+            file.question = question;
+            file.traffic.ordinary_rps = ordinary;
+            file.traffic.peak_rps = ordinary + extra;
+            file.traffic.target_rps = target;
+            file.traffic.sweep_rps = sweep;
+            file.slo.insert("ttft_ms".into(), toml::Value::Integer(ttft.into()));
+            match itl {
+                Some(ms) => file.slo.insert("max_itl_ms".into(), toml::Value::Integer(ms.into())),
+                None => file.slo.remove("max_itl_ms"),
+            };
+            file.quality = concurrency.map(|n| QualitySettings { concurrency: Some(n) });
+            let mut seen = std::collections::BTreeSet::new();
+            file.candidates = candidates
+                .into_iter()
+                .filter(|c| seen.insert(c.name.clone()))
+                .collect();
+            file.cost.currency = currency.map(str::to_owned);
+            file
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(96))]
+        #[test]
+        fn a_study_written_as_text_reads_back_the_same(file in study(), version in 1u32..5) {
+            let checked = Study::from_file("generated", file.clone()).unwrap();
+            let mut stored = checked.file().clone();
+            stored.version = version;
+            stored.previous = (version > 1).then(|| "ab".repeat(32));
+            let text = stored.to_toml().unwrap();
+            let back = Study::from_toml("edited.study.toml", &text)
+                .unwrap_or_else(|e| panic!("{e}\n--- text ---\n{text}"));
+            // The store assigns the version and what it replaces when the text is saved.
+            prop_assert_eq!(back.version(), 1);
+            prop_assert_eq!(&back.file().previous, &None);
+            prop_assert_eq!(back.file(), &file);
+            prop_assert_eq!(back.lock("t").sha256, checked.lock("t").sha256);
+        }
+    }
+
+    #[test]
+    fn the_text_names_no_version_and_keeps_the_study_readable() {
+        let file = Study::from_toml("s.study.toml", super::STUDY)
+            .unwrap()
+            .file()
+            .clone();
+        let mut stored = file.clone();
+        stored.version = 3;
+        stored.previous = Some("cd".repeat(32));
+        let text = stored.to_toml().unwrap();
+        assert!(!text.contains("version"), "{text}");
+        assert!(!text.contains("previous"), "{text}");
+        assert!(
+            text.starts_with("format = \"shortlist.study.v1\"\n"),
+            "{text}"
+        );
+        assert!(text.contains("[[candidate]]"), "{text}");
+        assert!(text.contains("[[disqualifier]]"), "{text}");
+    }
+}

@@ -30,8 +30,9 @@ pub(crate) enum Command {
     /// capacity sweep, record) and work through the queue; a rerun resumes where a killed one
     /// stopped, `--again` runs a complete study again as a new generation.
     Run(RunArgs),
-    /// Print a study as stored.
-    Show(NameArgs),
+    /// Print a study as stored; `--toml`: as a study file's text, to edit and create again
+    /// (a changed copy of a locked version becomes its next version).
+    Show(ShowArgs),
     /// Where a study's runs stand: each generation's jobs with their latest progress, the runs
     /// with the worker and machine that executed them, the records made (from the database
     /// alone, so it follows runs of other processes).
@@ -111,6 +112,18 @@ pub(crate) struct CreateArgs {
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct ShowArgs {
+    #[command(flatten)]
+    which: NameArgs,
+    /// Print the study file's text (TOML) instead: every field as stored, without the version
+    /// and the lock it replaces, which `study create` assigns.
+    #[arg(long, conflicts_with = "json")]
+    toml: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -337,9 +350,12 @@ async fn verify(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> 
     }
 }
 
-async fn show(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> {
+async fn show(service: &StudyService, args: ShowArgs) -> anyhow::Result<Outcome> {
+    let a = args.which;
     let view = service.show(&a.name, a.version).await?;
-    if a.json {
+    if args.toml {
+        print!("{}", view.study.to_toml()?);
+    } else if a.json {
         print_json(&view)?;
     } else {
         print_view(&view);
