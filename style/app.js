@@ -21,7 +21,9 @@
   const study = section.dataset.study;
   const live = document.getElementById("live");
   const after = section.dataset.after || "0";
-  const source = new EventSource("/studies/" + encodeURIComponent(study) + "/events?after=" + encodeURIComponent(after));
+  const version = section.dataset.version;
+  const source = new EventSource("/studies/" + encodeURIComponent(study) + "/events?after=" + encodeURIComponent(after) +
+    (version ? "&version=" + encodeURIComponent(version) : ""));
   // The study's state as the page was rendered, until the stream says otherwise (so a finished
   // study never reads "following the runs" while the first event is on its way).
   const rendered = document.getElementById("study-state");
@@ -40,9 +42,9 @@
   // "progressing", but a run started now (or from another tab) still shows here live.
   function connected() {
     if (!live || live.className === "notice") return;
-    live.textContent = seenState === "done"
-      ? "No run in progress; a new one will show here as it runs."
-      : "Live: following the runs as they progress.";
+    live.textContent = seenState === "running"
+      ? "Live: following the runs as they progress."
+      : "No run in progress; a new one will show here as it runs.";
   }
   source.addEventListener("open", connected);
   source.addEventListener("progress", function (message) {
@@ -86,7 +88,7 @@
       live.className = "notice";
       live.textContent = "The run has finished. ";
       const link = document.createElement("a");
-      link.href = window.location.pathname;
+      link.href = window.location.pathname + window.location.search;
       link.textContent = "Show the verdicts and records";
       live.appendChild(link);
     }

@@ -24,7 +24,7 @@ pub use catalog::{
 };
 pub use compare::{CompareFilter, compare_page};
 pub use layout::{document, error_page, login_page};
-pub use pages::{HomeData, home_page, new_study_page, study_page};
+pub use pages::{Editing, HomeData, home_page, new_study_page, study_page};
 pub use record::record_page;
 pub use schedules::{ScheduleForm, schedule_page, schedules_page};
 

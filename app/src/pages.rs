@@ -5,7 +5,7 @@ use leptos::prelude::*;
 use shortlist_runner::progress::ProgressEvent;
 use shortlist_runner::service::views::{
     BaselineView, EvalSetSummary, GenerationView, JobView, RecentRun, RunProgress, StudyState,
-    StudySummaryView, StudyView,
+    StudySummaryView, StudyVersionView, StudyView,
 };
 
 use crate::layout::{card_table, document, list_table};
@@ -72,7 +72,7 @@ pub fn home_page(data: HomeData) -> String {
         let recent_rows = recent
             .into_iter()
             .map(|r| {
-                let href = format!("/studies/{}", crate::encode(&r.study));
+                let href = format!("/studies/{}?version={}", crate::encode(&r.study), r.version);
                 let (tone, word) = match r.state.as_str() {
                     "done" => ("good", "done"),
                     "failed" => ("bad", "failed"),
@@ -96,7 +96,7 @@ pub fn home_page(data: HomeData) -> String {
         let study_rows = studies
             .into_iter()
             .map(|s| {
-                let href = format!("/studies/{}", crate::encode(&s.name));
+                let href = format!("/studies/{}?version={}", crate::encode(&s.name), s.version);
                 let name = format!("{} v{}", s.name, s.version);
                 let (word, tone) = state_word(s.state);
                 let verdicts = s
@@ -144,7 +144,7 @@ pub fn home_page(data: HomeData) -> String {
                             {running
                                 .into_iter()
                                 .map(|(study, version, job)| {
-                                    let href = format!("/studies/{}", crate::encode(&study));
+                                    let href = format!("/studies/{}?version={version}", crate::encode(&study));
                                     let line = format!(
                                         "{study} v{version}: {} {} {}",
                                         job.candidate,
@@ -184,26 +184,95 @@ pub fn home_page(data: HomeData) -> String {
     })
 }
 
+/// A stored study version whose text the new-study form holds to edit, and what saving it does.
+#[derive(Debug, Clone)]
+pub struct Editing {
+    pub name: String,
+    /// The version the text comes from.
+    pub version: u32,
+    pub locked: bool,
+    /// The study's latest version, and whether it is locked.
+    pub latest: u32,
+    pub latest_locked: bool,
+}
+
+impl Editing {
+    /// What saving the form does, in words.
+    fn consequence(&self) -> String {
+        let name = &self.name;
+        if !self.latest_locked {
+            let from = if self.version == self.latest {
+                "this draft".to_owned()
+            } else {
+                format!("the draft v{} with this text", self.latest)
+            };
+            return format!(
+                "Saving replaces {from}: a draft can change until it is locked. Saved under another name, it becomes a new study."
+            );
+        }
+        format!(
+            "Saving a changed copy stores {name} v{} as a draft to lock; v{}, its runs and its records stay as they are. Saved unchanged, nothing is stored. Saved under another name, it becomes a new study.",
+            self.latest + 1,
+            self.latest
+        )
+    }
+}
+
 /// `/studies/new`: paste a study file; errors are shown with their line and field, and nothing
-/// is stored on error.
-pub fn new_study_page(text: String, error: Option<String>) -> String {
-    document("New study", move || {
-        view! {
-            <h1>"New study"</h1>
-            <section class="card">
+/// is stored on error. `editing`: the stored version the text comes from (the study page's
+/// **Edit criteria…**).
+pub fn new_study_page(text: String, error: Option<String>, editing: Option<Editing>) -> String {
+    let title = match &editing {
+        Some(e) => format!("Edit {} v{}", e.name, e.version),
+        None => "New study".to_owned(),
+    };
+    document(&title.clone(), move || {
+        let intro = match &editing {
+            Some(e) => {
+                let href = format!("/studies/{}?version={}", crate::encode(&e.name), e.version);
+                let state = if e.locked { "locked" } else { "draft" };
+                view! {
+                    <p class="crumbs"><a href=href>{format!("{} v{}", e.name, e.version)}</a> " / edit"</p>
+                    <h1>{title.clone()}</h1>
+                    <p class="notice" id="consequence">
+                        {format!("The text of {} v{} ({state}), as stored. ", e.name, e.version)}
+                        {e.consequence()}
+                    </p>
+                }
+                .into_any()
+            }
+            None => view! {
+                <h1>"New study"</h1>
                 <p>
                     "Upload or paste a study file (" <code>"shortlist.study.v1"</code>
                     "), and upload its eval set with it — or let the study find it on the server: by its path, or among the stored eval sets by the sha256 it pins. A draft can be edited until it is locked."
                 </p>
+            }
+            .into_any(),
+        };
+        let button = if editing.is_some() {
+            "Save"
+        } else {
+            "Save draft"
+        };
+        // Sent back with the form, so a refused save shows this page again, not a blank one.
+        let from = editing.as_ref().map(|e| (e.name.clone(), e.version));
+        view! {
+            {intro}
+            <section class="card">
                 {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
                 <form method="post" action="/studies" enctype="multipart/form-data" class="stack">
+                    {from.map(|(name, version)| view! {
+                        <input type="hidden" name="from" value=name/>
+                        <input type="hidden" name="from_version" value=version.to_string()/>
+                    })}
                     <label for="file">"Study file"</label>
                     <input id="file" type="file" name="file" accept=".toml"/>
                     <label for="toml">"…or its text (TOML)"</label>
                     <textarea id="toml" name="toml" rows="22" spellcheck="false">{text}</textarea>
                     <label for="evalset">"Its eval set (optional: a shortlist.evalset.v1 file)"</label>
                     <input id="evalset" type="file" name="evalset" accept=".yaml,.yml"/>
-                    <button type="submit">"Save draft"</button>
+                    <button type="submit">{button}</button>
                 </form>
             </section>
         }
@@ -306,7 +375,43 @@ fn generation(
     version: u32,
     baseline: Option<&BaselineView>,
     accept: &str,
+    record_base: &str,
 ) -> impl IntoView {
+    // Each record of this generation, with its verdict, linked as this generation's (not the
+    // newest): its page, PDF and JSON stay the ones it was.
+    let records = (!g.records.is_empty()).then(|| {
+        let items = g
+            .records
+            .iter()
+            .map(|c| {
+                let (word, tone) = verdict_word(g.verdicts.get(c).copied());
+                let class = format!("badge {tone}");
+                let href = format!(
+                    "{record_base}{}?version={version}&generation={}",
+                    crate::encode(c),
+                    g.number
+                );
+                let pdf = format!(
+                    "{record_base}{}/record.pdf?version={version}&generation={}",
+                    crate::encode(c),
+                    g.number
+                );
+                let name = c.clone();
+                view! {
+                    <li>
+                        <a href=href>{name}</a> " " <span class=class>{word}</span>
+                        " " <a class="small" href=pdf>"PDF"</a>
+                    </li>
+                }
+            })
+            .collect_view();
+        view! {
+            <div class="records">
+                <span class="small muted">"Records:"</span>
+                <ul class="plain inline-list">{items}</ul>
+            </div>
+        }
+    });
     let version = version.to_string();
     let is_baseline = baseline.is_some_and(|b| b.generation == g.number);
     let baseline_note = baseline.filter(|_| is_baseline).map(|b| {
@@ -343,6 +448,7 @@ fn generation(
                     </form>
                 })}
             </div>
+            {records}
             {card_table("jobs", JOB_COLUMNS, g.jobs.into_iter().map(job_row).collect_view())}
             <details>
                 <summary>"Runs and where they were executed"</summary>
@@ -370,7 +476,12 @@ fn generation(
 
 /// `/studies/{name}`: the frozen criteria, the lock, Run, every candidate's verdict and the
 /// live progress of every generation.
-pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> String {
+pub fn study_page(
+    view_: StudyView,
+    progress: RunProgress,
+    slo: String,
+    versions: Vec<StudyVersionView>,
+) -> String {
     let title = format!("{} v{}", view_.name, view_.version);
     document(&title.clone(), move || {
         let v = view_;
@@ -424,7 +535,8 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
         // The name and candidates go into URLs encoded: a name may hold any character.
         let path = format!("/studies/{}", crate::encode(&name));
         let compare_href = format!(
-            "{path}/compare?candidates={}",
+            "{path}/compare?version={}&candidates={}",
+            v.version,
             candidates
                 .iter()
                 .map(|c| crate::encode(c))
@@ -433,6 +545,45 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
         );
         let lock_action = format!("{path}/lock");
         let run_action = format!("{path}/runs");
+        let shown = v.version.to_string();
+        // This version's own page: links and forms name it, so a newer version changes nothing here.
+        let here = format!("{path}?version={shown}");
+        let edit_href = format!("/studies/new?from={}&version={shown}", crate::encode(&name));
+        let latest = versions.last().cloned();
+        let newer = latest.filter(|l| l.version > v.version).map(|l| {
+            let href = format!("{path}?version={}", l.version);
+            let state = if l.lock_sha256.is_some() { "locked" } else { "a draft" };
+            view! {
+                <p class="notice" id="newer-version">
+                    {format!("A newer version replaces these criteria: v{} ({state}). ", l.version)}
+                    <a href=href>{format!("Open v{}", l.version)}</a>
+                    ". This version's runs and records stay as they were, judged by the criteria below."
+                </p>
+            }
+        });
+        let version_tabs = (versions.len() > 1).then(|| {
+            let tabs = versions
+                .iter()
+                .map(|s| {
+                    let label = format!(
+                        "v{} · {}",
+                        s.version,
+                        s.locked_at.as_deref().map_or_else(
+                            || "draft".to_owned(),
+                            |at| format!("locked {}", at.get(..10).unwrap_or(at))
+                        )
+                    );
+                    if s.version == v.version {
+                        view! { <span class="tab active" aria-current="page">{label}</span> }
+                            .into_any()
+                    } else {
+                        let href = format!("{path}?version={}", s.version);
+                        view! { <a class="tab" href=href>{label}</a> }.into_any()
+                    }
+                })
+                .collect_view();
+            view! { <nav class="tabs" aria-label="Versions of this study">{tabs}</nav> }
+        });
         let schedule_href = format!("/schedules?study={}#add", crate::encode(&name));
         let done = v.state == StudyState::Done;
         let candidate_rows = v
@@ -441,7 +592,11 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
             .map(|c| {
                 let (word, tone) = verdict_word(c.verdict);
                 let class = format!("badge {tone}");
-                let href = format!("{path}/candidates/{}", crate::encode(&c.name));
+                let href = format!(
+                    "{path}/candidates/{}?version={}",
+                    crate::encode(&c.name),
+                    v.version
+                );
                 let source = c.stored["source"].as_str().unwrap_or("").to_owned();
                 let identity = &c.stored["gguf"]["identity"];
                 let what = if identity.is_null() {
@@ -467,12 +622,15 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
         let generations = progress.generations.clone();
         let baseline = progress.baseline.clone();
         let accept_action = format!("{path}/baseline");
+        let record_base = format!("{path}/candidates/");
         let after = progress.last_event_id.to_string();
         view! {
             <h1>{format!("{} v{}", v.name, v.version)} " " <span class=format!("badge {state_tone}") id="study-state">{state}</span></h1>
+            {version_tabs}
             <p class="question">{f.question.clone()}</p>
+            {newer}
             <section class="card">
-                <h2>"Frozen criteria"</h2>
+                <h2>{if locked { "Frozen criteria" } else { "Criteria" }}</h2>
                 <p class="mono small">{lock_line}</p>
                 <dl class="grid">
                     <dt>"Eval set"</dt><dd class="mono small">{evalset}</dd>
@@ -487,11 +645,13 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 <div class="actions">
                     {(!locked).then(|| view! {
                         <form method="post" action=lock_action.clone()>
+                            <input type="hidden" name="version" value=shown.clone()/>
                             <button type="submit">"Lock"</button>
                         </form>
                     })}
                     {(locked && v.state == StudyState::Locked).then(|| view! {
                         <form method="post" action=run_action.clone()>
+                            <input type="hidden" name="version" value=shown.clone()/>
                             <button type="submit" id="run">"Run"</button>
                         </form>
                     })}
@@ -500,6 +660,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                     })}
                     {(locked && done).then(|| view! {
                         <form method="post" action=run_action.clone()>
+                            <input type="hidden" name="version" value=shown.clone()/>
                             <input type="hidden" name="again" value="true"/>
                             <button type="submit" class="secondary">"Run again (new generation)"</button>
                         </form>
@@ -507,6 +668,7 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                     {locked.then(|| view! {
                         <a class="button secondary" href=schedule_href.clone()>"Run it on a schedule…"</a>
                     })}
+                    <a class="button secondary" href=edit_href id="edit">"Edit criteria…"</a>
                 </div>
             </section>
             <section class="card">
@@ -514,18 +676,18 @@ pub fn study_page(view_: StudyView, progress: RunProgress, slo: String) -> Strin
                 {list_table(CANDIDATE_COLUMNS, candidate_rows)}
                 <p><a href=compare_href>"Compare side by side"</a></p>
             </section>
-            <section id="progress" data-study=name.clone() data-after=after>
+            <section id="progress" data-study=name.clone() data-version=shown.clone() data-after=after>
                 <h2>"Runs"</h2>
                 <p class="muted small" id="live">
                     "Live progress needs JavaScript; without it, "
-                    <a href=path.clone()>"refresh"</a> "."
+                    <a href=here.clone()>"refresh"</a> "."
                 </p>
                 {if generations.is_empty() {
                     view! { <p class="muted">"Not run yet."</p> }.into_any()
                 } else {
                     generations
                         .into_iter()
-                        .map(|g| generation(g, progress.version, baseline.as_ref(), &accept_action))
+                        .map(|g| generation(g, progress.version, baseline.as_ref(), &accept_action, &record_base))
                         .collect_view()
                         .into_any()
                 }}

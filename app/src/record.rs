@@ -45,13 +45,25 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
         );
         let verdict_class = format!("verdict {}", v.verdict.tone);
         let generation = format!(
-            "generation {} · stored {} · record sha256 {}",
-            record.generation, record.stored_at, r.record_sha256
+            "study v{} · generation {} · stored {} · record sha256 {}",
+            r.study.version, record.generation, record.stored_at, r.record_sha256
         );
         let incomplete = r.incomplete.clone();
-        let study_href = format!("/studies/{}", crate::encode(&study));
+        // This record's own version and generation: the PDF and JSON are this record's, not
+        // whichever is newest when the link is followed.
+        let which = format!(
+            "?version={}&generation={}",
+            r.study.version, record.generation
+        );
+        let study_href = format!(
+            "/studies/{}?version={}",
+            crate::encode(&study),
+            r.study.version
+        );
+        let crumb = format!("{study} v{}", r.study.version);
+        let run = format!("generation {}", record.generation);
         view! {
-            <p class="crumbs"><a href=study_href>{study.clone()}</a> " / " {candidate.clone()}</p>
+            <p class="crumbs"><a href=study_href>{crumb}</a> " / " {candidate.clone()} " · " {run}</p>
             <h1>{v.title.clone()}</h1>
             <p class="question">{v.question.clone()}</p>
             <section class=verdict_class>
@@ -62,8 +74,8 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                 <ul class="warn-box">{incomplete.into_iter().map(|m| view! { <li>{m}</li> }).collect_view()}</ul>
             })}
             <p class="small">
-                <a href=format!("{base}/record.pdf")>"PDF (one page)"</a> " · "
-                <a href=format!("{base}/record.json")>"JSON"</a>
+                <a href=format!("{base}/record.pdf{which}")>"PDF (one page)"</a> " · "
+                <a href=format!("{base}/record.json{which}")>"JSON"</a>
             </p>
             <div>
                 <section class="card">

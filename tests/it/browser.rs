@@ -600,12 +600,69 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         offered - 1
     );
     shoot(&c, "study-baseline").await;
+
+    // Criteria changed from the study page: the form holds v1's text; saved changed, it is v2, a
+    // draft, with both versions a click apart; v1 keeps its runs, and each of its generations
+    // links its own records.
+    click(&c, Locator::Id("edit")).await;
+    c.wait()
+        .for_element(Locator::Id("consequence"))
+        .await
+        .unwrap();
+    assert!(
+        text_of(&c, "#consequence")
+            .await
+            .contains("Saving a changed copy stores mini v2"),
+    );
+    shoot(&c, "edit-study").await;
+    let edited = c
+        .execute(
+            "const t = document.getElementById('toml'); const before = t.value; \
+             t.value = before.replace('ttft_ms = 2000', 'ttft_ms = 1800'); return before !== t.value;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(edited, json!(true), "the stored text holds the SLO");
+    click(&c, Locator::Css("form button[type=submit]")).await;
+    c.wait()
+        .for_url(&format!("{base}/studies/mini").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(text_of(&c, "h1").await, "mini v2 draft");
+    assert_eq!(text_of(&c, "nav.tabs .tab.active").await, "v2 · draft");
+    shoot(&c, "study-v2").await;
+    click(&c, Locator::Css("nav.tabs a.tab")).await;
+    c.wait()
+        .for_element(Locator::Id("newer-version"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, "h1").await.starts_with("mini v1"));
+    shoot(&c, "study-v1-of-2").await;
+    let record_links = c
+        .find_all(Locator::Css(".records a:not(.small)"))
+        .await
+        .unwrap()
+        .len();
+    assert!(record_links >= 2, "{record_links} record links");
+    // Generations are listed newest first: the last record link is generation 1's.
+    c.execute(
+        "const links = document.querySelectorAll('.records a:not(.small)'); links[links.length - 1].click();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    c.wait()
+        .for_element(Locator::Css(".verdict"))
+        .await
+        .unwrap();
+    assert!(text_of(&c, ".crumbs").await.contains("generation 1"));
     c.close().await.unwrap();
 
     let pdf = http(
         &server.addr,
         "GET",
-        "/studies/mini/candidates/smol/record.pdf",
+        "/studies/mini/candidates/smol/record.pdf?version=1",
         &[],
         b"",
     );

@@ -143,6 +143,22 @@ fn dechunk(body: &str) -> String {
 }
 
 /// A form body, url-encoded.
+/// The text of a page's `<textarea id="toml">`, unescaped.
+fn textarea(page: &str) -> String {
+    let start = page
+        .find(r#"<textarea id="toml""#)
+        .expect("the form's text box");
+    let inner = &page[start..];
+    let inner = &inner[inner.find('>').unwrap() + 1..inner.find("</textarea>").unwrap()];
+    inner
+        .replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#x27;", "'")
+        .replace("&amp;", "&")
+}
+
 pub fn form(fields: &[(&str, &str)]) -> Vec<u8> {
     fields
         .iter()
@@ -517,8 +533,9 @@ fn forms_runs_and_refusals_over_http() {
     );
     for link in [
         format!(r#"action="{odd_path}/runs""#),
-        format!(r#"href="{odd_path}/candidates/smol""#),
-        format!(r#"href="{odd_path}/compare?candidates=smol""#),
+        format!(r#"href="{odd_path}/candidates/smol?version=1""#),
+        format!(r#"href="{odd_path}/compare?version=1&amp;candidates=smol""#),
+        r#"href="/studies/new?from=q%26a%20team%2F%CE%B2%20%231&amp;version=1""#.to_owned(),
         r#"href="/schedules?study=q%26a%20team%2F%CE%B2%20%231#add""#.to_owned(),
     ] {
         assert!(page.contains(&link), "{link}: {page}");
@@ -587,6 +604,175 @@ fn forms_runs_and_refusals_over_http() {
     assert_eq!(refused.status, 422);
     assert_eq!(refused.json()["error"]["class"], "bad_input");
 
+    // Every version keeps its page and every generation its records (v3 is now the latest):
+    // v2's page says a newer version replaces it and links both others; each of its
+    // generations links its own records, whose PDF and JSON are that generation's.
+    let v2_page = http(a, "GET", "/studies/mini?version=2", &[], b"").body;
+    assert!(v2_page.contains("<h1>mini v2"), "{v2_page}");
+    assert!(v2_page.contains(r#"id="newer-version""#), "{v2_page}");
+    assert!(v2_page.contains("v3 (locked)"), "{v2_page}");
+    for link in [
+        r#"href="/studies/mini?version=1""#.to_owned(),
+        r#"href="/studies/mini?version=3""#.to_owned(),
+        r#"href="/studies/mini/candidates/smol?version=2&amp;generation=1""#.to_owned(),
+        r#"href="/studies/mini/candidates/smol?version=2&amp;generation=2""#.to_owned(),
+        r#"href="/studies/mini/candidates/smol?version=2""#.to_owned(),
+        r#"href="/studies/new?from=mini&amp;version=2""#.to_owned(),
+    ] {
+        assert!(v2_page.contains(&link), "{link}: {v2_page}");
+    }
+    let latest_page = http(a, "GET", "/studies/mini", &[], b"").body;
+    assert!(latest_page.contains("<h1>mini v3"), "{latest_page}");
+    assert!(!latest_page.contains("newer-version"), "{latest_page}");
+    let g1 = http(
+        a,
+        "GET",
+        "/studies/mini/candidates/smol?version=2&generation=1",
+        &[],
+        b"",
+    );
+    assert_eq!(g1.status, 200, "{}", g1.body);
+    assert!(g1.body.contains("study v2 · generation 1"), "{}", g1.body);
+    assert!(
+        g1.body.contains(
+            r#"href="/studies/mini/candidates/smol/record.pdf?version=2&amp;generation=1""#
+        ),
+        "{}",
+        g1.body
+    );
+    let json = http(
+        a,
+        "GET",
+        "/studies/mini/candidates/smol/record.json?version=2&generation=1",
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(json["generation"], 1, "{json}");
+    assert_eq!(json["study"]["version"], 2, "{json}");
+    let newest = http(
+        a,
+        "GET",
+        "/api/studies/mini/candidates/smol/record?version=2",
+        &[],
+        b"",
+    )
+    .json();
+    assert_eq!(newest["generation"], 2, "{newest}");
+    let pdf = http(
+        a,
+        "GET",
+        "/studies/mini/candidates/smol/record.pdf?version=2&generation=1",
+        &[],
+        b"",
+    );
+    assert_eq!(pdf.header("content-type"), Some("application/pdf"));
+    // v3 has no record yet: its candidate's record is not found, v2's still is.
+    assert_eq!(
+        http(a, "GET", "/studies/mini/candidates/smol", &[], b"").status,
+        404
+    );
+    // v1 run from its own page: the form names v1, the run is v1's, v3 stays unrun.
+    let v1_page = http(a, "GET", "/studies/mini?version=1", &[], b"").body;
+    assert!(v1_page.contains(r#"name="version" value="1""#), "{v1_page}");
+    let run = http(
+        a,
+        "POST",
+        "/studies/mini/runs",
+        &[FORM],
+        &form(&[("version", "1")]),
+    );
+    assert_eq!(run.status, 303, "{}", run.body);
+    assert_eq!(
+        run.header("location"),
+        Some("/studies/mini?version=1#progress")
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = http(a, "GET", "/api/studies/mini/status?version=1", &[], b"").json();
+        if s["state"] == "done" {
+            assert_eq!(s["version"], 1, "{s}");
+            assert_eq!(
+                s["generations"][0]["verdicts"]["smol"], "disqualified",
+                "{s}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "v1's run did not finish: {s}");
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let v3 = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
+    assert_eq!(v3["version"], 3, "{v3}");
+    assert_eq!(v3["generations"], serde_json::json!([]), "{v3}");
+    let home = http(a, "GET", "/", &[], b"").body;
+    for v in 1..=3 {
+        let link = format!(r#"href="/studies/mini?version={v}""#);
+        assert!(home.contains(&link), "{link}: {home}");
+    }
+
+    // Edit criteria: the form holds v3's text as stored; saved unchanged, nothing is stored;
+    // changed, it is v4, a draft; a refused save comes back as the same edit page.
+    let edit = http(a, "GET", "/studies/new?from=mini&version=3", &[], b"");
+    assert_eq!(edit.status, 200, "{}", edit.body);
+    assert!(edit.body.contains("Edit mini v3"), "{}", edit.body);
+    assert!(
+        edit.body.contains("Saving a changed copy stores mini v4"),
+        "{}",
+        edit.body
+    );
+    let stored_text = textarea(&edit.body);
+    assert!(stored_text.contains("ttft_ms = 1500"), "{stored_text}");
+    let same = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM],
+        &form(&[("toml", &stored_text)]),
+    );
+    assert_eq!(same.status, 303, "{}", same.body);
+    assert_eq!(
+        http(a, "GET", "/api/studies/mini", &[], b"").json()["version"],
+        3
+    );
+    let bad = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM],
+        &form(&[
+            (
+                "toml",
+                &stored_text.replace("ttft_ms = 1500", "ttft_ms = \"soon\""),
+            ),
+            ("from", "mini"),
+            ("from_version", "3"),
+        ]),
+    );
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    assert!(bad.body.contains("Edit mini v3"), "{}", bad.body);
+    assert!(bad.body.contains("slo"), "{}", bad.body);
+    let changed = http(
+        a,
+        "POST",
+        "/studies",
+        &[FORM],
+        &form(&[(
+            "toml",
+            &stored_text.replace("ttft_ms = 1500", "ttft_ms = 1200"),
+        )]),
+    );
+    assert_eq!(changed.status, 303, "{}", changed.body);
+    let v4 = http(a, "GET", "/api/studies/mini", &[], b"").json();
+    assert_eq!(v4["version"], 4, "{v4}");
+    assert_eq!(v4["state"], "draft", "{v4}");
+    assert_eq!(v4["study"]["slo"]["ttft_ms"], 1200, "{v4}");
+    let v3 = http(a, "GET", "/api/studies/mini?version=3", &[], b"").json();
+    assert_eq!(v4["study"]["question"], v3["study"]["question"], "{v4}");
+    assert_eq!(v4["study"]["previous"], v3["lock_sha256"], "{v4}");
+    // Editing the draft says saving replaces it.
+    let edit4 = http(a, "GET", "/studies/new?from=mini", &[], b"").body;
+    assert!(edit4.contains("Saving replaces this draft"), "{edit4}");
+
     // An upload over the limit: 413, and the server is still up.
     let big = vec![b'a'; 17 << 20];
     let refused = http(
@@ -600,7 +786,7 @@ fn forms_runs_and_refusals_over_http() {
     assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
     let metrics = http(a, "GET", "/metrics", &[], b"").body;
     assert!(
-        metrics.contains("shortlist_jobs{state=\"done\"} 8"),
+        metrics.contains("shortlist_jobs{state=\"done\"} 12"),
         "{metrics}"
     );
     assert!(

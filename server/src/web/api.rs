@@ -10,7 +10,7 @@ use shortlist_runner::ServiceError;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::AppState;
-use super::pages::status_of;
+use super::pages::{Which, status_of};
 
 /// A failed API call: the status its class implies and `{"error": {"status", "class", "message"}}`.
 pub(crate) struct ApiError(pub(crate) ServiceError);
@@ -43,12 +43,20 @@ pub(crate) async fn studies(State(st): State<AppState>) -> ApiResult {
     ok(st.service.list_studies().await?)
 }
 
-pub(crate) async fn study(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
-    ok(st.service.show(&name, None).await?)
+pub(crate) async fn study(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    ok(st.service.show(&name, which.version).await?)
 }
 
-pub(crate) async fn status(State(st): State<AppState>, Path(name): Path<String>) -> ApiResult {
-    ok(st.service.run_progress(&name, None).await?)
+pub(crate) async fn status(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    ok(st.service.run_progress(&name, which.version).await?)
 }
 
 /// `POST /api/studies` with a study file (TOML) as the body.
@@ -136,10 +144,11 @@ pub(crate) async fn compare(
 pub(crate) async fn record(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,
+    Query(which): Query<Which>,
 ) -> ApiResult {
     ok(st
         .service
-        .record(&name, None, &candidate, None)
+        .record(&name, which.version, &candidate, which.generation)
         .await?
         .record)
 }

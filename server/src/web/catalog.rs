@@ -285,17 +285,7 @@ pub(crate) mod schedules {
 
     /// The names of the studies with a locked version: those a schedule can run.
     async fn locked_studies(st: &AppState) -> Result<Vec<String>, ServiceError> {
-        let mut names: Vec<String> = st
-            .service
-            .list_studies()
-            .await?
-            .into_iter()
-            .filter(|s| s.lock_sha256.is_some())
-            .map(|s| s.name)
-            .collect();
-        names.sort();
-        names.dedup();
-        Ok(names)
+        st.service.locked_study_names().await
     }
 
     async fn page(

@@ -87,24 +87,78 @@ pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageErr
     ))
 }
 
-pub(crate) async fn new_study() -> Response {
-    html(
+/// Which version of a study a page shows (default: the latest), and which of its generations
+/// (default: the newest that has what the page shows).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Which {
+    #[serde(default)]
+    pub(crate) version: Option<u32>,
+    #[serde(default)]
+    pub(crate) generation: Option<u32>,
+}
+
+/// The URL of a study's page, at `version` when given.
+fn study_url(name: &str, version: Option<u32>) -> String {
+    match version {
+        Some(v) => format!("/studies/{}?version={v}", encode(name)),
+        None => format!("/studies/{}", encode(name)),
+    }
+}
+
+/// `/studies/new?from=NAME[&version=V]`: the form, holding a stored study's text to edit.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct NewStudyQuery {
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    version: Option<u32>,
+}
+
+pub(crate) async fn new_study(
+    State(st): State<AppState>,
+    Query(q): Query<NewStudyQuery>,
+) -> Result<Response, PageError> {
+    let Some(from) = q.from.filter(|f| !f.is_empty()) else {
+        return Ok(html(
+            StatusCode::OK,
+            shortlist_app::new_study_page(String::new(), None, None),
+        ));
+    };
+    let editing = editing(&st, &from, q.version).await?;
+    let text = st
+        .service
+        .show(&from, Some(editing.version))
+        .await?
+        .study
+        .to_toml()
+        .map_err(|e| PageError(ServiceError::Study(e)))?;
+    Ok(html(
         StatusCode::OK,
-        shortlist_app::new_study_page(String::new(), None),
-    )
+        shortlist_app::new_study_page(text, None, Some(editing)),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct NewStudy {
     toml: String,
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    from_version: Option<u32>,
+}
+
+/// The new-study form as sent: the study's text, its eval set when uploaded with it, and the
+/// stored version it was edited from (the form's hidden fields).
+#[derive(Debug, Default)]
+struct SentStudy {
+    toml: String,
+    evalset: Option<String>,
+    from: Option<(String, Option<u32>)>,
 }
 
 /// The new-study form as sent: pasted (urlencoded) or uploaded (multipart, with the study file
 /// and optionally its eval set); an uploaded file wins over the text box.
-async fn read_new_study(
-    st: &AppState,
-    request: Request,
-) -> Result<(String, Option<String>), String> {
+async fn read_new_study(st: &AppState, request: Request) -> Result<SentStudy, String> {
     let multipart = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -114,33 +168,59 @@ async fn read_new_study(
         let Form(form) = Form::<NewStudy>::from_request(request, st)
             .await
             .map_err(|e| format!("the form could not be read: {e}"))?;
-        return Ok((form.toml, None));
+        return Ok(SentStudy {
+            toml: form.toml,
+            evalset: None,
+            from: form.from.map(|f| (f, form.from_version)),
+        });
     }
     let body = Multipart::from_request(request, st)
         .await
         .map_err(|e| format!("the upload could not be read: {e}"))?;
-    let (mut toml, mut file, mut evalset) = (String::new(), String::new(), None);
+    let (mut sent, mut file, mut from, mut from_version) =
+        (SentStudy::default(), String::new(), None, None);
     for (name, text) in shortlist_http::text_fields(body).await? {
         match name.as_str() {
-            "toml" => toml = text,
+            "toml" => sent.toml = text,
             "file" => file = text,
-            "evalset" if !text.trim().is_empty() => evalset = Some(text),
+            "evalset" if !text.trim().is_empty() => sent.evalset = Some(text),
+            "from" if !text.is_empty() => from = Some(text),
+            "from_version" => from_version = text.trim().parse().ok(),
             _ => {}
         }
     }
     if !file.trim().is_empty() {
-        toml = file;
+        sent.toml = file;
     }
-    Ok((toml, evalset))
+    sent.from = from.map(|f| (f, from_version));
+    Ok(sent)
+}
+
+/// What the edit form says about the stored version `name` v`version` it was opened from.
+async fn editing(
+    st: &AppState,
+    name: &str,
+    version: Option<u32>,
+) -> Result<shortlist_app::Editing, ServiceError> {
+    let view = st.service.show(name, version).await?;
+    let versions = st.service.study_versions(name).await?;
+    let latest = versions.last();
+    Ok(shortlist_app::Editing {
+        name: view.name.clone(),
+        version: view.version,
+        locked: view.lock_sha256.is_some(),
+        latest: latest.map_or(view.version, |l| l.version),
+        latest_locked: latest.is_some_and(|l| l.lock_sha256.is_some()),
+    })
 }
 
 pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -> Response {
-    let (toml, evalset) = match read_new_study(&st, request).await {
-        Ok(parts) => parts,
+    let sent = match read_new_study(&st, request).await {
+        Ok(sent) => sent,
         Err(why) => {
             return html(
                 StatusCode::BAD_REQUEST,
-                shortlist_app::new_study_page(String::new(), Some(why)),
+                shortlist_app::new_study_page(String::new(), Some(why), None),
             );
         }
     };
@@ -149,50 +229,71 @@ pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -
         .join("pasted.study.toml");
     match st
         .service
-        .create_study_with_set("the pasted study", &toml, &base, evalset)
+        .create_study_with_set("the pasted study", &sent.toml, &base, sent.evalset)
         .await
     {
+        // What was saved is the study's latest version, which its plain URL shows.
         Ok(created) => {
             let (name, _) = created.name_version();
-            Redirect::to(&format!("/studies/{}", encode(name))).into_response()
+            Redirect::to(&study_url(name, None)).into_response()
         }
-        // Nothing was stored: the form comes back with the error (line and field) and the text.
-        Err(e) => html(
-            status_of(&e),
-            shortlist_app::new_study_page(toml, Some(e.to_string())),
-        ),
+        // Nothing was stored: the form comes back with the error (line and field), the text,
+        // and what it was being edited from.
+        Err(e) => {
+            let from = match &sent.from {
+                Some((name, version)) => editing(&st, name, *version).await.ok(),
+                None => None,
+            };
+            html(
+                status_of(&e),
+                shortlist_app::new_study_page(sent.toml, Some(e.to_string()), from),
+            )
+        }
     }
 }
 
 pub(crate) async fn study(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    Query(which): Query<Which>,
 ) -> Result<Response, PageError> {
-    let view = st.service.show(&name, None).await?;
+    let view = st.service.show(&name, which.version).await?;
     let progress = st.service.run_progress(&name, Some(view.version)).await?;
+    let versions = st.service.study_versions(&name).await?;
     let slo = shortlist_study::study::Study::from_file("stored", view.study.clone())
         .map(|s| s.slo().describe())
         .unwrap_or_default();
     Ok(html(
         StatusCode::OK,
-        shortlist_app::study_page(view, progress, slo),
+        shortlist_app::study_page(view, progress, slo, versions),
     ))
+}
+
+/// The version a Lock or Run button was shown for (absent: the latest).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct LockForm {
+    #[serde(default)]
+    version: Option<u32>,
 }
 
 pub(crate) async fn lock(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    Form(form): Form<LockForm>,
 ) -> Result<Response, PageError> {
-    st.service
-        .lock(&name, None, &shortlist_runner::time::now_rfc3339())
+    let locked = st
+        .service
+        .lock(&name, form.version, &shortlist_runner::time::now_rfc3339())
         .await?;
-    Ok(Redirect::to(&format!("/studies/{}", encode(&name))).into_response())
+    Ok(Redirect::to(&study_url(&name, form.version.map(|_| locked.version))).into_response())
 }
 
 #[derive(Debug, Deserialize)]
 pub(crate) struct RunForm {
     #[serde(default)]
     again: Option<String>,
+    #[serde(default)]
+    version: Option<u32>,
 }
 
 pub(crate) async fn run(
@@ -204,7 +305,7 @@ pub(crate) async fn run(
     st.service
         .request_run(
             &name,
-            None,
+            form.version,
             &RunParams {
                 trigger: Trigger::Manual,
                 again: form.again.as_deref() == Some("true"),
@@ -212,7 +313,7 @@ pub(crate) async fn run(
             },
         )
         .await?;
-    Ok(Redirect::to(&format!("/studies/{}#progress", encode(&name))).into_response())
+    Ok(Redirect::to(&format!("{}#progress", study_url(&name, form.version))).into_response())
 }
 
 /// The form that accepts a finished generation as its version's baseline.
@@ -232,7 +333,11 @@ pub(crate) async fn accept_baseline(
     st.service
         .accept_baseline(&name, Some(form.version), form.generation, "workbench")
         .await?;
-    Ok(Redirect::to(&format!("/studies/{}#progress", encode(&name))).into_response())
+    Ok(Redirect::to(&format!(
+        "{}#progress",
+        study_url(&name, Some(form.version))
+    ))
+    .into_response())
 }
 
 /// `/studies/{name}/events`: server-sent events of the study's stored progress (each event's id
@@ -242,6 +347,9 @@ pub(crate) struct EventsQuery {
     /// The newest event the page already shows.
     #[serde(default)]
     after: Option<i64>,
+    /// The study version the page shows (default: the latest).
+    #[serde(default)]
+    version: Option<u32>,
 }
 
 pub(crate) async fn events(
@@ -250,7 +358,7 @@ pub(crate) async fn events(
     Query(q): Query<EventsQuery>,
     headers: axum::http::HeaderMap,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, PageError> {
-    let version = st.service.version_of(&name, None).await?;
+    let version = st.service.version_of(&name, q.version).await?;
     // A reconnecting browser says the last event it saw; a new page, the last it was drawn with.
     let start: i64 = headers
         .get("last-event-id")
@@ -371,16 +479,24 @@ pub(crate) async fn compare(
 pub(crate) async fn case(
     State(st): State<AppState>,
     Path((name, case)): Path<(String, String)>,
+    Query(which): Query<Which>,
 ) -> Result<Response, PageError> {
-    let view = st.service.case(&name, None, &case, None).await?;
+    let view = st
+        .service
+        .case(&name, which.version, &case, which.generation)
+        .await?;
     Ok(html(StatusCode::OK, shortlist_app::case_page(view)))
 }
 
 pub(crate) async fn record(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,
+    Query(which): Query<Which>,
 ) -> Result<Response, PageError> {
-    let record = st.service.record(&name, None, &candidate, None).await?;
+    let record = st
+        .service
+        .record(&name, which.version, &candidate, which.generation)
+        .await?;
     let view = screen_view(&record.record);
     let charts = charts(&record.record, Medium::Screen.chart_categories()).map_err(|e| {
         PageError(ServiceError::Corrupt {
@@ -397,10 +513,11 @@ pub(crate) async fn record(
 pub(crate) async fn record_pdf(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,
+    Query(which): Query<Which>,
 ) -> Result<Response, PageError> {
     let record = st
         .service
-        .record(&name, None, &candidate, None)
+        .record(&name, which.version, &candidate, which.generation)
         .await?
         .record;
     // Typesetting takes milliseconds of CPU: off the runtime's workers.

@@ -131,6 +131,46 @@ impl StudyService {
         })
     }
 
+    /// The versions of study `name`, oldest first (a store read of the study rows alone).
+    pub async fn study_versions(
+        &self,
+        name: &str,
+    ) -> Result<Vec<super::views::StudyVersionView>, ServiceError> {
+        let versions: Vec<_> = self
+            .store
+            .list_studies()
+            .await?
+            .into_iter()
+            .filter(|s| s.name == name)
+            .map(|s| super::views::StudyVersionView {
+                version: s.version,
+                lock_sha256: s.sha256,
+                locked_at: s.locked_at,
+            })
+            .collect();
+        if versions.is_empty() {
+            return Err(shortlist_store::StoreError::NotFound {
+                what: format!("study `{name}`"),
+            }
+            .into());
+        }
+        Ok(versions)
+    }
+
+    /// The names of the studies with at least one locked version, in order.
+    pub async fn locked_study_names(&self) -> Result<Vec<String>, ServiceError> {
+        let mut names: Vec<String> = self
+            .store
+            .list_studies()
+            .await?
+            .into_iter()
+            .filter(|s| s.sha256.is_some())
+            .map(|s| s.name)
+            .collect();
+        names.dedup();
+        Ok(names)
+    }
+
     /// Every study version, with its state and each candidate's latest verdict.
     pub async fn list_studies(&self) -> Result<Vec<StudySummaryView>, ServiceError> {
         let mut out = Vec::new();
@@ -202,7 +242,14 @@ impl StudyService {
                 .filter(|r| r.generation == number)
                 .map(|r| r.candidate.clone())
                 .collect();
-            candidates.dedup();
+            let mut seen = std::collections::BTreeSet::new();
+            candidates.retain(|c| seen.insert(c.clone()));
+            // Records are listed oldest first: a candidate's newest record of the generation wins.
+            let verdicts = records
+                .iter()
+                .filter(|r| r.generation == number)
+                .map(|r| (r.candidate.clone(), r.record.verdict))
+                .collect();
             generations.push(GenerationView {
                 number,
                 trigger: g.map_or("manual", |g| g.trigger.as_str()).to_owned(),
@@ -213,6 +260,7 @@ impl StudyService {
                     .map(|j| job_view(j, latest.get(&j.id).cloned()))
                     .collect::<Result<_, _>>()?,
                 records: candidates,
+                verdicts,
                 runs: runs
                     .iter()
                     .filter(|r| r.generation == number)

@@ -83,6 +83,15 @@ pub struct StudyView {
     pub latest_generation: Option<u32>,
 }
 
+/// One version of a study, as the versions of a study are listed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyVersionView {
+    pub version: u32,
+    /// The lock hash and time (RFC 3339); `None` for a draft.
+    pub lock_sha256: Option<String>,
+    pub locked_at: Option<String>,
+}
+
 /// One line of the study list.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StudySummaryView {
@@ -121,6 +130,8 @@ pub struct GenerationView {
     pub jobs: Vec<JobView>,
     /// Candidates whose record of this generation is stored.
     pub records: Vec<String>,
+    /// Each stored record's verdict, by candidate.
+    pub verdicts: std::collections::BTreeMap<String, Verdict>,
     /// Runs of this generation with who executed them.
     pub runs: Vec<RunView>,
 }
