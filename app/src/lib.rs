@@ -26,7 +26,7 @@ pub use compare::{CompareFilter, compare_page};
 pub use layout::{document, error_page, login_page};
 pub use pages::{Editing, HomeData, home_page, new_study_page, study_page};
 pub use record::record_page;
-pub use schedules::{ScheduleForm, schedule_page, schedules_page};
+pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
 
 /// A URL path segment or query value, percent-encoded (unreserved characters kept).
 pub fn encode(segment: &str) -> String {

@@ -304,12 +304,23 @@ fn short(h: &Option<String>) -> String {
         .map_or_else(|| "–".to_owned(), |h| h.get(..12).unwrap_or(h).to_owned())
 }
 
+/// The schedule page's form that adds a webhook: whether the workbench has a secret of its own
+/// (`SHORTLIST_WEBHOOK_SECRET`, used when the form's is left empty), and a refused add's reason
+/// with the URL that was sent.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookAdd {
+    pub server_secret: bool,
+    pub error: Option<String>,
+    pub url: String,
+}
+
 /// `/schedules/{name}`.
 pub fn schedule_page(
     s: ScheduleView,
     history: Vec<TickView>,
     timeline: Vec<HistoryPoint>,
     webhooks: Vec<WebhookView>,
+    add: WebhookAdd,
 ) -> String {
     let title = format!("Schedule {}", s.name);
     document(&title.clone(), move || {
@@ -325,7 +336,7 @@ pub fn schedule_page(
             .collect_view();
         let changes = what_changed(&timeline);
         let fingerprints = fingerprint_rows(&timeline);
-        let hooks = webhook_rows(&s.name, webhooks);
+        let hooks = webhook_rows(&s.name, webhooks, add);
         let timeline_rows = timeline
             .iter()
             .rev()
@@ -563,54 +574,90 @@ fn fingerprint_rows(timeline: &[HistoryPoint]) -> impl IntoView + use<> {
     rows.collect_view()
 }
 
-/// The webhooks with their state, and a button that enables a disabled one.
-fn webhook_rows(schedule: &str, hooks: Vec<WebhookView>) -> AnyView {
-    if hooks.is_empty() {
-        return view! {
-            <p class="muted">"No webhook. Add one with "<code>{format!("SHORTLIST_WEBHOOK_SECRET=… shortlist schedule webhook add {schedule} http://…")}</code>": each finished night is POSTed as JSON, signed with "<code>"X-Shortlist-Signature: sha256=HMAC-SHA256(secret, body)"</code>"."</p>
-        }
-        .into_any();
-    }
-    let action = format!("/schedules/{}/webhooks/enable", encode(schedule));
-    let rows = hooks
-        .into_iter()
-        .map(|h| {
-            let (word, tone) = if h.enabled {
-                ("enabled", "good")
-            } else {
-                ("disabled", "bad")
-            };
-            let class = format!("badge {tone}");
-            let enable = (!h.enabled).then(|| {
-                let action = action.clone();
+/// The webhooks with their state, a button that enables a disabled one and one that removes
+/// any (after a confirmation), then the form that adds one.
+fn webhook_rows(schedule: &str, hooks: Vec<WebhookView>, add: WebhookAdd) -> AnyView {
+    let base = format!("/schedules/{}/webhooks", encode(schedule));
+    let action = format!("{base}/enable");
+    let remove = format!("{base}/remove");
+    let table = (!hooks.is_empty()).then(|| {
+        let rows = hooks
+            .into_iter()
+            .map(|h| {
+                let (word, tone) = if h.enabled {
+                    ("enabled", "good")
+                } else {
+                    ("disabled", "bad")
+                };
+                let class = format!("badge {tone}");
+                let enable = (!h.enabled).then(|| {
+                    let action = action.clone();
+                    let url = h.url.clone();
+                    view! {
+                        <form method="post" action=action class="inline">
+                            <input type="hidden" name="url" value=url/>
+                            <button type="submit" class="secondary">"Enable again"</button>
+                        </form>
+                    }
+                });
+                let question = format!(
+                    "Remove the webhook {}? Its pending deliveries go with it.",
+                    h.url
+                );
                 let url = h.url.clone();
+                let remove = remove.clone();
                 view! {
-                    <form method="post" action=action class="inline">
-                        <input type="hidden" name="url" value=url/>
-                        <button type="submit" class="secondary">"Enable again"</button>
-                    </form>
+                    <tr>
+                        <td class="mono small">{h.url.clone()}</td>
+                        <td><span class=class>{word}</span>{enable}</td>
+                        <td>{format!("{} of 5", h.failures)}</td>
+                        <td>{h.pending}</td>
+                        <td class="small">{h.last_error.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                        <td class="mono small">{h.last_attempt.clone().unwrap_or_else(|| "–".to_owned())}</td>
+                        <td>
+                            <form method="post" action=remove data-confirm=question>
+                                <input type="hidden" name="url" value=url/>
+                                <button type="submit" class="secondary danger small">"Remove"</button>
+                            </form>
+                        </td>
+                    </tr>
                 }
-            });
-            view! {
-                <tr>
-                    <td class="mono small">{h.url.clone()}</td>
-                    <td><span class=class>{word}</span>{enable}</td>
-                    <td>{format!("{} of 5", h.failures)}</td>
-                    <td>{h.pending}</td>
-                    <td class="small">{h.last_error.clone().unwrap_or_else(|| "–".to_owned())}</td>
-                    <td class="mono small">{h.last_attempt.clone().unwrap_or_else(|| "–".to_owned())}</td>
-                </tr>
-            }
-        })
-        .collect_view();
+            })
+            .collect_view();
+        view! {
+            <p class="small muted">"A webhook is disabled after 5 consecutive failed deliveries (retried with doubling backoff); enabled again, it receives what it missed."</p>
+            <div class="scroll">
+                <table>
+                    <thead><tr><th>"URL"</th><th>"State"</th><th>"Consecutive failures"</th><th>"Pending"</th><th>"Last error"</th><th>"Last attempt"</th><th></th></tr></thead>
+                    <tbody>{rows}</tbody>
+                </table>
+            </div>
+        }
+    });
+    let empty = table.is_none();
+    let secret_hint = if add.server_secret {
+        "At least 16 characters; left empty, the workbench's own (SHORTLIST_WEBHOOK_SECRET) signs."
+    } else {
+        "At least 16 characters. It is stored with the webhook and not shown again."
+    };
     view! {
-        <p class="small muted">"A webhook is disabled after 5 consecutive failed deliveries (retried with doubling backoff); enabled again, it receives what it missed."</p>
-        <div class="scroll">
-            <table>
-                <thead><tr><th>"URL"</th><th>"State"</th><th>"Consecutive failures"</th><th>"Pending"</th><th>"Last error"</th><th>"Last attempt"</th></tr></thead>
-                <tbody>{rows}</tbody>
-            </table>
-        </div>
+        {empty.then(|| view! { <p class="muted">"No webhook yet."</p> })}
+        {table}
+        <h3 id="add-webhook">"Add a webhook"</h3>
+        <p class="small muted">
+            "Each finished night is POSTed as JSON (" <code>"shortlist.night.v1"</code> "), signed with "
+            <code>"X-Shortlist-Signature: sha256=HMAC-SHA256(secret, body)"</code>
+            ", which the receiver checks with the same secret. http:// only: put a relay in front of an https receiver."
+        </p>
+        {add.error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+        <form method="post" action=base class="stack narrow">
+            <label for="wurl">"URL"</label>
+            <input id="wurl" name="url" type="text" required placeholder="http://receiver.internal:9000/shortlist" value=add.url spellcheck="false"/>
+            <label for="wsecret">"Secret"</label>
+            <input id="wsecret" name="secret" type="password" autocomplete="new-password" required=!add.server_secret minlength="16"/>
+            <span class="small muted">{secret_hint}</span>
+            <button type="submit">"Add webhook"</button>
+        </form>
     }
     .into_any()
 }

@@ -1273,4 +1273,133 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
         404
     );
     assert_eq!(listed(a), ["nightly"]);
+
+    // Webhooks added and removed here. Refused with the reason — an https URL, a short secret,
+    // no secret where the workbench has none of its own —, the URL kept in the form, the secret
+    // never sent back, nothing stored; added, listed without its secret; the same URL again
+    // refused; removed from the page (the script asks first) and through the API.
+    let hook = |fields: &[(&str, &str)]| {
+        http(
+            a,
+            "POST",
+            "/schedules/nightly/webhooks",
+            &[FORM],
+            &form(fields),
+        )
+    };
+    let secret = "a-secret-of-24-characters";
+    let hooks = || http(a, "GET", "/api/schedules/nightly", &[], b"").json()["webhooks"].clone();
+    for (url, given, why) in [
+        (
+            "https://receiver.example/hook",
+            secret,
+            "give an http:// URL",
+        ),
+        (
+            "http://127.0.0.1:9/hook",
+            "fifteen chars..",
+            "at least 16 characters",
+        ),
+        (
+            "http://127.0.0.1:9/hook",
+            "",
+            "give one (16 characters or more)",
+        ),
+    ] {
+        let refused = hook(&[("url", url), ("secret", given)]);
+        assert_eq!(refused.status, 400, "{}", refused.body);
+        assert!(refused.body.contains(why), "{why}: {}", refused.body);
+        assert!(
+            refused.body.contains(&format!(r#"value="{url}""#)),
+            "{}",
+            refused.body
+        );
+        assert!(given.is_empty() || !refused.body.contains(given));
+    }
+    assert_eq!(hooks(), serde_json::json!([]));
+    let added = hook(&[("url", "http://127.0.0.1:9/hook"), ("secret", secret)]);
+    assert_eq!(added.status, 303, "{}", added.body);
+    assert_eq!(
+        added.header("location"),
+        Some("/schedules/nightly#add-webhook")
+    );
+    assert_eq!(hooks()[0]["url"], "http://127.0.0.1:9/hook");
+    assert_eq!(hooks()[0]["enabled"], true);
+    let page = http(a, "GET", "/schedules/nightly", &[], b"").body;
+    assert!(!page.contains(secret), "{page}");
+    assert!(
+        page.contains("Remove the webhook http://127.0.0.1:9/hook?"),
+        "{page}"
+    );
+    let again = hook(&[("url", "http://127.0.0.1:9/hook"), ("secret", secret)]);
+    assert_eq!(again.status, 400, "{}", again.body);
+    assert!(again.body.contains("already notifies"), "{}", again.body);
+    let json = [("content-type", "application/json")];
+    let api = http(
+        a,
+        "POST",
+        "/api/schedules/nightly/webhooks",
+        &json,
+        format!(r#"{{"url": "http://127.0.0.1:9/api", "secret": "{secret}"}}"#).as_bytes(),
+    );
+    assert_eq!(api.status, 201, "{}", api.body);
+    assert_eq!(api.json()["url"], "http://127.0.0.1:9/api");
+    assert!(!api.body.contains(secret), "{}", api.body);
+    let no_secret = http(
+        a,
+        "POST",
+        "/api/schedules/nightly/webhooks",
+        &json,
+        br#"{"url": "http://127.0.0.1:9/other"}"#,
+    );
+    assert_eq!(no_secret.status, 400, "{}", no_secret.body);
+    assert_eq!(no_secret.json()["error"]["class"], "bad_input");
+    assert_eq!(
+        http(
+            a,
+            "POST",
+            "/schedules/nothing/webhooks",
+            &[FORM],
+            &form(&[("url", "http://127.0.0.1:9/x"), ("secret", secret)])
+        )
+        .status,
+        404
+    );
+    let removed = http(
+        a,
+        "POST",
+        "/schedules/nightly/webhooks/remove",
+        &[FORM],
+        &form(&[("url", "http://127.0.0.1:9/hook")]),
+    );
+    assert_eq!(removed.status, 303, "{}", removed.body);
+    assert_eq!(
+        http(
+            a,
+            "DELETE",
+            "/api/schedules/nightly/webhooks?url=http%3A%2F%2F127.0.0.1%3A9%2Fapi",
+            &[],
+            b""
+        )
+        .status,
+        204
+    );
+    assert_eq!(hooks(), serde_json::json!([]));
+    // A workbench with a secret of its own signs with it when the form leaves it empty.
+    let signed = Server::start(
+        d,
+        &["--workers", "0", "--schedule-every", "0"],
+        &[("SHORTLIST_WEBHOOK_SECRET", secret)],
+    );
+    let page = http(&signed.addr, "GET", "/schedules/nightly", &[], b"").body;
+    assert!(page.contains("left empty, the workbench's own"), "{page}");
+    let added = http(
+        &signed.addr,
+        "POST",
+        "/schedules/nightly/webhooks",
+        &[FORM],
+        &form(&[("url", "http://127.0.0.1:9/own"), ("secret", "")]),
+    );
+    assert_eq!(added.status, 303, "{}", added.body);
+    assert_eq!(hooks()[0]["url"], "http://127.0.0.1:9/own");
 }

@@ -480,14 +480,116 @@ pub(crate) mod schedules {
         State(st): State<AppState>,
         Path(name): Path<String>,
     ) -> Result<Response, PageError> {
-        let view = st.service.schedule_view(&name).await?;
-        let history = st.service.schedule_history(&name, 200).await?;
-        let timeline = st.service.schedule_timeline(&name).await?;
-        let webhooks = st.service.webhooks(&name).await?;
+        schedule_page(&st, &name, StatusCode::OK, None, String::new()).await
+    }
+
+    /// The workbench's own webhook secret, when it has one.
+    fn server_secret() -> Option<String> {
+        std::env::var("SHORTLIST_WEBHOOK_SECRET")
+            .ok()
+            .filter(|s| !s.is_empty())
+    }
+
+    /// A schedule's page; `error` and `url`: a refused webhook and the URL that was sent.
+    async fn schedule_page(
+        st: &AppState,
+        name: &str,
+        status: StatusCode,
+        error: Option<String>,
+        url: String,
+    ) -> Result<Response, PageError> {
+        let view = st.service.schedule_view(name).await?;
+        let history = st.service.schedule_history(name, 200).await?;
+        let timeline = st.service.schedule_timeline(name).await?;
+        let webhooks = st.service.webhooks(name).await?;
+        let add = shortlist_app::WebhookAdd {
+            server_secret: server_secret().is_some(),
+            error,
+            url,
+        };
         Ok(html(
-            StatusCode::OK,
-            shortlist_app::schedule_page(view, history, timeline, webhooks),
+            status,
+            shortlist_app::schedule_page(view, history, timeline, webhooks, add),
         ))
+    }
+
+    /// The form that adds a webhook.
+    #[derive(Debug, serde::Deserialize)]
+    pub(crate) struct AddWebhookForm {
+        url: String,
+        #[serde(default)]
+        secret: String,
+    }
+
+    /// The secret a webhook is added with: the one given, else the workbench's own.
+    fn secret_of(given: String) -> Result<String, ServiceError> {
+        if !given.is_empty() {
+            return Ok(given);
+        }
+        server_secret().ok_or_else(|| {
+            ServiceError::invalid(
+                "the webhook secret",
+                "give one (16 characters or more): it signs each delivery, and the receiver checks it",
+            )
+        })
+    }
+
+    /// `POST /schedules/{name}/webhooks`: add a webhook; refused, the page comes back with the
+    /// reason and the URL sent (never the secret).
+    pub(crate) async fn add_webhook(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+        axum::Form(form): axum::Form<AddWebhookForm>,
+    ) -> Result<Response, PageError> {
+        let url = form.url.trim().to_owned();
+        let added = match secret_of(form.secret) {
+            Ok(secret) => st.service.add_webhook(&name, &url, &secret).await,
+            Err(e) => Err(e),
+        };
+        match added {
+            Ok(_) => Ok(
+                Redirect::to(&format!("/schedules/{}#add-webhook", encode(&name))).into_response(),
+            ),
+            Err(e) if e.is_not_found() => Err(e.into()),
+            Err(e) => schedule_page(&st, &name, status_of(&e), Some(e.to_string()), url).await,
+        }
+    }
+
+    /// `POST /schedules/{name}/webhooks/remove`: remove a webhook and its pending deliveries.
+    pub(crate) async fn remove_webhook(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+        axum::Form(form): axum::Form<WebhookForm>,
+    ) -> Result<Response, PageError> {
+        st.service.remove_webhook(&name, &form.url).await?;
+        Ok(Redirect::to(&format!("/schedules/{}", encode(&name))).into_response())
+    }
+
+    /// `POST /api/schedules/{name}/webhooks` with `{"url", "secret"?}` (default: the
+    /// workbench's own secret): the webhook as stored (201).
+    pub(crate) async fn api_add_webhook(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+        body: axum::body::Bytes,
+    ) -> Result<Response, crate::web::api::ApiError> {
+        let form: AddWebhookForm =
+            crate::web::api::json_body(&body, r#"{"url": "http://…", "secret"?: "…"}"#)?;
+        let secret = secret_of(form.secret)?;
+        let hook = st
+            .service
+            .add_webhook(&name, form.url.trim(), &secret)
+            .await?;
+        Ok((StatusCode::CREATED, axum::Json(hook)).into_response())
+    }
+
+    /// `DELETE /api/schedules/{name}/webhooks?url=…`.
+    pub(crate) async fn api_remove_webhook(
+        State(st): State<AppState>,
+        Path(name): Path<String>,
+        axum::extract::Query(form): axum::extract::Query<WebhookForm>,
+    ) -> Result<Response, crate::web::api::ApiError> {
+        st.service.remove_webhook(&name, &form.url).await?;
+        Ok(StatusCode::NO_CONTENT.into_response())
     }
 
     /// The form that enables a disabled webhook.

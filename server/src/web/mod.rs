@@ -148,6 +148,14 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/schedules/{name}/pause", post(catalog::schedules::pause))
         .route("/schedules/{name}/resume", post(catalog::schedules::resume))
         .route(
+            "/schedules/{name}/webhooks",
+            post(catalog::schedules::add_webhook),
+        )
+        .route(
+            "/schedules/{name}/webhooks/remove",
+            post(catalog::schedules::remove_webhook),
+        )
+        .route(
             "/schedules/{name}/webhooks/enable",
             post(catalog::schedules::enable_webhook),
         )
@@ -178,6 +186,11 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route(
             "/api/schedules/{name}",
             get(catalog::schedules::api_show).delete(catalog::schedules::api_remove),
+        )
+        .route(
+            "/api/schedules/{name}/webhooks",
+            post(catalog::schedules::api_add_webhook)
+                .delete(catalog::schedules::api_remove_webhook),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))

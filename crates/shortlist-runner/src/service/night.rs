@@ -113,7 +113,7 @@ pub fn check_webhook(url: &str, secret: &str) -> Result<(), ServiceError> {
         .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
     if !ok {
         return Err(ServiceError::invalid(
-            "--webhook",
+            "the webhook URL",
             format!(
                 "{url:?}: give an http:// URL (this build speaks no TLS; put a relay in front of an https receiver)"
             ),
@@ -121,8 +121,8 @@ pub fn check_webhook(url: &str, secret: &str) -> Result<(), ServiceError> {
     }
     if secret.chars().count() < 16 {
         return Err(ServiceError::invalid(
-            "SHORTLIST_WEBHOOK_SECRET",
-            "the webhook secret needs at least 16 characters",
+            "the webhook secret",
+            "it signs each delivery and needs at least 16 characters",
         ));
     }
     Ok(())
