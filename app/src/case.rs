@@ -54,8 +54,17 @@ fn wall_time(latency_s: Option<f64>, concurrency: Option<u32>) -> String {
 pub fn case_page(case: CaseView) -> String {
     let title = format!("{} · {}", case.id, case.study);
     document(&title.clone(), move || {
-        let study_href = format!("/studies/{}", crate::encode(&case.study));
-        let compare_href = format!("/studies/{}/compare?mode=all", crate::encode(&case.study));
+        let study_href = format!(
+            "/studies/{}?version={}",
+            crate::encode(&case.study),
+            case.version
+        );
+        let compare_href = format!(
+            "/studies/{}/compare?version={}&mode=all",
+            crate::encode(&case.study),
+            case.version
+        );
+        let crumb = format!("{} v{}", case.study, case.version);
         let tools = if case.tools.is_empty() {
             None
         } else {
@@ -181,7 +190,7 @@ pub fn case_page(case: CaseView) -> String {
             })
             .collect_view();
         view! {
-            <p class="crumbs"><a href=study_href>{case.study.clone()}</a> " / " <a href=compare_href>"cases"</a> " / " {case.id.clone()}</p>
+            <p class="crumbs"><a href=study_href>{crumb}</a> " / " <a href=compare_href>"cases"</a> " / " {case.id.clone()}</p>
             <h1>{case.id.clone()}</h1>
             <p class="muted">{format!("category {} · generation {}", case.category, case.generation.map_or("–".to_owned(), |g| g.to_string()))}</p>
             <section class="card">

@@ -210,10 +210,16 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
         let total = cmp.cases.len();
         let count = format!("{} of {total} cases", shown.len());
         let study = cmp.study.clone();
+        // A case's page shows the answers of the comparison's own version and generation.
+        let which = format!("?version={}&generation={}", cmp.version, cmp.generation);
         let case_rows = shown
             .into_iter()
             .map(|row| {
-                let href = format!("/studies/{}/cases/{}", encode(&study), encode(&row.id));
+                let href = format!(
+                    "/studies/{}/cases/{}{which}",
+                    encode(&study),
+                    encode(&row.id)
+                );
                 let cells = (0..row.outcomes.len())
                     .map(|i| {
                         let (word, tone) = match row.outcomes[i] {
@@ -245,8 +251,9 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             .into_iter()
             .map(|m| {
                 let href = format!(
-                    "/studies/{}/compare?candidates={}&mode={m}&category={}&q={}",
+                    "/studies/{}/compare?version={}&candidates={}&mode={m}&category={}&q={}",
                     encode(&cmp.study),
+                    cmp.version,
                     encode(&joined),
                     encode(&filter.category),
                     encode(&filter.search)
@@ -278,14 +285,14 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             cmp.study,
             &cmp.lock_sha256[..12.min(cmp.lock_sha256.len())]
         );
-        let study_href = format!("/studies/{}", encode(&cmp.study));
+        let study_href = format!("/studies/{}?version={}", encode(&cmp.study), cmp.version);
         let criteria = cmp.criteria.clone();
         let attainment = cmp.attainment_target.map_or_else(
             || "none set".to_owned(),
             |a| format!("{} %", num(a * 100.0, 4)),
         );
         view! {
-            <p class="crumbs"><a href=study_href>{cmp.study.clone()}</a> " / compare"</p>
+            <p class="crumbs"><a href=study_href>{format!("{} v{}", cmp.study, cmp.version)}</a> " / compare"</p>
             <h1>"Side by side"</h1>
             <p class="mono small">{header}</p>
             <section class="card">
@@ -381,6 +388,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 <h2>"Cases"</h2>
                 <nav class="tabs">{mode_links}</nav>
                 <form method="get" action=action class="filters">
+                    <input type="hidden" name="version" value=cmp.version.to_string()/>
                     <input type="hidden" name="candidates" value=joined.clone()/>
                     <input type="hidden" name="mode" value=filter.mode.clone()/>
                     <select name="category" aria-label="Category">{category_options}</select>

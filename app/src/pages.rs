@@ -115,7 +115,7 @@ pub fn home_page(data: HomeData) -> String {
                         <td data-label=STUDY_COLUMNS[0]><a href=href>{name}</a></td>
                         <td data-label=STUDY_COLUMNS[1]>{s.question}</td>
                         <td data-label=STUDY_COLUMNS[2]><span class=state_class>{word}</span></td>
-                        <td data-label=STUDY_COLUMNS[3] class="badges">{verdicts}</td>
+                        <td data-label=STUDY_COLUMNS[3]><div class="badges">{verdicts}</div></td>
                     </tr>
                 }
             })

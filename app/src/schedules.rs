@@ -118,7 +118,7 @@ pub fn schedules_page(
             .into_iter()
             .map(|s| {
                 let href = format!("/schedules/{}", encode(&s.name));
-                let study_href = format!("/studies/{}", encode(&s.study));
+                let study_href = study_url(&s.study, s.version);
                 let (word, tone) = if s.enabled { ("active", "good") } else { ("paused", "none") };
                 let class = format!("badge {tone}");
                 let when = format!("{} ({})", s.cron, s.tz);
@@ -299,6 +299,14 @@ fn dash(text: &str) -> String {
     }
 }
 
+/// A study's page: the version a schedule pins, or the latest.
+fn study_url(study: &str, version: Option<u32>) -> String {
+    match version {
+        Some(v) => format!("/studies/{}?version={v}", encode(study)),
+        None => format!("/studies/{}", encode(study)),
+    }
+}
+
 fn short(h: &Option<String>) -> String {
     h.as_deref()
         .map_or_else(|| "–".to_owned(), |h| h.get(..12).unwrap_or(h).to_owned())
@@ -405,7 +413,7 @@ pub fn schedule_page(
         } else {
             (format!("{base}/resume"), "Resume")
         };
-        let study_href = format!("/studies/{}", encode(&s.study));
+        let study_href = study_url(&s.study, s.version);
         let candidates = if s.candidates.is_empty() {
             "all of the study's".to_owned()
         } else {
@@ -422,7 +430,7 @@ pub fn schedule_page(
                 let class = format!("badge {tone}");
                 let run = match (t.version, t.generation) {
                     (Some(v), Some(g)) => {
-                        let href = format!("/studies/{}", encode(&t.study));
+                        let href = format!("/studies/{}?version={v}", encode(&t.study));
                         view! { <a href=href>{format!("v{v} · generation {g}")}</a> }.into_any()
                     }
                     _ => view! { <span class="muted">"–"</span> }.into_any(),

@@ -354,6 +354,22 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(compare.status, 200);
     assert!(compare.body.contains("6 of 6 cases"), "{}", compare.body);
+    // Its filters keep the comparison's version.
+    assert!(
+        compare
+            .body
+            .contains(r#"<input type="hidden" name="version" value="2""#),
+        "{}",
+        compare.body
+    );
+    // A case's link names the comparison's version and generation.
+    assert!(
+        compare
+            .body
+            .contains(r#"href="/studies/mini/cases/capital?version=2&amp;generation=1""#),
+        "{}",
+        compare.body
+    );
     // The canned answers carry no logprobs: the near-ties are said to be unmeasured.
     assert!(compare.body.contains("Near-ties"), "{}", compare.body);
     assert!(compare.body.contains("not measured"), "{}", compare.body);
@@ -667,6 +683,10 @@ fn forms_runs_and_refusals_over_http() {
         b"",
     );
     assert_eq!(pdf.header("content-type"), Some("application/pdf"));
+    assert_eq!(
+        pdf.header("content-disposition"),
+        Some(r#"inline; filename="mini-smol-v2-g1.pdf""#)
+    );
     // v3 has no record yet: its candidate's record is not found, v2's still is.
     assert_eq!(
         http(a, "GET", "/studies/mini/candidates/smol", &[], b"").status,

@@ -438,19 +438,47 @@ async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Result<Outcome
         return Ok(Outcome::Success);
     }
     println!(
-        "study {} v{}: {:?}",
-        progress.study, progress.version, progress.state
+        "study {} v{}: {}",
+        progress.study,
+        progress.version,
+        serde_json::to_value(progress.state)?
+            .as_str()
+            .unwrap_or_default()
     );
     for g in &progress.generations {
+        let records = g
+            .records
+            .iter()
+            .map(|c| match g.verdicts.get(c) {
+                Some(v) => format!(
+                    "{c} ({})",
+                    serde_json::to_value(v)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or_default()
+                ),
+                None => c.clone(),
+            })
+            .collect::<Vec<_>>();
+        let baseline = progress
+            .baseline
+            .as_ref()
+            .filter(|b| b.generation == g.number)
+            .map_or_else(String::new, |b| {
+                format!(
+                    "; the accepted baseline (by {} at {})",
+                    b.accepted_by, b.accepted_at
+                )
+            });
         println!(
-            "  generation {} ({}, {}): records of {}",
+            "  generation {} ({}, {}): records of {}{baseline}",
             g.number,
             g.trigger,
             g.created_at,
-            if g.records.is_empty() {
+            if records.is_empty() {
                 "none yet".to_owned()
             } else {
-                g.records.join(", ")
+                records.join(", ")
             }
         );
         for j in &g.jobs {

@@ -510,6 +510,20 @@ pub(crate) async fn record(
     ))
 }
 
+/// A name as part of a file name: letters, digits, `.`, `-` and `_` kept, anything else `_`
+/// (a header's quoted file name cannot hold every character a study name may).
+fn file_name_part(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
 pub(crate) async fn record_pdf(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,
@@ -520,6 +534,14 @@ pub(crate) async fn record_pdf(
         .record(&name, which.version, &candidate, which.generation)
         .await?
         .record;
+    // Saved PDFs of other studies, versions and generations keep apart.
+    let file_name = format!(
+        "{}-{}-v{}-g{}.pdf",
+        file_name_part(&name),
+        file_name_part(&candidate),
+        record.study.version,
+        record.generation.unwrap_or(0)
+    );
     // Typesetting takes milliseconds of CPU: off the runtime's workers.
     let pdf = tokio::task::spawn_blocking(move || render_pdf(&record, PaperSize::A4))
         .await
@@ -540,7 +562,7 @@ pub(crate) async fn record_pdf(
             (header::CONTENT_TYPE, "application/pdf".to_owned()),
             (
                 header::CONTENT_DISPOSITION,
-                format!("inline; filename=\"{candidate}.pdf\""),
+                format!("inline; filename=\"{file_name}\""),
             ),
         ],
         pdf,
