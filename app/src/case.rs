@@ -54,11 +54,7 @@ fn wall_time(latency_s: Option<f64>, concurrency: Option<u32>) -> String {
 pub fn case_page(case: CaseView) -> String {
     let title = format!("{} · {}", case.id, case.study);
     document(&title.clone(), move || {
-        let study_href = format!(
-            "/studies/{}?version={}",
-            crate::encode(&case.study),
-            case.version
-        );
+        let study_href = crate::study_url(&case.study, Some(case.version));
         let compare_href = format!(
             "/studies/{}/compare?version={}&mode=all",
             crate::encode(&case.study),

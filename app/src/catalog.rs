@@ -18,7 +18,7 @@ fn uses(list: Vec<StudyUse>, show_verdict: bool) -> AnyView {
     }
     list.into_iter()
         .map(|u| {
-            let href = format!("/studies/{}?version={}", encode(&u.study), u.version);
+            let href = crate::study_url(&u.study, Some(u.version));
             let label = format!(
                 "{} v{}{}",
                 u.study,

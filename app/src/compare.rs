@@ -285,7 +285,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             cmp.study,
             &cmp.lock_sha256[..12.min(cmp.lock_sha256.len())]
         );
-        let study_href = format!("/studies/{}?version={}", encode(&cmp.study), cmp.version);
+        let study_href = crate::study_url(&cmp.study, Some(cmp.version));
         let criteria = cmp.criteria.clone();
         let attainment = cmp.attainment_target.map_or_else(
             || "none set".to_owned(),

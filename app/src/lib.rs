@@ -28,6 +28,14 @@ pub use pages::{Editing, HomeData, home_page, new_study_page, study_page};
 pub use record::record_page;
 pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
 
+/// The URL of a study's page: at `version`, or (none) the latest version.
+pub fn study_url(name: &str, version: Option<u32>) -> String {
+    match version {
+        Some(v) => format!("/studies/{}?version={v}", encode(name)),
+        None => format!("/studies/{}", encode(name)),
+    }
+}
+
 /// A URL path segment or query value, percent-encoded (unreserved characters kept).
 pub fn encode(segment: &str) -> String {
     segment

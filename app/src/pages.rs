@@ -72,7 +72,7 @@ pub fn home_page(data: HomeData) -> String {
         let recent_rows = recent
             .into_iter()
             .map(|r| {
-                let href = format!("/studies/{}?version={}", crate::encode(&r.study), r.version);
+                let href = crate::study_url(&r.study, Some(r.version));
                 let (tone, word) = match r.state.as_str() {
                     "done" => ("good", "done"),
                     "failed" => ("bad", "failed"),
@@ -96,7 +96,7 @@ pub fn home_page(data: HomeData) -> String {
         let study_rows = studies
             .into_iter()
             .map(|s| {
-                let href = format!("/studies/{}?version={}", crate::encode(&s.name), s.version);
+                let href = crate::study_url(&s.name, Some(s.version));
                 let name = format!("{} v{}", s.name, s.version);
                 let (word, tone) = state_word(s.state);
                 let verdicts = s
@@ -144,7 +144,7 @@ pub fn home_page(data: HomeData) -> String {
                             {running
                                 .into_iter()
                                 .map(|(study, version, job)| {
-                                    let href = format!("/studies/{}?version={version}", crate::encode(&study));
+                                    let href = crate::study_url(&study, Some(version));
                                     let line = format!(
                                         "{study} v{version}: {} {} {}",
                                         job.candidate,
@@ -229,7 +229,7 @@ pub fn new_study_page(text: String, error: Option<String>, editing: Option<Editi
     document(&title.clone(), move || {
         let intro = match &editing {
             Some(e) => {
-                let href = format!("/studies/{}?version={}", crate::encode(&e.name), e.version);
+                let href = crate::study_url(&e.name, Some(e.version));
                 let state = if e.locked { "locked" } else { "draft" };
                 view! {
                     <p class="crumbs"><a href=href>{format!("{} v{}", e.name, e.version)}</a> " / edit"</p>

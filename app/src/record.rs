@@ -55,11 +55,7 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
             "?version={}&generation={}",
             r.study.version, record.generation
         );
-        let study_href = format!(
-            "/studies/{}?version={}",
-            crate::encode(&study),
-            r.study.version
-        );
+        let study_href = crate::study_url(&study, Some(r.study.version));
         let crumb = format!("{study} v{}", r.study.version);
         let run = format!("generation {}", record.generation);
         view! {

@@ -7,8 +7,8 @@ use shortlist_report::overlay::{HistorySeries, HistorySpec, NightMark, history_s
 use shortlist_runner::service::night::WebhookView;
 use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
 
-use crate::encode;
 use crate::layout::{document, list_table};
+use crate::{encode, study_url};
 
 fn version_text(v: Option<u32>) -> String {
     v.map_or_else(|| "latest locked".to_owned(), |v| format!("v{v}"))
@@ -299,14 +299,6 @@ fn dash(text: &str) -> String {
     }
 }
 
-/// A study's page: the version a schedule pins, or the latest.
-fn study_url(study: &str, version: Option<u32>) -> String {
-    match version {
-        Some(v) => format!("/studies/{}?version={v}", encode(study)),
-        None => format!("/studies/{}", encode(study)),
-    }
-}
-
 fn short(h: &Option<String>) -> String {
     h.as_deref()
         .map_or_else(|| "–".to_owned(), |h| h.get(..12).unwrap_or(h).to_owned())
@@ -430,7 +422,7 @@ pub fn schedule_page(
                 let class = format!("badge {tone}");
                 let run = match (t.version, t.generation) {
                     (Some(v), Some(g)) => {
-                        let href = format!("/studies/{}?version={v}", encode(&t.study));
+                        let href = study_url(&t.study, Some(v));
                         view! { <a href=href>{format!("v{v} · generation {g}")}</a> }.into_any()
                     }
                     _ => view! { <span class="muted">"–"</span> }.into_any(),

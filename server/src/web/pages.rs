@@ -11,7 +11,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
 use futures_util::stream::{self, Stream};
 use serde::Deserialize;
-use shortlist_app::{CompareFilter, HomeData, encode};
+use shortlist_app::{CompareFilter, HomeData, study_url};
 use shortlist_report::view::{Medium, screen_view};
 use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
@@ -95,14 +95,6 @@ pub(crate) struct Which {
     pub(crate) version: Option<u32>,
     #[serde(default)]
     pub(crate) generation: Option<u32>,
-}
-
-/// The URL of a study's page, at `version` when given.
-fn study_url(name: &str, version: Option<u32>) -> String {
-    match version {
-        Some(v) => format!("/studies/{}?version={v}", encode(name)),
-        None => format!("/studies/{}", encode(name)),
-    }
 }
 
 /// `/studies/new?from=NAME[&version=V]`: the form, holding a stored study's text to edit.
@@ -269,17 +261,11 @@ pub(crate) async fn study(
     ))
 }
 
-/// The version a Lock or Run button was shown for (absent: the latest).
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct LockForm {
-    #[serde(default)]
-    version: Option<u32>,
-}
-
 pub(crate) async fn lock(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    Form(form): Form<LockForm>,
+    // The version the Lock button was shown for (absent: the latest).
+    Form(form): Form<Which>,
 ) -> Result<Response, PageError> {
     let locked = st
         .service
