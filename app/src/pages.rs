@@ -220,8 +220,14 @@ impl Editing {
 
 /// `/studies/new`: paste a study file; errors are shown with their line and field, and nothing
 /// is stored on error. `editing`: the stored version the text comes from (the study page's
-/// **Edit criteria…**).
-pub fn new_study_page(text: String, error: Option<String>, editing: Option<Editing>) -> String {
+/// **Edit criteria…**); `starts`: the stored studies' latest versions, offered as texts to start
+/// from when the form is empty.
+pub fn new_study_page(
+    text: String,
+    error: Option<String>,
+    editing: Option<Editing>,
+    starts: Vec<(String, u32)>,
+) -> String {
     let title = match &editing {
         Some(e) => format!("Edit {} v{}", e.name, e.version),
         None => "New study".to_owned(),
@@ -241,14 +247,35 @@ pub fn new_study_page(text: String, error: Option<String>, editing: Option<Editi
                 }
                 .into_any()
             }
-            None => view! {
-                <h1>"New study"</h1>
-                <p>
-                    "Upload or paste a study file (" <code>"shortlist.study.v1"</code>
-                    "), and upload its eval set with it — or let the study find it on the server: by its path, or among the stored eval sets by the sha256 it pins. A draft can be edited until it is locked."
-                </p>
+            None => {
+                let starts = (!starts.is_empty()).then(|| {
+                    let links = starts
+                        .iter()
+                        .map(|(name, version)| {
+                            let href = format!(
+                                "/studies/new?from={}&version={version}",
+                                crate::encode(name)
+                            );
+                            view! { <li><a href=href>{format!("{name} v{version}")}</a></li> }
+                        })
+                        .collect_view();
+                    view! {
+                        <div class="records" id="starts">
+                            <span class="small muted">"Or start from a stored study's text:"</span>
+                            <ul class="plain inline-list">{links}</ul>
+                        </div>
+                    }
+                });
+                view! {
+                    <h1>"New study"</h1>
+                    <p>
+                        "Upload or paste a study file (" <code>"shortlist.study.v1"</code>
+                        "), and upload its eval set with it — or let the study find it on the server: by its path, or among the stored eval sets by the sha256 it pins. A draft can be edited until it is locked."
+                    </p>
+                    {starts}
+                }
+                .into_any()
             }
-            .into_any(),
         };
         let button = if editing.is_some() {
             "Save"

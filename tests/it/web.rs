@@ -792,6 +792,13 @@ fn forms_runs_and_refusals_over_http() {
     // Editing the draft says saving replaces it.
     let edit4 = http(a, "GET", "/studies/new?from=mini", &[], b"").body;
     assert!(edit4.contains("Saving replaces this draft"), "{edit4}");
+    // The empty form offers each study's latest version as a text to start from.
+    let blank = http(a, "GET", "/studies/new", &[], b"").body;
+    assert!(
+        blank.contains(r#"href="/studies/new?from=mini&amp;version=4""#),
+        "{blank}"
+    );
+    assert!(!blank.contains("from=mini&amp;version=3"), "{blank}");
 
     // An upload over the limit: 413, and the server is still up.
     let big = vec![b'a'; 17 << 20];

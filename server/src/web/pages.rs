@@ -113,7 +113,12 @@ pub(crate) async fn new_study(
     let Some(from) = q.from.filter(|f| !f.is_empty()) else {
         return Ok(html(
             StatusCode::OK,
-            shortlist_app::new_study_page(String::new(), None, None),
+            shortlist_app::new_study_page(
+                String::new(),
+                None,
+                None,
+                st.service.latest_study_versions().await?,
+            ),
         ));
     };
     let editing = editing(&st, &from, q.version).await?;
@@ -126,7 +131,7 @@ pub(crate) async fn new_study(
         .map_err(|e| PageError(ServiceError::Study(e)))?;
     Ok(html(
         StatusCode::OK,
-        shortlist_app::new_study_page(text, None, Some(editing)),
+        shortlist_app::new_study_page(text, None, Some(editing), Vec::new()),
     ))
 }
 
@@ -212,7 +217,7 @@ pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -
         Err(why) => {
             return html(
                 StatusCode::BAD_REQUEST,
-                shortlist_app::new_study_page(String::new(), Some(why), None),
+                shortlist_app::new_study_page(String::new(), Some(why), None, Vec::new()),
             );
         }
     };
@@ -238,7 +243,7 @@ pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -
             };
             html(
                 status_of(&e),
-                shortlist_app::new_study_page(sent.toml, Some(e.to_string()), from),
+                shortlist_app::new_study_page(sent.toml, Some(e.to_string()), from, Vec::new()),
             )
         }
     }

@@ -157,6 +157,19 @@ impl StudyService {
         Ok(versions)
     }
 
+    /// Each study's name and latest version, by name (a store read of the study rows alone).
+    pub async fn latest_study_versions(&self) -> Result<Vec<(String, u32)>, ServiceError> {
+        let mut latest: Vec<(String, u32)> = Vec::new();
+        // Listed by name, then version: a name's last row is its latest version.
+        for s in self.store.list_studies().await? {
+            match latest.last_mut() {
+                Some((name, version)) if *name == s.name => *version = s.version,
+                _ => latest.push((s.name, s.version)),
+            }
+        }
+        Ok(latest)
+    }
+
     /// The names of the studies with at least one locked version, in order.
     pub async fn locked_study_names(&self) -> Result<Vec<String>, ServiceError> {
         let mut names: Vec<String> = self
