@@ -16,6 +16,7 @@ use shortlist_report::view::{Medium, screen_view};
 use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::ServiceError;
+use shortlist_runner::service::views::StudyView;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::{AppState, html};
@@ -121,11 +122,8 @@ pub(crate) async fn new_study(
             ),
         ));
     };
-    let editing = editing(&st, &from, q.version).await?;
-    let text = st
-        .service
-        .show(&from, Some(editing.version))
-        .await?
+    let (editing, view) = editing(&st, &from, q.version).await?;
+    let text = view
         .study
         .to_toml()
         .map_err(|e| PageError(ServiceError::Study(e)))?;
@@ -193,22 +191,24 @@ async fn read_new_study(st: &AppState, request: Request) -> Result<SentStudy, St
     Ok(sent)
 }
 
-/// What the edit form says about the stored version `name` v`version` it was opened from.
+/// What the edit form says about the stored version `name` v`version` it was opened from, with
+/// that version as read.
 async fn editing(
     st: &AppState,
     name: &str,
     version: Option<u32>,
-) -> Result<shortlist_app::Editing, ServiceError> {
+) -> Result<(shortlist_app::Editing, StudyView), ServiceError> {
     let view = st.service.show(name, version).await?;
     let versions = st.service.study_versions(name).await?;
     let latest = versions.last();
-    Ok(shortlist_app::Editing {
+    let editing = shortlist_app::Editing {
         name: view.name.clone(),
         version: view.version,
         locked: view.lock_sha256.is_some(),
         latest: latest.map_or(view.version, |l| l.version),
         latest_locked: latest.is_some_and(|l| l.lock_sha256.is_some()),
-    })
+    };
+    Ok((editing, view))
 }
 
 pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -> Response {
@@ -238,7 +238,7 @@ pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -
         // and what it was being edited from.
         Err(e) => {
             let from = match &sent.from {
-                Some((name, version)) => editing(&st, name, *version).await.ok(),
+                Some((name, version)) => editing(&st, name, *version).await.ok().map(|(e, _)| e),
                 None => None,
             };
             html(
