@@ -49,6 +49,9 @@
   source.addEventListener("open", connected);
   source.addEventListener("progress", function (message) {
     const e = JSON.parse(message.data);
+    // A job started: a worker is there after all, and the notice that none was goes.
+    const stranded = document.getElementById("stranded");
+    if (stranded && e.phase === "started") stranded.remove();
     const row = section.querySelector('tr[data-job="' + e.job + '"]');
     if (!row) return;
     let fraction = null;

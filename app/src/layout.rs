@@ -24,6 +24,7 @@ pub fn document<V: IntoView + 'static>(title: &str, body: impl FnOnce() -> V + '
                             <a href="/evalsets">"Eval sets"</a>
                             <a href="/candidates">"Candidates"</a>
                             <a href="/schedules">"Schedules"</a>
+                            <a href="/workers">"Workers"</a>
                             <a href="/studies/new">"New study"</a>
                         </nav>
                     </header>
@@ -37,6 +38,22 @@ pub fn document<V: IntoView + 'static>(title: &str, body: impl FnOnce() -> V + '
         .to_html()
     });
     format!("<!DOCTYPE html>{html}")
+}
+
+/// A message as the command line writes it, with its `backticked` spans (commands, flags) as
+/// code.
+pub fn code_spans(text: &str) -> impl IntoView + use<> {
+    text.split('`')
+        .enumerate()
+        .map(|(i, part)| {
+            let part = part.to_owned();
+            if i % 2 == 1 {
+                view! { <code>{part}</code> }.into_any()
+            } else {
+                part.into_any()
+            }
+        })
+        .collect_view()
 }
 
 /// A page for an error: its status, a title and what happened, in words.

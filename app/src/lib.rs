@@ -16,6 +16,7 @@ mod layout;
 mod pages;
 mod record;
 mod schedules;
+mod workers;
 
 pub use case::case_page;
 pub use catalog::{
@@ -27,6 +28,7 @@ pub use layout::{document, error_page, login_page};
 pub use pages::{Editing, HomeData, home_page, new_study_page, study_page};
 pub use record::record_page;
 pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
+pub use workers::workers_page;
 
 /// The URL of a study's page: at `version`, or (none) the latest version.
 pub fn study_url(name: &str, version: Option<u32>) -> String {

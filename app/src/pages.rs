@@ -4,9 +4,11 @@
 use leptos::prelude::*;
 use shortlist_runner::progress::ProgressEvent;
 use shortlist_runner::service::views::{
-    BaselineView, EvalSetSummary, GenerationView, JobView, RecentRun, RunProgress, StudyState,
-    StudySummaryView, StudyVersionView, StudyView,
+    BaselineView, EvalSetSummary, GenerationView, JobView, QueueView, RecentRun, RunProgress,
+    StudyState, StudySummaryView, StudyVersionView, StudyView,
 };
+
+use shortlist_runner::time::duration_in_words;
 
 use crate::layout::{card_table, document, list_table};
 use crate::verdict_word;
@@ -30,6 +32,8 @@ pub struct HomeData {
     pub evalsets: Vec<EvalSetSummary>,
     /// The newest runs, newest first.
     pub recent: Vec<RecentRun>,
+    /// The job queue and how many workers are alive to take it.
+    pub queue: QueueView,
 }
 
 /// The studies list's columns.
@@ -66,6 +70,7 @@ const RUN_COLUMNS: &[&str] = &[
 pub fn home_page(data: HomeData) -> String {
     document("Studies", move || {
         let running = data.running.clone();
+        let queue = data.queue.clone();
         let studies = data.studies.clone();
         let evalsets = data.evalsets.clone();
         let recent = data.recent.clone();
@@ -136,6 +141,7 @@ pub fn home_page(data: HomeData) -> String {
             <h1>"Studies"</h1>
             <section class="card">
                 <h2>"Running now"</h2>
+                {crate::workers::stranded_notice(queue.stranded_note(), true)}
                 {if running.is_empty() {
                     view! { <p class="muted">"Nothing is running."</p> }.into_any()
                 } else {
@@ -158,6 +164,9 @@ pub fn home_page(data: HomeData) -> String {
                     }
                         .into_any()
                 }}
+                <p class="muted small" id="queue-line">
+                    {crate::workers::queue_line(&queue)} " · " <a href="/workers">"Workers"</a>
+                </p>
             </section>
             <section class="card">
                 {list_table(STUDY_COLUMNS, study_rows)}
@@ -333,19 +342,9 @@ fn progress_text(p: Option<&ProgressEvent>) -> String {
         ));
     }
     if let Some(eta) = p.eta_s {
-        parts.push(format!("ETA {}", duration(eta)));
+        parts.push(format!("ETA {}", duration_in_words(eta)));
     }
     parts.join(" · ")
-}
-
-fn duration(s: f64) -> String {
-    if s >= 3600.0 {
-        format!("{:.1} h", s / 3600.0)
-    } else if s >= 60.0 {
-        format!("{:.0} min", s / 60.0)
-    } else {
-        format!("{s:.0} s")
-    }
 }
 
 fn job_row(job: JobView) -> impl IntoView {
@@ -508,6 +507,7 @@ pub fn study_page(
     progress: RunProgress,
     slo: String,
     versions: Vec<StudyVersionView>,
+    queue: QueueView,
 ) -> String {
     let title = format!("{} v{}", view_.name, view_.version);
     document(&title.clone(), move || {
@@ -647,6 +647,12 @@ pub fn study_page(
             })
             .collect_view();
         let generations = progress.generations.clone();
+        // This version's jobs that wait in the queue (for a worker, a dependency or a backoff).
+        let queued_here = generations
+            .iter()
+            .flat_map(|g| &g.jobs)
+            .filter(|j| j.state == "queued")
+            .count() as u64;
         let baseline = progress.baseline.clone();
         let accept_action = format!("{path}/baseline");
         let record_base = format!("{path}/candidates/");
@@ -709,6 +715,7 @@ pub fn study_page(
                     "Live progress needs JavaScript; without it, "
                     <a href=here.clone()>"refresh"</a> "."
                 </p>
+                {crate::workers::stranded_notice(queue.no_worker_note(queued_here, None), true)}
                 {if generations.is_empty() {
                     view! { <p class="muted">"Not run yet."</p> }.into_any()
                 } else {

@@ -335,6 +335,15 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     shoot(&c, "record").await;
     c.goto(&format!("{base}/")).await.unwrap();
     shoot(&c, "home").await;
+    // The workbench's own worker, idle now, with its machine; nothing stranded in the queue.
+    c.goto(&format!("{base}/workers")).await.unwrap();
+    let workers = text_of(&c, "#workers").await;
+    assert!(
+        workers.contains("idle") && workers.contains("backend"),
+        "{workers}"
+    );
+    assert!(c.find(Locator::Id("stranded")).await.is_err());
+    shoot(&c, "workers").await;
 
     // Eval sets: the study's, and one imported from promptfoo with a preview first.
     c.goto(&format!("{base}/evalsets/import")).await.unwrap();

@@ -2,7 +2,8 @@
 //! workbench share one study's jobs — one is killed (SIGKILL) in the middle of a quality job and
 //! one stopped (SIGTERM) — and the run still finishes with every case stored once and the same
 //! quality results as one worker's run; run requests from several processes at once queue one
-//! generation.
+//! generation. And what the database knows of its workers (`shortlist workers`, `/workers`):
+//! alive, gone or stopped, and queued jobs that no worker is alive to take.
 
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -219,6 +220,18 @@ fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
         log.contains(&format!("job {}: released to the queue", held["id"])),
         "{log}"
     );
+    // What the database knows of the three: the stopped one said so; the killed one stopped
+    // saying it is alive (three missed beats of half a second) and is listed as gone.
+    let view = wait_for(30, "the killed worker listed as gone", || {
+        let v = workers_view(url, d);
+        (state_of(&v, names[killed]).as_deref() == Some("gone")).then_some(v)
+    });
+    assert_eq!(
+        state_of(&view, names[stopped]).as_deref(),
+        Some("stopped"),
+        "{view}"
+    );
+    assert_eq!(view["queue"]["live_workers"], 1, "{view}");
     // The last worker finishes everything, taking over the killed worker's job and the
     // stopped one's.
     let finished = wait_for(240, "every job done", || {
@@ -519,4 +532,111 @@ fn load_steps_sent_from_two_workers_are_merged_from_both_parts() {
         assert!(p.get("senders").is_none(), "sent whole: {p}");
         assert_eq!(p["target_counts"]["scheduled"], 120, "{p}");
     }
+}
+
+/// The workers a database has seen, through `shortlist workers --json`.
+fn workers_view(url: &str, dir: &Path) -> Value {
+    json(url, dir, &["workers", "--json"])
+}
+
+/// The state of worker `name` in `view` (`None` while it is not listed).
+fn state_of(view: &Value, name: &str) -> Option<String> {
+    view["workers"]
+        .as_array()?
+        .iter()
+        .find(|w| w["name"] == name)
+        .and_then(|w| w["state"].as_str().map(str::to_owned))
+}
+
+/// Queued jobs with no worker alive are named as such — by `shortlist workers`, the API, the
+/// workbench's home, study and workers pages and its metrics — and stop being so once a
+/// `shortlist worker` starts; the worker is listed alive with its machine and the job it
+/// holds, and as stopped after SIGTERM.
+#[test]
+fn queued_jobs_without_a_live_worker_are_named_and_a_worker_is_seen() {
+    use crate::web::http;
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    let _mock = locked_study(url, d, "300");
+    let serve = crate::web::Server::start_on(url, d, &["--workers", "0", "--schedule-every", "0"]);
+    let queued = json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let n = queued["queued"].as_u64().unwrap();
+    assert!(n > 0, "{queued}");
+
+    // Nothing takes the jobs: every surface says so.
+    let view = workers_view(url, d);
+    assert_eq!(view["queue"]["queued"], n, "{view}");
+    assert_eq!(view["queue"]["live_workers"], 0, "{view}");
+    assert!(view["queue"]["oldest_waiting_s"].is_u64(), "{view}");
+    assert_eq!(view["workers"], serde_json::json!([]), "{view}");
+    let api = http(&serve.addr, "GET", "/api/workers", &[], b"").json();
+    assert_eq!(
+        (
+            &api["queue"]["queued"],
+            &api["queue"]["live_workers"],
+            &api["workers"]
+        ),
+        (
+            &view["queue"]["queued"],
+            &view["queue"]["live_workers"],
+            &view["workers"]
+        ),
+        "{api}"
+    );
+    for page in ["/", "/workers", "/studies/mini"] {
+        let body = http(&serve.addr, "GET", page, &[], b"").body;
+        assert!(body.contains("id=\"stranded\""), "{page}: {body}");
+    }
+    let metrics = http(&serve.addr, "GET", "/metrics", &[], b"").body;
+    assert!(
+        metrics.contains(&format!("shortlist_jobs{{state=\"queued\"}} {n}"))
+            && metrics.contains("shortlist_workers{state=\"idle\"} 0")
+            && metrics.contains("shortlist_oldest_queued_job_seconds "),
+        "{metrics}"
+    );
+
+    // A worker starts: it is seen alive, holding a job, with its machine.
+    let mut w = worker(url, d, "solo");
+    let busy = wait_for(60, "the worker seen working", || {
+        let v = workers_view(url, d);
+        (state_of(&v, "solo").as_deref() == Some("working")).then_some(v)
+    });
+    let solo = &busy["workers"][0];
+    assert_eq!(busy["queue"]["live_workers"], 1, "{busy}");
+    assert!(
+        solo["job"]["id"].is_i64() && solo["job"]["study"] == "mini",
+        "{solo}"
+    );
+    assert!(
+        solo["machine"].as_str().unwrap().contains("backend"),
+        "{solo}"
+    );
+    assert_eq!(solo["beat_ms"], 500, "a quarter of --stale-after 2: {solo}");
+    let page = http(&serve.addr, "GET", "/workers", &[], b"").body;
+    assert!(
+        page.contains(">solo<") && page.contains(">working<") && !page.contains("id=\"stranded\""),
+        "{page}"
+    );
+
+    // SIGTERM: it puts its job back or finishes, exits, and is listed as stopped.
+    let pid = i32::try_from(w.id()).unwrap();
+    // SAFETY: sending a signal to a child process this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = wait_for(60, "the worker to exit", || w.try_wait().unwrap());
+    assert_eq!(status.code(), Some(0));
+    let view = workers_view(url, d);
+    assert_eq!(
+        state_of(&view, "solo").as_deref(),
+        Some("stopped"),
+        "{view}"
+    );
+    assert_eq!(view["queue"]["live_workers"], 0, "{view}");
+    let metrics = http(&serve.addr, "GET", "/metrics", &[], b"").body;
+    assert!(
+        metrics.contains("shortlist_workers{state=\"stopped\"} 1"),
+        "{metrics}"
+    );
 }

@@ -28,6 +28,19 @@ pub fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
+/// A span in the largest unit that keeps it readable: "42 s", "7 min", "2.5 h", "3.0 d".
+pub fn duration_in_words(secs: f64) -> String {
+    if secs >= 86_400.0 {
+        format!("{:.1} d", secs / 86_400.0)
+    } else if secs >= 3600.0 {
+        format!("{:.1} h", secs / 3600.0)
+    } else if secs >= 60.0 {
+        format!("{:.0} min", secs / 60.0)
+    } else {
+        format!("{secs:.0} s")
+    }
+}
+
 /// Seconds since the Unix epoch as RFC 3339 UTC.
 pub fn rfc3339(secs: u64) -> String {
     let days = (secs / 86_400) as i64;
@@ -53,6 +66,15 @@ pub fn rfc3339(secs: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_in_words() {
+        assert_eq!(duration_in_words(0.4), "0 s");
+        assert_eq!(duration_in_words(59.0), "59 s");
+        assert_eq!(duration_in_words(61.0), "1 min");
+        assert_eq!(duration_in_words(5400.0), "1.5 h");
+        assert_eq!(duration_in_words(3.0 * 86_400.0), "3.0 d");
+    }
 
     #[test]
     fn rfc3339_of_known_instants() {

@@ -7,8 +7,9 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use shortlist_store::jobs::{Job, Retry};
 use shortlist_store::runs::Executor;
@@ -56,8 +57,10 @@ pub struct Worker {
     stop: Arc<AtomicBool>,
     /// The first retry's wait; doubled per attempt, at most [`MAX_BACKOFF`].
     backoff: Duration,
-    /// How often the job in hand says it is alive.
+    /// How often the job in hand says it is alive, and the worker itself, idle or busy.
     heartbeat: Duration,
+    /// When this worker last said it was alive (`None`: not yet announced).
+    seen: Arc<Mutex<Option<Instant>>>,
 }
 
 /// The longest wait before a retried job runs again.
@@ -79,6 +82,7 @@ impl Worker {
             stop: Arc::new(AtomicBool::new(false)),
             backoff: Duration::from_secs(5),
             heartbeat: HEARTBEAT,
+            seen: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -94,6 +98,7 @@ impl Worker {
     pub fn with_name(mut self, name: impl Into<String>) -> Worker {
         self.name = name.into();
         self.executor.worker = self.name.clone();
+        self.seen = Arc::new(Mutex::new(None));
         self
     }
 
@@ -124,6 +129,48 @@ impl Worker {
         self.stop.load(Ordering::Relaxed)
     }
 
+    /// Say that this worker is alive, at most once a heartbeat: announced with its host and
+    /// machine the first time (and again if its row was dropped), a beat afterwards. A database
+    /// that refuses is logged, not fatal: the jobs' own heartbeats decide who holds a job.
+    async fn beat(&self) {
+        let last = *self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < self.heartbeat) {
+            return;
+        }
+        let store = self.service.store();
+        let known = match last {
+            Some(_) => store.worker_seen(&self.name).await,
+            None => Ok(false),
+        };
+        let result = match known {
+            Ok(true) => Ok(()),
+            // Retired (or retiring): a job still finishing its unit does not bring it back.
+            Ok(false) if self.stopping() => Ok(()),
+            Ok(false) => {
+                let host = self.executor.machine["host"]
+                    .as_str()
+                    .map_or_else(crate::config::hostname, str::to_owned);
+                store
+                    .worker_started(&self.name, &host, &self.executor.machine, self.heartbeat)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match result {
+            Ok(()) => *self.seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now()),
+            Err(e) => tracing::warn!(worker = %self.name, error = %e, "saying the worker is alive"),
+        }
+    }
+
+    /// Say that this worker stopped for good (its process is ending): pages no longer count
+    /// it among the workers that will take queued jobs.
+    pub async fn retire(&self) {
+        self.stop();
+        if let Err(e) = self.service.store().worker_stopped(&self.name).await {
+            tracing::warn!(worker = %self.name, error = %e, "saying the worker stopped");
+        }
+    }
+
     fn backoff_for(&self, attempts: u32) -> Duration {
         let factor = 2u32.saturating_pow(attempts.saturating_sub(1).min(16));
         (self.backoff * factor).min(MAX_BACKOFF)
@@ -134,6 +181,7 @@ impl Worker {
         if self.stopping() {
             return Ok(Outcome::Idle);
         }
+        self.beat().await;
         let store = self.service.store().clone();
         let Some(job) = store.claim_next_job(&self.name).await? else {
             return Ok(Outcome::Idle);
@@ -277,6 +325,7 @@ impl Worker {
                     });
                 }
                 _ = beat.tick() => {
+                    self.beat().await;
                     if let Err(e) = store.heartbeat_job(job.id, &self.name).await {
                         // Another worker took the job over (our heartbeat went stale): finish
                         // the unit in hand and let go.

@@ -48,6 +48,7 @@ pub mod records;
 pub mod runs;
 pub mod schedules;
 pub mod studies;
+pub mod workers;
 
 use std::borrow::Cow;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -146,6 +147,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0008_load_gangs.sql"),
         false,
     ),
+    (
+        9,
+        "workers",
+        include_str!("../../../migrations/sqlite/0009_workers.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -194,6 +201,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         8,
         "load_gangs",
         include_str!("../../../migrations/postgres/0008_load_gangs.sql"),
+        false,
+    ),
+    (
+        9,
+        "workers",
+        include_str!("../../../migrations/postgres/0009_workers.sql"),
         false,
     ),
 ];

@@ -1005,6 +1005,109 @@ async fn a_higher_priority_job_is_claimed_first(store: Store) {
 }
 contract!(a_higher_priority_job_is_claimed_first);
 
+/// Workers say when they start, that they are alive, and when they stop; a row's beat tells a
+/// live worker from a gone one. The queue is counted by state with its oldest queued job.
+async fn workers_are_seen_and_the_queue_counted(store: Store) {
+    use crate::workers::QueueCounts;
+
+    assert_eq!(store.queue_counts().await.unwrap(), QueueCounts::default());
+    assert!(
+        !store.worker_seen("w1").await.unwrap(),
+        "an unknown worker is told so"
+    );
+    let machine = serde_json::json!({"host": "h1", "cores": 2});
+    store
+        .worker_started("w1", "h1", &machine, Duration::from_secs(10))
+        .await
+        .unwrap();
+    store
+        .worker_started(
+            "w2",
+            "h2",
+            &serde_json::json!({}),
+            Duration::from_millis(20),
+        )
+        .await
+        .unwrap();
+    assert!(store.worker_seen("w1").await.unwrap());
+    let rows = store.workers_seen_since(0).await.unwrap();
+    let names: BTreeSet<_> = rows.iter().map(|w| w.name.as_str()).collect();
+    assert_eq!(names, BTreeSet::from(["w1", "w2"]));
+    let w1 = rows.iter().find(|w| w.name == "w1").unwrap();
+    assert_eq!(
+        (w1.host.as_str(), &w1.machine, w1.beat_ms),
+        ("h1", &machine, 10_000)
+    );
+    assert!(w1.alive_at(w1.seen_at_ms + 30_000) && !w1.alive_at(w1.seen_at_ms + 30_001));
+    // A worker that stops is no longer alive, and its beats are refused until it starts again.
+    store.worker_stopped("w2").await.unwrap();
+    assert!(!store.worker_seen("w2").await.unwrap());
+    let w2 = store
+        .workers_seen_since(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|w| w.name == "w2")
+        .unwrap();
+    assert!(w2.stopped_at_ms.is_some() && !w2.alive_at(w2.seen_at_ms));
+    store
+        .worker_started("w2", "h3", &serde_json::json!({}), Duration::from_secs(1))
+        .await
+        .unwrap();
+    let w2 = store
+        .workers_seen_since(0)
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|w| w.name == "w2")
+        .unwrap();
+    assert_eq!((w2.host.as_str(), w2.stopped_at_ms), ("h3", None));
+    assert!(w2.alive_at(w2.seen_at_ms));
+    assert!(
+        store
+            .workers_seen_since(w2.seen_at_ms + 1)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    store
+        .worker_started(" ", "h", &machine, Duration::from_secs(1))
+        .await
+        .unwrap_err();
+
+    let a = store.enqueue(&new_job("fit", None, None, 0)).await.unwrap();
+    let _b = store
+        .enqueue(&new_job("quality", None, None, 0))
+        .await
+        .unwrap();
+    let _c = store
+        .enqueue(&new_job("load", None, None, 0))
+        .await
+        .unwrap();
+    let oldest = store.job(a).await.unwrap().created_at_ms;
+    let claimed = store.claim_next_job("w1").await.unwrap().unwrap();
+    assert_eq!(claimed.id, a);
+    store.complete_job(a, "w1").await.unwrap();
+    let claimed = store.claim_next_job("w1").await.unwrap().unwrap();
+    store
+        .fail_job(claimed.id, "w1", "bad", Retry::Never)
+        .await
+        .unwrap();
+    let third = store.claim_next_job("w1").await.unwrap().unwrap();
+    let counts = store.queue_counts().await.unwrap();
+    assert_eq!(
+        (counts.queued, counts.running, counts.done, counts.failed),
+        (0, 1, 1, 1)
+    );
+    assert_eq!(counts.oldest_queued_at_ms, None);
+    store.release_job(third.id, "w1").await.unwrap();
+    let counts = store.queue_counts().await.unwrap();
+    assert_eq!((counts.queued, counts.running), (1, 0));
+    assert!(counts.oldest_queued_at_ms.is_some_and(|t| t >= oldest));
+    assert_eq!(counts.of(JobState::Done), 1);
+}
+contract!(workers_are_seen_and_the_queue_counted);
+
 /// A gang starts once, only when every part joined, and never after it was called off; each
 /// part stores its records under the worker that joined as it.
 async fn a_gang_starts_once_all_parts_joined(store: Store) {

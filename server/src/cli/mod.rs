@@ -81,6 +81,9 @@ enum Command {
     /// A worker with no web server, for other hosts: claims the queued jobs of the database
     /// DATABASE_URL names (PostgreSQL across hosts; SQLite is single-host) until SIGTERM.
     Worker(worker::Args),
+    /// The job queue and the workers seen in the last day: which are alive, what each holds, and
+    /// whether queued jobs wait for a worker that is not there.
+    Workers(worker::ListArgs),
     /// The web workbench: studies, live runs, side-by-side comparison and records in the browser
     /// (server-rendered), with in-process workers; the database DATABASE_URL names.
     Serve(crate::web::ServeArgs),
@@ -141,6 +144,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Schedule(cmd) => schedule::run(cmd, &config),
         Command::Scheduler(args) => schedule::run_scheduler(args, &config),
         Command::Worker(args) => worker::run(args, &config),
+        Command::Workers(args) => worker::list(args, &config),
         Command::Record(args) => record::run(args, &config),
         Command::Serve(args) => crate::web::run(args, &config),
     };

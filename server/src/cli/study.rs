@@ -588,6 +588,7 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    worker.retire().await;
     for outcome in outcomes {
         match outcome {
             JobOutcome::Done {

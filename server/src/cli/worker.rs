@@ -7,6 +7,8 @@
 use std::time::Duration;
 
 use shortlist_runner::config::Config;
+use shortlist_runner::service::views::{WorkerState, WorkersView};
+use shortlist_runner::time::duration_in_words;
 use shortlist_runner::worker::{Outcome as JobOutcome, Worker};
 use shortlist_store::Backend;
 
@@ -108,6 +110,80 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
                 }
             }
         }
+        worker.retire().await;
         anyhow::Ok(Outcome::Success)
     })
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ListArgs {
+    /// Print the queue and the workers as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// `shortlist workers`: the job queue and the workers seen in the last day — which are alive,
+/// what each holds, and whether queued jobs wait for a worker that is not there.
+pub(crate) fn list(a: ListArgs, config: &Config) -> anyhow::Result<Outcome> {
+    runtime()?.block_on(async move {
+        let service = existing_service(config).await?;
+        let view = service.workers().await?;
+        if a.json {
+            super::output::print_json(&view)?;
+            return anyhow::Ok(Outcome::Success);
+        }
+        let q = &view.queue;
+        let waited = q.oldest_waiting_s.map_or_else(String::new, |s| {
+            format!(" (oldest waiting {})", duration_in_words(s as f64))
+        });
+        println!(
+            "queue: {} queued{waited}, {} running, {} done, {} failed; {} worker{} alive",
+            q.queued,
+            q.running,
+            q.done,
+            q.failed,
+            q.live_workers,
+            if q.live_workers == 1 { "" } else { "s" }
+        );
+        if let Some(note) = q.stranded_note() {
+            println!("{note}");
+        }
+        if view.workers.is_empty() {
+            println!(
+                "no worker seen in the last {} hours",
+                WorkersView::WINDOW_HOURS
+            );
+        }
+        for w in &view.workers {
+            let doing = match (&w.state, &w.job) {
+                (_, Some(j)) => format!(
+                    "{} job {}: {} {} of {} v{} generation {}",
+                    state_word(w.state),
+                    j.id,
+                    j.kind,
+                    j.candidate,
+                    j.study,
+                    j.version,
+                    j.generation
+                ),
+                (state, None) => state_word(*state).to_owned(),
+            };
+            println!(
+                "{}  {doing}  seen {} ago  on {}",
+                w.name,
+                duration_in_words(w.seen_ago_s as f64),
+                w.machine
+            );
+        }
+        anyhow::Ok(Outcome::Success)
+    })
+}
+
+fn state_word(state: WorkerState) -> &'static str {
+    match state {
+        WorkerState::Working => "working",
+        WorkerState::Idle => "idle",
+        WorkerState::Stopped => "stopped",
+        WorkerState::Gone => "gone (stopped answering)",
+    }
 }

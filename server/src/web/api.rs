@@ -39,6 +39,11 @@ fn ok(value: impl serde::Serialize) -> ApiResult {
     Ok(Json(serde_json::to_value(value).unwrap_or_default()).into_response())
 }
 
+/// `GET /api/workers`: the queue and the workers seen lately (`shortlist workers --json`).
+pub(crate) async fn workers(State(st): State<AppState>) -> ApiResult {
+    ok(st.service.workers().await?)
+}
+
 pub(crate) async fn studies(State(st): State<AppState>) -> ApiResult {
     ok(st.service.list_studies().await?)
 }

@@ -144,6 +144,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(catalog::schedules::list).post(catalog::schedules::add),
         )
         .route("/schedules/{name}", get(catalog::schedules::show))
+        .route("/workers", get(pages::workers))
         .route("/schedules/{name}/remove", post(catalog::schedules::remove))
         .route("/schedules/{name}/pause", post(catalog::schedules::pause))
         .route("/schedules/{name}/resume", post(catalog::schedules::resume))
@@ -192,6 +193,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             post(catalog::schedules::api_add_webhook)
                 .delete(catalog::schedules::api_remove_webhook),
         )
+        .route("/api/workers", get(api::workers))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))
         .route(
@@ -323,9 +325,10 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             },
         )
         .await;
-        // Jobs in hand finish their current unit and go back to the queue.
+        // Jobs in hand finish their current unit and go back to the queue; the workers no
+        // longer count as alive.
         for w in &workers {
-            w.stop();
+            w.retire().await;
         }
         anyhow::Ok(())
     })?;

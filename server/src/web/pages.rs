@@ -77,6 +77,7 @@ pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageErr
     let running = st.service.running_jobs().await?;
     let evalsets = st.service.list_eval_sets().await?;
     let recent = st.service.recent_runs(12).await?;
+    let queue = st.service.workers().await?.queue;
     Ok(html(
         StatusCode::OK,
         shortlist_app::home_page(HomeData {
@@ -84,7 +85,16 @@ pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageErr
             running,
             evalsets,
             recent,
+            queue,
         }),
+    ))
+}
+
+/// `/workers`: the queue and the workers seen lately.
+pub(crate) async fn workers(State(st): State<AppState>) -> Result<Response, PageError> {
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::workers_page(st.service.workers().await?),
     ))
 }
 
@@ -257,12 +267,13 @@ pub(crate) async fn study(
     let view = st.service.show(&name, which.version).await?;
     let progress = st.service.run_progress(&name, Some(view.version)).await?;
     let versions = st.service.study_versions(&name).await?;
+    let queue = st.service.workers().await?.queue;
     let slo = shortlist_study::study::Study::from_file("stored", view.study.clone())
         .map(|s| s.slo().describe())
         .unwrap_or_default();
     Ok(html(
         StatusCode::OK,
-        shortlist_app::study_page(view, progress, slo, versions),
+        shortlist_app::study_page(view, progress, slo, versions, queue),
     ))
 }
 

@@ -11,6 +11,8 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use shortlist_runner::service::views::WorkerState;
+
 use super::AppState;
 
 /// The cookie the login form sets.
@@ -157,25 +159,45 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
     response
 }
 
-/// `/metrics`: jobs by state and the app's request latency histogram, in Prometheus text.
+/// `/metrics`: jobs by state, the oldest queued job's wait, workers by state and the app's
+/// request latency histogram, in Prometheus text.
 pub async fn metrics(State(state): State<AppState>) -> Response {
+    let view = match state.service.workers().await {
+        Ok(view) => view,
+        Err(e) => {
+            return (
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the job queue: {e}\n"),
+            )
+                .into_response();
+        }
+    };
+    let q = &view.queue;
     let mut text = String::new();
     text.push_str(
         "# HELP shortlist_jobs Jobs in the queue by state.\n# TYPE shortlist_jobs gauge\n",
     );
-    match state.service.job_counts().await {
-        Ok(counts) => {
-            for (s, n) in counts {
-                text.push_str(&format!("shortlist_jobs{{state=\"{s}\"}} {n}\n"));
-            }
-        }
-        Err(e) => {
-            return (
-                StatusCode::INTERNAL_SERVER_ERROR,
-                format!("reading the job counts: {e}\n"),
-            )
-                .into_response();
-        }
+    for (s, n) in [
+        ("queued", q.queued),
+        ("running", q.running),
+        ("done", q.done),
+        ("failed", q.failed),
+    ] {
+        text.push_str(&format!("shortlist_jobs{{state=\"{s}\"}} {n}\n"));
+    }
+    text.push_str(&format!(
+        "# HELP shortlist_oldest_queued_job_seconds How long the oldest queued job has waited (0: none queued).\n# TYPE shortlist_oldest_queued_job_seconds gauge\nshortlist_oldest_queued_job_seconds {}\n",
+        q.oldest_waiting_s.unwrap_or(0)
+    ));
+    text.push_str(
+        "# HELP shortlist_workers Workers seen in the last day by state.\n# TYPE shortlist_workers gauge\n",
+    );
+    for s in WorkerState::ALL {
+        let n = view.workers.iter().filter(|w| w.state == s).count();
+        text.push_str(&format!(
+            "shortlist_workers{{state=\"{}\"}} {n}\n",
+            s.as_str()
+        ));
     }
     let m = state
         .metrics

@@ -425,3 +425,175 @@ pub struct RecentRun {
     /// RFC 3339, when finished.
     pub finished_at: Option<String>,
 }
+
+/// The job queue as a whole: how many jobs in each state, how long the oldest queued one has
+/// waited, and how many workers are alive to take them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueView {
+    pub queued: u64,
+    pub running: u64,
+    pub done: u64,
+    pub failed: u64,
+    /// RFC 3339: when the oldest queued job was queued.
+    pub oldest_queued_at: Option<String>,
+    /// Seconds the oldest queued job has waited.
+    pub oldest_waiting_s: Option<u64>,
+    /// Workers alive now: not stopped, and seen within three of their beats.
+    pub live_workers: usize,
+}
+
+impl QueueView {
+    /// Jobs are queued and no worker is alive to take them: they wait until one starts.
+    pub fn stranded(&self) -> bool {
+        self.queued > 0 && self.live_workers == 0
+    }
+
+    /// What a page or a terminal says when [`QueueView::stranded`]: what waits, since when, and
+    /// what starts it.
+    pub fn stranded_note(&self) -> Option<String> {
+        self.no_worker_note(self.queued, self.oldest_waiting_s)
+    }
+
+    /// The same for `queued` jobs of one study (`oldest_waiting_s`: the oldest's wait, where
+    /// known): `None` unless some are queued and no worker is alive.
+    pub fn no_worker_note(&self, queued: u64, oldest_waiting_s: Option<u64>) -> Option<String> {
+        if queued == 0 || self.live_workers > 0 {
+            return None;
+        }
+        let jobs = if queued == 1 {
+            "1 job is".to_owned()
+        } else {
+            format!("{queued} jobs are")
+        };
+        let waited = oldest_waiting_s.map_or_else(String::new, |s| {
+            format!(
+                " (the oldest for {})",
+                crate::time::duration_in_words(s as f64)
+            )
+        });
+        Some(format!(
+            "{jobs} queued{waited} and no worker is alive to take them: they start when one does \
+             — `shortlist serve` with workers, or `shortlist worker` on a host that reaches this \
+             database."
+        ))
+    }
+}
+
+/// What a worker is doing, as far as the database can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WorkerState {
+    /// Alive and holding a job.
+    Working,
+    /// Alive, waiting for a claimable job.
+    Idle,
+    /// It stopped cleanly.
+    Stopped,
+    /// It stopped saying it is alive without saying it stopped (killed, crashed, or cut off from
+    /// the database); a job it held is handed to another worker once its heartbeat is stale.
+    Gone,
+}
+
+impl WorkerState {
+    /// Its name in JSON and metrics.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Working => "working",
+            WorkerState::Idle => "idle",
+            WorkerState::Stopped => "stopped",
+            WorkerState::Gone => "gone",
+        }
+    }
+
+    /// Every state, in the order pages list them.
+    pub const ALL: [WorkerState; 4] = [
+        WorkerState::Working,
+        WorkerState::Idle,
+        WorkerState::Stopped,
+        WorkerState::Gone,
+    ];
+}
+
+/// The job a worker holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerJob {
+    pub id: i64,
+    pub kind: String,
+    pub study: String,
+    pub version: u32,
+    pub generation: u32,
+    pub candidate: String,
+}
+
+/// A worker the database has seen.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkerView {
+    pub name: String,
+    pub host: String,
+    /// Its machine in words ("Intel(R) Xeon(R) Processor, 2 cores (avx2, …), CPU backend"; the
+    /// compute threads are each run's), or the host where the stored fingerprint is not one this
+    /// version reads.
+    pub machine: String,
+    pub code_version: Option<String>,
+    pub state: WorkerState,
+    /// RFC 3339.
+    pub started_at: String,
+    pub seen_at: String,
+    /// Seconds since it was last seen.
+    pub seen_ago_s: u64,
+    /// How often it says it is alive, in milliseconds.
+    pub beat_ms: u64,
+    pub job: Option<WorkerJob>,
+}
+
+/// The workers seen lately and the queue they take jobs from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkersView {
+    /// RFC 3339: when this was read.
+    pub at: String,
+    pub queue: QueueView,
+    /// Workers seen within [`WorkersView::WINDOW_HOURS`], alive ones first, then by when they
+    /// were last seen.
+    pub workers: Vec<WorkerView>,
+}
+
+impl WorkersView {
+    /// How far back the list of workers reaches.
+    pub const WINDOW_HOURS: u64 = 24;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue(queued: u64, live_workers: usize) -> QueueView {
+        QueueView {
+            queued,
+            running: 0,
+            done: 0,
+            failed: 0,
+            oldest_queued_at: None,
+            oldest_waiting_s: (queued > 0).then_some(420),
+            live_workers,
+        }
+    }
+
+    #[test]
+    fn queued_jobs_are_stranded_only_without_a_live_worker() {
+        assert!(queue(3, 0).stranded());
+        assert!(!queue(3, 1).stranded());
+        assert!(!queue(0, 0).stranded());
+        assert_eq!(queue(0, 0).stranded_note(), None);
+        assert_eq!(queue(3, 2).stranded_note(), None);
+        let note = queue(3, 0).stranded_note().unwrap();
+        assert!(
+            note.starts_with("3 jobs are queued (the oldest for 7 min) and no worker is alive"),
+            "{note}"
+        );
+        // One study's share of the queue, without a wait it does not know.
+        let note = queue(3, 0).no_worker_note(1, None).unwrap();
+        assert!(note.starts_with("1 job is queued and no worker"), "{note}");
+        assert_eq!(queue(3, 1).no_worker_note(1, None), None);
+        assert_eq!(queue(3, 0).no_worker_note(0, None), None);
+    }
+}
