@@ -361,10 +361,12 @@ fn job_row(job: JobView) -> impl IntoView {
         Some(p) if job.state == "done" && p.cases.is_none() => String::new(),
         p => progress_text(p),
     };
+    // A failure's message is its last error, shown in its own cell: not twice.
     let message = job
         .progress
         .as_ref()
         .and_then(|p| p.message.clone())
+        .filter(|m| job.last_error.as_deref() != Some(m.as_str()))
         .unwrap_or_default();
     let state_class = format!(
         "badge {}",
@@ -377,6 +379,13 @@ fn job_row(job: JobView) -> impl IntoView {
     );
     let id = job.id.to_string();
     let attempts = format!("{}/{}", job.attempts, job.max_attempts);
+    // Cancelled while it runs: it stops at the end of the unit in hand.
+    let last_error = match (&job.cancel_reason, job.state.as_str()) {
+        (Some(reason), "running") => Some(format!(
+            "Stopping at the end of its current case or load step: {reason}"
+        )),
+        _ => job.last_error.filter(|e| !e.is_empty()),
+    };
     view! {
         <tr data-job=id.clone()>
             <td data-label=JOB_COLUMNS[0] class="inline">{job.candidate}</td>
@@ -389,7 +398,7 @@ fn job_row(job: JobView) -> impl IntoView {
                 <div class="muted small" data-field="message">{message}</div>
             </td>
             <td data-label=JOB_COLUMNS[4] class="inline">{attempts}</td>
-            <td data-label=JOB_COLUMNS[5] class="small">{job.last_error.filter(|e| !e.is_empty())}</td>
+            <td data-label=JOB_COLUMNS[5] class="small" data-field="error">{last_error}</td>
         </tr>
     }
 }
@@ -572,6 +581,16 @@ pub fn study_page(
         );
         let lock_action = format!("{path}/lock");
         let run_action = format!("{path}/runs");
+        let cancel_action = format!("{path}/cancel");
+        // Something left to cancel: a queued job, or a running one not yet told to stop.
+        let cancellable =
+            progress.generations.iter().flat_map(|g| &g.jobs).any(|j| {
+                j.state == "queued" || (j.state == "running" && j.cancel_reason.is_none())
+            });
+        let cancel_question = format!(
+            "Cancel the run of {} v{}? Its queued jobs fail now; running ones stop at the end of their current case or load step. What was stored so far stays.",
+            v.name, v.version
+        );
         let shown = v.version.to_string();
         // This version's own page: links and forms name it, so a newer version changes nothing here.
         let here = format!("{path}?version={shown}");
@@ -690,6 +709,12 @@ pub fn study_page(
                     })}
                     {(v.state == StudyState::Running).then(|| view! {
                         <span class="muted">"Running: see the progress below."</span>
+                    })}
+                    {cancellable.then(|| view! {
+                        <form method="post" action=cancel_action.clone() data-confirm=cancel_question.clone()>
+                            <input type="hidden" name="version" value=shown.clone()/>
+                            <button type="submit" class="secondary danger" id="cancel">"Cancel run"</button>
+                        </form>
                     })}
                     {(locked && done).then(|| view! {
                         <form method="post" action=run_action.clone()>

@@ -54,6 +54,26 @@ impl Server {
     }
 }
 
+impl Server {
+    /// Send SIGINT (what Ctrl-C sends) and wait up to `secs` for the process to exit.
+    pub fn interrupt(&mut self, secs: u64) -> std::process::ExitStatus {
+        let pid = i32::try_from(self.child.id()).unwrap();
+        // SAFETY: sending a signal to a child process this test spawned and still owns.
+        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        let deadline = Instant::now() + Duration::from_secs(secs);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the workbench did not exit within {secs} s of Ctrl-C"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();

@@ -640,3 +640,193 @@ fn queued_jobs_without_a_live_worker_are_named_and_a_worker_is_seen() {
         "{metrics}"
     );
 }
+
+/// Ctrl-C on a workbench whose worker is in the middle of a quality job: the job finishes its
+/// current case and goes back to the queue with its attempt not counted, the process exits 0,
+/// its worker is listed as stopped, and another worker finishes the run from the stored cases.
+#[test]
+fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    // Three seconds a case, four in flight: the last two cases are still out when the first
+    // four are stored, so the stop lands between cases.
+    let _mock = locked_study(url, d, "3000");
+    let mut serve =
+        crate::web::Server::start_on(url, d, &["--workers", "1", "--schedule-every", "0"]);
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let held = wait_for(90, "a quality job with a case stored", || {
+        jobs(url, d).into_iter().find(|j| {
+            j["kind"] == "quality"
+                && j["state"] == "running"
+                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
+        })
+    });
+    let status = serve.interrupt(120);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let after = jobs(url, d);
+    let job = after.iter().find(|j| j["id"] == held["id"]).unwrap();
+    assert_eq!(
+        (&job["state"], &job["attempts"]),
+        (&Value::from("queued"), &Value::from(0)),
+        "the job went back as it was, its attempt not counted: {job}"
+    );
+    let view = workers_view(url, d);
+    let listed = view["workers"].as_array().unwrap();
+    assert_eq!(listed.len(), 1, "{view}");
+    assert_eq!(listed[0]["state"], "stopped", "{view}");
+    assert!(
+        listed[0]["name"].as_str().unwrap().ends_with("-w0"),
+        "{view}"
+    );
+    // Another worker takes the run up and finishes it.
+    let mut w = worker(url, d, "next");
+    wait_for(240, "every job done", || {
+        jobs(url, d)
+            .iter()
+            .all(|j| j["state"] == "done")
+            .then_some(())
+    });
+    let _ = w.kill();
+    let _ = w.wait();
+    let record = json(url, d, &["record", "smol", "--study", "mini", "--json"]);
+    assert_eq!(record["quality"]["overall"]["n"], 6, "{record}");
+}
+
+/// **Cancel run** on the study page while a worker is in the middle of a quality job: the
+/// queued jobs fail at once, the running one stops at the end of its current case and fails
+/// with the reason, nothing is claimed again, the study reads done with **Run again**, and a
+/// second cancel — from the command line or the API — is refused: nothing is left to cancel.
+#[test]
+fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
+    use crate::web::http;
+    const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    // Three seconds a case, four in flight: the last two cases are still out when the first
+    // four are stored; the worker beats every half second (a quarter of --stale-after), so it
+    // hears of the cancel before they come back.
+    let _mock = locked_study(url, d, "3000");
+    let serve = crate::web::Server::start_on(
+        url,
+        d,
+        &[
+            "--workers",
+            "1",
+            "--schedule-every",
+            "0",
+            "--stale-after",
+            "2",
+        ],
+    );
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let held = wait_for(90, "a quality job with a case stored", || {
+        jobs(url, d).into_iter().find(|j| {
+            j["kind"] == "quality"
+                && j["state"] == "running"
+                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
+        })
+    });
+    let page = http(&serve.addr, "GET", "/studies/mini", &[], b"").body;
+    assert!(
+        page.contains("id=\"cancel\"") && page.contains("data-confirm"),
+        "{page}"
+    );
+    let cancel = http(
+        &serve.addr,
+        "POST",
+        "/studies/mini/cancel",
+        &[FORM],
+        b"version=1",
+    );
+    assert_eq!(cancel.status, 303, "{}", cancel.body);
+    assert_eq!(
+        cancel.header("location"),
+        Some("/studies/mini?version=1#progress")
+    );
+    let ended = wait_for(90, "every job ended", || {
+        let js = jobs(url, d);
+        js.iter()
+            .all(|j| j["state"] == "done" || j["state"] == "failed")
+            .then_some(js)
+    });
+    let cancelled: Vec<&Value> = ended.iter().filter(|j| j["state"] == "failed").collect();
+    assert!(
+        cancelled.len() >= 2,
+        "the queued jobs and the running one: {ended:?}"
+    );
+    for j in &cancelled {
+        let error = j["last_error"].as_str().unwrap_or("");
+        assert!(error.starts_with("cancelled from the workbench at "), "{j}");
+        assert_eq!(
+            j["progress"]["phase"], "failed",
+            "pages following the run saw it end: {j}"
+        );
+    }
+    let stopped = ended.iter().find(|j| j["id"] == held["id"]).unwrap();
+    assert_eq!(
+        (&stopped["state"], &stopped["attempts"]),
+        (&Value::from("failed"), &Value::from(1)),
+        "the running job stopped and failed, not released: {stopped}"
+    );
+    assert_eq!(stopped["cancel_reason"], stopped["last_error"], "{stopped}");
+    // Nothing runs again by itself: a moment later every job is as it was.
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(jobs(url, d), ended);
+    let page = http(&serve.addr, "GET", "/studies/mini", &[], b"").body;
+    assert!(
+        page.contains("id=\"study-state\" class=\"badge good\">done<")
+            && page.contains("Run again")
+            && !page.contains("id=\"cancel\""),
+        "{page}"
+    );
+    // Nothing left to cancel.
+    let out = crate::support::on_db(url, d, &["study", "cancel", "mini"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("no run to cancel"),
+        "{}",
+        stderr(&out)
+    );
+    let api = http(&serve.addr, "POST", "/api/studies/mini/cancel", &[], b"");
+    assert_eq!(api.status, 400, "{}", api.body);
+    assert_eq!(api.json()["error"]["class"], "bad_input", "{}", api.body);
+}
+
+/// `study cancel` on a run that no worker has started: every queued job fails at once, and the
+/// JSON says how many.
+#[test]
+fn study_cancel_fails_a_queued_run_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    let _mock = locked_study(url, d, "300");
+    let queued = json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let n = queued["queued"].as_u64().unwrap();
+    let done = json(url, d, &["study", "cancel", "mini", "--json"]);
+    assert_eq!(
+        (&done["generation"], &done["failed"], &done["stopping"]),
+        (&Value::from(1), &Value::from(n), &Value::from(0)),
+        "{done}"
+    );
+    assert!(
+        done["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("cancelled with `shortlist study cancel` on "),
+        "{done}"
+    );
+    let js = jobs(url, d);
+    assert_eq!(js.len() as u64, n);
+    assert!(
+        js.iter()
+            .all(|j| j["state"] == "failed" && j["last_error"] == done["reason"]),
+        "{js:?}"
+    );
+    assert_eq!(workers_view(url, d)["queue"]["queued"], 0);
+}

@@ -46,6 +46,9 @@ pub enum Outcome {
     },
     /// The worker was asked to stop: the job went back to the queue as it was.
     Released { id: i64 },
+    /// The job was cancelled while it ran: it stopped at the end of the unit in hand and
+    /// failed with the reason (what it stored so far stays stored).
+    Cancelled { id: i64, reason: String },
 }
 
 /// A worker over the service.
@@ -61,6 +64,8 @@ pub struct Worker {
     heartbeat: Duration,
     /// When this worker last said it was alive (`None`: not yet announced).
     seen: Arc<Mutex<Option<Instant>>>,
+    /// How long its loop sleeps while nothing is claimable.
+    poll: Duration,
 }
 
 /// The longest wait before a retried job runs again.
@@ -83,7 +88,15 @@ impl Worker {
             backoff: Duration::from_secs(5),
             heartbeat: HEARTBEAT,
             seen: Arc::new(Mutex::new(None)),
+            poll: Duration::from_secs(1),
         }
+    }
+
+    /// This worker's loop sleeping `poll` while nothing is claimable (default 1 s): it says it
+    /// is alive that seldom when idle, and pages wait three times that before calling it gone.
+    pub fn with_poll(mut self, poll: Duration) -> Worker {
+        self.poll = poll;
+        self
     }
 
     /// This worker beating often enough for jobs to be judged stale after `stale_after` (a
@@ -129,12 +142,13 @@ impl Worker {
         self.stop.load(Ordering::Relaxed)
     }
 
-    /// Say that this worker is alive, at most once a heartbeat: announced with its host and
-    /// machine the first time (and again if its row was dropped), a beat afterwards. A database
-    /// that refuses is logged, not fatal: the jobs' own heartbeats decide who holds a job.
+    /// Say that this worker is alive, at most every half heartbeat (so that a heartbeat tick
+    /// that comes a little early never skips one): announced with its host, machine and beat
+    /// the first time (and again if its row was dropped), a beat afterwards. A database that
+    /// refuses is logged, not fatal: the jobs' own heartbeats decide who holds a job.
     async fn beat(&self) {
         let last = *self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|at| at.elapsed() < self.heartbeat) {
+        if last.is_some_and(|at| at.elapsed() < self.heartbeat / 2) {
             return;
         }
         let store = self.service.store();
@@ -150,8 +164,10 @@ impl Worker {
                 let host = self.executor.machine["host"]
                     .as_str()
                     .map_or_else(crate::config::hostname, str::to_owned);
+                // Idle, it beats once a poll; busy, once a heartbeat.
+                let beat = self.heartbeat.max(self.poll);
                 store
-                    .worker_started(&self.name, &host, &self.executor.machine, self.heartbeat)
+                    .worker_started(&self.name, &host, &self.executor.machine, beat)
                     .await
             }
             Err(e) => Err(e),
@@ -237,9 +253,29 @@ impl Worker {
             executor: self.executor.clone(),
             progress: sink,
             stop: Arc::clone(&self.stop),
+            cancel: Arc::new(AtomicBool::new(false)),
         };
         let (result, ctx) = self.run_body(ctx, &job).await?;
         let progress = &ctx.progress;
+        // Cancelled while it ran and stopped for it (not finished, not failed on its own): it
+        // fails with the reason, and never goes back to the queue.
+        let cancelled =
+            ctx.cancel.load(Ordering::Relaxed) && matches!(result, Ok(Finished::Released));
+        if cancelled {
+            let reason = store
+                .job(job.id)
+                .await?
+                .cancel_reason
+                .unwrap_or_else(|| "cancelled".to_owned());
+            store
+                .fail_job(job.id, &self.name, &reason, Retry::Never)
+                .await?;
+            let mut event = progress.event(Phase::Failed);
+            event.message = Some(reason.clone());
+            event.retry = Some(false);
+            progress.emit_async(event).await;
+            return Ok(Outcome::Cancelled { id: job.id, reason });
+        }
         match result {
             Ok(Finished::Done(note)) => {
                 store.complete_job(job.id, &self.name).await?;
@@ -254,6 +290,7 @@ impl Worker {
                 })
             }
             Ok(Finished::Released) => {
+                // Back to the queue — or failed with its reason, had it been cancelled meanwhile.
                 store.release_job(job.id, &self.name).await?;
                 Ok(Outcome::Released { id: job.id })
             }
@@ -292,6 +329,7 @@ impl Worker {
     ) -> Result<(Result<Finished, ServiceError>, JobContext), ServiceError> {
         let (done, mut finished) = tokio::sync::oneshot::channel();
         let what = ctx.what();
+        let cancel = Arc::clone(&ctx.cancel);
         std::thread::Builder::new()
             .name(format!("shortlist-job-{}", job.id))
             .spawn(move || {
@@ -326,11 +364,16 @@ impl Worker {
                 }
                 _ = beat.tick() => {
                     self.beat().await;
-                    if let Err(e) = store.heartbeat_job(job.id, &self.name).await {
-                        // Another worker took the job over (our heartbeat went stale): finish
-                        // the unit in hand and let go.
-                        tracing::warn!(job = job.id, error = %e, "heartbeat refused");
-                        self.stop.store(true, Ordering::Relaxed);
+                    match store.heartbeat_job(job.id, &self.name).await {
+                        Ok(None) => {}
+                        // Cancelled: finish the unit in hand, then stop.
+                        Ok(Some(_)) => cancel.store(true, Ordering::Relaxed),
+                        Err(e) => {
+                            // Another worker took the job over (our heartbeat went stale):
+                            // finish the unit in hand and let go.
+                            tracing::warn!(job = job.id, error = %e, "heartbeat refused");
+                            self.stop.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
             }
@@ -359,10 +402,11 @@ impl Worker {
         Ok(outcomes)
     }
 
-    /// Execute jobs until stopped, polling the queue every `poll` when it is empty and handing
-    /// back stale jobs of dead workers (no heartbeat for `stale_after`). A database that is
-    /// briefly unreachable is waited out.
-    pub async fn run_forever(&self, poll: Duration, stale_after: Duration) {
+    /// Execute jobs until stopped, polling the queue every [`Worker::with_poll`] when it is
+    /// empty and handing back stale jobs of dead workers (no heartbeat for `stale_after`). A
+    /// database that is briefly unreachable is waited out.
+    pub async fn run_forever(&self, stale_after: Duration) {
+        let poll = self.poll;
         while !self.stopping() {
             if let Err(e) = self.service.requeue_stale(stale_after).await {
                 tracing::warn!(error = %e, "requeueing stale jobs");

@@ -68,6 +68,18 @@ pub struct Job {
     pub created_at_ms: i64,
     pub heartbeat_ms: Option<i64>,
     pub finished_at_ms: Option<i64>,
+    /// Why the job was cancelled, once it was: a running job's worker stops it at the end of
+    /// the unit in hand and fails it with this reason; it never goes back to the queue.
+    pub cancel_reason: Option<String>,
+}
+
+/// What cancelling a generation did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Cancelled {
+    /// Queued jobs, failed at once.
+    pub failed: Vec<i64>,
+    /// Running jobs, marked: their workers stop them at the end of the unit in hand.
+    pub stopping: Vec<i64>,
 }
 
 /// A job to queue.
@@ -101,7 +113,7 @@ pub enum Retry {
 
 const JOB_COLUMNS: &str = "id, kind, payload_json, state, attempts, max_attempts, claimed_by, \
      last_error, study, study_version, generation, candidate, depends_on, not_before_ms, \
-     created_at_ms, heartbeat_ms, finished_at_ms";
+     created_at_ms, heartbeat_ms, finished_at_ms, cancel_reason";
 
 fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
     let id: i64 = col(row, "jobs", &"?", "id")?;
@@ -141,6 +153,7 @@ fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
         created_at_ms: col(row, "jobs", &id, "created_at_ms")?,
         heartbeat_ms: col(row, "jobs", &id, "heartbeat_ms")?,
         finished_at_ms: col(row, "jobs", &id, "finished_at_ms")?,
+        cancel_reason: col(row, "jobs", &id, "cancel_reason")?,
     })
 }
 
@@ -148,6 +161,7 @@ fn job_row(row: &sqlx::any::AnyRow) -> Result<Job, StoreError> {
 /// not waiting for an unfinished job. `$2` is now. The order is the one of the partial index
 /// `jobs_queued`, so a claim reads queued rows only.
 const CLAIMABLE: &str = "SELECT j.id FROM jobs j WHERE j.state = 'queued' \
+     AND j.cancel_requested_at_ms IS NULL \
      AND (j.not_before_ms IS NULL OR j.not_before_ms <= $2) \
      AND (j.depends_on IS NULL OR EXISTS (SELECT 1 FROM jobs d WHERE d.id = j.depends_on \
           AND d.state IN ('done', 'failed'))) \
@@ -299,19 +313,74 @@ impl Store {
         rows.iter().map(job_row).collect()
     }
 
-    /// Say that `worker` is still working on job `id`.
-    pub async fn heartbeat_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
-        let done = sqlx::query(
+    /// Say that `worker` is still working on job `id`. Answers the reason when the job was
+    /// cancelled meanwhile: the worker stops it at the end of the unit in hand.
+    pub async fn heartbeat_job(&self, id: i64, worker: &str) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(
             "UPDATE jobs SET heartbeat_ms = $1 \
-             WHERE id = $2 AND state = 'running' AND claimed_by = $3",
+             WHERE id = $2 AND state = 'running' AND claimed_by = $3 RETURNING cancel_reason",
         )
         .bind(now_ms())
         .bind(id)
         .bind(worker)
-        .execute(&self.pool)
+        .fetch_optional(&self.pool)
         .await
         .map_err(sql(format!("heartbeat of job {id}")))?;
-        self.held_or_error(id, worker, done.rows_affected()).await
+        match row {
+            Some(row) => col(&row, "jobs", &id, "cancel_reason"),
+            None => self.held_or_error(id, worker, 0).await.map(|()| None),
+        }
+    }
+
+    /// Cancel the unfinished jobs of generation `generation` of study `study` v`version`:
+    /// queued ones fail now with `reason`; running ones are marked, and their workers fail them
+    /// with it at the end of the unit in hand (a cancelled job is never queued again, whatever
+    /// its worker does). Jobs already cancelled are left as they are.
+    pub async fn cancel_jobs(
+        &self,
+        study: &str,
+        version: u32,
+        generation: u32,
+        reason: &str,
+    ) -> Result<Cancelled, StoreError> {
+        let op = format!("cancelling generation {generation} of study `{study}` v{version}");
+        let now = now_ms();
+        let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<Vec<i64>, StoreError> {
+            rows.iter().map(|r| col(r, "jobs", &"?", "id")).collect()
+        };
+        let mut tx = self.write_tx(&op).await?;
+        let failed = sqlx::query(
+            "UPDATE jobs SET state = 'failed', last_error = $1, finished_at_ms = $2, \
+             cancel_requested_at_ms = $2, cancel_reason = $1, not_before_ms = NULL \
+             WHERE study = $3 AND study_version = $4 AND generation = $5 AND state = 'queued' \
+             RETURNING id",
+        )
+        .bind(reason)
+        .bind(now)
+        .bind(study)
+        .bind(i64::from(version))
+        .bind(i64::from(generation))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(sql(&op))?;
+        let stopping = sqlx::query(
+            "UPDATE jobs SET cancel_requested_at_ms = $1, cancel_reason = $2 \
+             WHERE study = $3 AND study_version = $4 AND generation = $5 AND state = 'running' \
+             AND cancel_requested_at_ms IS NULL RETURNING id",
+        )
+        .bind(now)
+        .bind(reason)
+        .bind(study)
+        .bind(i64::from(version))
+        .bind(i64::from(generation))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(sql(&op))?;
+        tx.commit().await.map_err(sql(&op))?;
+        let (mut failed, mut stopping) = (ids(failed)?, ids(stopping)?);
+        failed.sort_unstable();
+        stopping.sort_unstable();
+        Ok(Cancelled { failed, stopping })
     }
 
     /// Mark a job done. Refused if `worker` no longer holds it (its claim went stale and the job
@@ -331,7 +400,8 @@ impl Store {
     }
 
     /// Record a failure. With [`Retry::After`] and attempts left, the job goes back to the
-    /// queue, claimable after the backoff; otherwise it fails for good.
+    /// queue, claimable after the backoff; otherwise — or when it was cancelled — it fails for
+    /// good.
     pub async fn fail_job(
         &self,
         id: i64,
@@ -347,9 +417,12 @@ impl Store {
         let done = sqlx::query(
             "UPDATE jobs SET last_error = $1, claimed_by = NULL, claimed_at_ms = NULL, \
              heartbeat_ms = NULL, \
-             state = CASE WHEN $2 = 1 AND attempts < max_attempts THEN 'queued' ELSE 'failed' END, \
-             finished_at_ms = CASE WHEN $2 = 1 AND attempts < max_attempts THEN NULL ELSE $3 END, \
-             not_before_ms = CASE WHEN $2 = 1 AND attempts < max_attempts THEN $6 ELSE NULL END \
+             state = CASE WHEN $2 = 1 AND attempts < max_attempts \
+                 AND cancel_requested_at_ms IS NULL THEN 'queued' ELSE 'failed' END, \
+             finished_at_ms = CASE WHEN $2 = 1 AND attempts < max_attempts \
+                 AND cancel_requested_at_ms IS NULL THEN NULL ELSE $3 END, \
+             not_before_ms = CASE WHEN $2 = 1 AND attempts < max_attempts \
+                 AND cancel_requested_at_ms IS NULL THEN $6 ELSE NULL END \
              WHERE id = $4 AND state = 'running' AND claimed_by = $5",
         )
         .bind(error)
@@ -377,8 +450,10 @@ impl Store {
         let mut tx = self.write_tx(op).await?;
         let failed = sqlx::query(
             "UPDATE jobs SET state = 'failed', finished_at_ms = $1, claimed_by = NULL, \
-             last_error = COALESCE(last_error, 'worker stopped answering (stale heartbeat)') \
-             WHERE state = 'running' AND heartbeat_ms < $2 AND attempts >= max_attempts",
+             last_error = COALESCE(cancel_reason, last_error, \
+                 'worker stopped answering (stale heartbeat)') \
+             WHERE state = 'running' AND heartbeat_ms < $2 \
+             AND (attempts >= max_attempts OR cancel_requested_at_ms IS NOT NULL)",
         )
         .bind(now_ms())
         .bind(cutoff)
@@ -403,15 +478,21 @@ impl Store {
     }
 
     /// Hand a running job back to the queue without counting the attempt (a worker asked to
-    /// stop between cases).
+    /// stop between cases) — or, when it was cancelled meanwhile, fail it with the reason.
     pub async fn release_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
         let done = sqlx::query(
-            "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_at_ms = NULL, \
-             heartbeat_ms = NULL, attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END \
+            "UPDATE jobs SET claimed_by = NULL, claimed_at_ms = NULL, heartbeat_ms = NULL, \
+             state = CASE WHEN cancel_requested_at_ms IS NULL THEN 'queued' ELSE 'failed' END, \
+             last_error = CASE WHEN cancel_requested_at_ms IS NULL THEN last_error \
+                 ELSE cancel_reason END, \
+             finished_at_ms = CASE WHEN cancel_requested_at_ms IS NULL THEN NULL ELSE $3 END, \
+             attempts = CASE WHEN attempts > 0 AND cancel_requested_at_ms IS NULL \
+                 THEN attempts - 1 ELSE attempts END \
              WHERE id = $1 AND state = 'running' AND claimed_by = $2",
         )
         .bind(id)
         .bind(worker)
+        .bind(now_ms())
         .execute(&self.pool)
         .await
         .map_err(sql(format!("releasing job {id}")))?;

@@ -153,6 +153,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0009_workers.sql"),
         false,
     ),
+    (
+        10,
+        "cancel",
+        include_str!("../../../migrations/sqlite/0010_cancel.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -207,6 +213,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         9,
         "workers",
         include_str!("../../../migrations/postgres/0009_workers.sql"),
+        false,
+    ),
+    (
+        10,
+        "cancel",
+        include_str!("../../../migrations/postgres/0010_cancel.sql"),
         false,
     ),
 ];

@@ -1108,6 +1108,82 @@ async fn workers_are_seen_and_the_queue_counted(store: Store) {
 }
 contract!(workers_are_seen_and_the_queue_counted);
 
+/// Cancelling a generation fails its queued jobs now and marks its running ones: their worker
+/// hears it with the next heartbeat, and whatever it then does — release, fail for a retry, or
+/// die — the job fails with the reason and is never claimed again. Other generations run on.
+async fn a_cancelled_generation_never_runs_again(store: Store) {
+    let reason = "cancelled from the test at 2026-12-06T10:00:00Z";
+    let of = |generation: u32, max_attempts: u32| NewJob {
+        generation,
+        max_attempts,
+        ..new_job("quality", None, None, 0)
+    };
+    let running = store.enqueue(&of(1, 3)).await.unwrap();
+    let queued = store.enqueue(&of(1, 3)).await.unwrap();
+    let later = store.enqueue(&of(2, 3)).await.unwrap();
+    assert_eq!(
+        store.claim_next_job("w").await.unwrap().unwrap().id,
+        running
+    );
+    assert_eq!(store.heartbeat_job(running, "w").await.unwrap(), None);
+
+    let done = store.cancel_jobs("support", 1, 1, reason).await.unwrap();
+    assert_eq!((done.failed, done.stopping), (vec![queued], vec![running]));
+    let q = store.job(queued).await.unwrap();
+    assert_eq!(q.state, JobState::Failed);
+    assert_eq!(q.last_error.as_deref(), Some(reason));
+    assert!(q.finished_at_ms.is_some());
+    assert_eq!(
+        store.heartbeat_job(running, "w").await.unwrap().as_deref(),
+        Some(reason),
+        "the worker hears of it with its heartbeat"
+    );
+    // Asking again changes nothing.
+    let again = store.cancel_jobs("support", 1, 1, "twice").await.unwrap();
+    assert_eq!((again.failed.len(), again.stopping.len()), (0, 0));
+    // Released by a worker that was stopping anyway: failed with the reason, not queued.
+    store.release_job(running, "w").await.unwrap();
+    let r = store.job(running).await.unwrap();
+    assert_eq!(
+        (r.state, r.last_error.as_deref(), r.attempts),
+        (JobState::Failed, Some(reason), 1)
+    );
+    // Only the other generation is claimed.
+    assert_eq!(store.claim_next_job("w").await.unwrap().unwrap().id, later);
+    assert!(store.claim_next_job("w").await.unwrap().is_none());
+    store.complete_job(later, "w").await.unwrap();
+
+    // A failure meant for a retry does not bring a cancelled job back.
+    let retried = store.enqueue(&of(3, 3)).await.unwrap();
+    store.claim_next_job("w").await.unwrap().unwrap();
+    store.cancel_jobs("support", 1, 3, reason).await.unwrap();
+    let state = store
+        .fail_job(
+            retried,
+            "w",
+            "connection reset",
+            Retry::After(Duration::ZERO),
+        )
+        .await
+        .unwrap();
+    assert_eq!(state, JobState::Failed);
+    // Nor does its worker's death: the stale job fails with the reason.
+    let orphan = store.enqueue(&of(4, 3)).await.unwrap();
+    store.claim_next_job("dead").await.unwrap().unwrap();
+    store.cancel_jobs("support", 1, 4, reason).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let (requeued, failed) = store.requeue_stale_jobs(Duration::ZERO).await.unwrap();
+    assert_eq!((requeued, failed), (0, 1));
+    let o = store.job(orphan).await.unwrap();
+    assert_eq!(
+        (o.state, o.last_error.as_deref()),
+        (JobState::Failed, Some(reason))
+    );
+    // The other generation's job was never touched.
+    assert_eq!(store.job(later).await.unwrap().state, JobState::Done);
+}
+contract!(a_cancelled_generation_never_runs_again);
+
 /// A gang starts once, only when every part joined, and never after it was called off; each
 /// part stores its records under the worker that joined as it.
 async fn a_gang_starts_once_all_parts_joined(store: Store) {

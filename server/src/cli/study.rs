@@ -30,6 +30,10 @@ pub(crate) enum Command {
     /// capacity sweep, record) and work through the queue; a rerun resumes where a killed one
     /// stopped, `--again` runs a complete study again as a new generation.
     Run(RunArgs),
+    /// Cancel a study version's unfinished run: its queued jobs fail now, its running ones stop
+    /// at the end of their current case or load step (wherever their workers run) and fail;
+    /// what was stored stays.
+    Cancel(NameArgs),
     /// Print a study as stored; `--toml`: as a study file's text, to edit and create again
     /// (a changed copy of a locked version becomes its next version).
     Show(ShowArgs),
@@ -219,6 +223,28 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Show(a) => show(&service, a).await,
             Command::Status(a) => status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,
+            Command::Cancel(a) => {
+                let by = format!(
+                    "with `shortlist study cancel` on {}",
+                    shortlist_runner::config::hostname()
+                );
+                let done = service.cancel_run(&a.name, a.version, &by).await?;
+                if a.json {
+                    print_json(&done)?;
+                } else {
+                    println!(
+                        "study {} v{} generation {}: {} queued job{} failed now, {} running stop at the end of the current case or load step ({})",
+                        done.study,
+                        done.version,
+                        done.generation,
+                        done.failed,
+                        if done.failed == 1 { "" } else { "s" },
+                        done.stopping,
+                        done.reason
+                    );
+                }
+                Ok(Outcome::Success)
+            }
             Command::Check(a) => check(&service, a).await,
         }
     })
@@ -552,6 +578,9 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
     if a.queue_only {
         if a.json {
             print_json(&requested)?;
+        } else if let Some(note) = service.workers().await?.queue.stranded_note() {
+            // Queued for whom? Say so now rather than leave the jobs to wait unexplained.
+            eprintln!("{note}");
         }
         return Ok(Outcome::Success);
     }
@@ -607,6 +636,9 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
             } => failures.push(json!({
                 "id": id, "kind": kind, "candidate": candidate, "why": why,
                 "class": class, "state": if requeued { "queued" } else { "failed" },
+            })),
+            JobOutcome::Cancelled { id, reason } => failures.push(json!({
+                "id": id, "why": reason, "class": "cancelled", "state": "failed",
             })),
             JobOutcome::Released { .. } | JobOutcome::Idle => {}
         }

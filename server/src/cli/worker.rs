@@ -62,9 +62,11 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
             }
         }
         let stale = Duration::from_secs(a.stale_after);
+        let poll = Duration::try_from_secs_f64(a.poll.max(0.05)).unwrap_or(Duration::from_secs(1));
         let worker = Worker::new(service)
             .with_name(config.worker.clone())
-            .with_stale_after(stale);
+            .with_stale_after(stale)
+            .with_poll(poll);
         let stopper = worker.clone();
         tokio::spawn(async move {
             let mut term =
@@ -89,7 +91,6 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
             "worker {}: claiming jobs (SIGTERM or Ctrl-C stops)",
             worker.name()
         );
-        let poll = Duration::try_from_secs_f64(a.poll.max(0.05)).unwrap_or(Duration::from_secs(1));
         while !worker.stopping() {
             if let Err(e) = worker.service().requeue_stale(stale).await {
                 eprintln!("worker: requeueing stale jobs: {e}");
@@ -100,6 +101,7 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
                     eprintln!("job {id} ({kind:?} {candidate}): done");
                 }
                 Ok(JobOutcome::Released { id }) => eprintln!("job {id}: released to the queue"),
+                Ok(JobOutcome::Cancelled { id, reason }) => eprintln!("job {id}: {reason}"),
                 Ok(JobOutcome::Failed { id, why, requeued, .. }) => eprintln!(
                     "job {id}: failed{}: {why}",
                     if requeued { " (queued again)" } else { "" }

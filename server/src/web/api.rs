@@ -97,6 +97,18 @@ pub(crate) struct RunBody {
     max_tokens: Option<usize>,
 }
 
+/// `POST /api/studies/{name}/cancel[?version=N]`: what cancelling the unfinished run did.
+pub(crate) async fn cancel(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    ok(st
+        .service
+        .cancel_run(&name, which.version, "through the API")
+        .await?)
+}
+
 pub(crate) async fn run(
     State(st): State<AppState>,
     Path(name): Path<String>,

@@ -115,6 +115,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/studies/{name}", get(pages::study))
         .route("/studies/{name}/lock", post(pages::lock))
         .route("/studies/{name}/runs", post(pages::run))
+        .route("/studies/{name}/cancel", post(pages::cancel))
         .route("/studies/{name}/baseline", post(pages::accept_baseline))
         .route("/studies/{name}/events", get(pages::events))
         .route("/studies/{name}/compare", get(pages::compare))
@@ -166,6 +167,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/api/studies/{name}/status", get(api::status))
         .route("/api/studies/{name}/lock", post(api::lock))
         .route("/api/studies/{name}/runs", post(api::run))
+        .route("/api/studies/{name}/cancel", post(api::cancel))
         .route("/api/studies/{name}/baseline", post(api::accept_baseline))
         .route("/api/studies/{name}/compare", get(api::compare))
         .route(
@@ -283,12 +285,11 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             let worker = Worker::new(service.clone())
                 .with_name(name)
                 .with_stale_after(Duration::from_secs(stale_after));
-            workers.push(worker.clone());
-            tokio::spawn(async move {
-                worker
-                    .run_forever(Duration::from_secs(1), Duration::from_secs(stale_after))
-                    .await;
+            let looping = worker.clone();
+            let handle = tokio::spawn(async move {
+                looping.run_forever(Duration::from_secs(stale_after)).await;
             });
+            workers.push((worker, handle));
         }
         // The scheduler ticks in the workbench too: each due instant is claimed in the database,
         // so a second scheduler (another `serve`, or `shortlist scheduler`) never runs it twice.
@@ -325,9 +326,25 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             },
         )
         .await;
-        // Jobs in hand finish their current unit and go back to the queue; the workers no
-        // longer count as alive.
-        for w in &workers {
+        // Jobs in hand finish their current unit and go back to the queue (their attempt not
+        // counted) before the process ends; a second Ctrl-C leaves at once, and those jobs are
+        // taken over once their heartbeat is stale, as a dead worker's are.
+        for (w, _) in &workers {
+            w.stop();
+        }
+        if !workers.is_empty() {
+            eprintln!(
+                "stopping: jobs in hand finish their current case or load step and go back to the queue (Ctrl-C again leaves now)"
+            );
+        }
+        let loops = futures_util::future::join_all(workers.iter_mut().map(|(_, h)| h));
+        tokio::select! {
+            _ = loops => {}
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("leaving now: the jobs in hand go back to the queue once their heartbeat is stale");
+            }
+        }
+        for (w, _) in &workers {
             w.retire().await;
         }
         anyhow::Ok(())

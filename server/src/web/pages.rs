@@ -298,6 +298,18 @@ pub(crate) struct RunForm {
     version: Option<u32>,
 }
 
+/// **Cancel run**: the shown version's unfinished generation (its page's form names it).
+pub(crate) async fn cancel(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<Which>,
+) -> Result<Response, PageError> {
+    st.service
+        .cancel_run(&name, form.version, "from the workbench")
+        .await?;
+    Ok(Redirect::to(&format!("{}#progress", study_url(&name, form.version))).into_response())
+}
+
 pub(crate) async fn run(
     State(st): State<AppState>,
     Path(name): Path<String>,

@@ -167,6 +167,9 @@ pub(crate) struct JobContext {
     pub progress: ProgressSink,
     /// Set when the worker is asked to stop: finish the unit in hand, then release the job.
     pub stop: Arc<AtomicBool>,
+    /// Set when the job was cancelled: finish the unit in hand, then stop the same way (the
+    /// worker fails the job with the reason instead of releasing it).
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl JobContext {
@@ -175,9 +178,9 @@ impl JobContext {
         self.rt.block_on(f)
     }
 
-    /// Whether the worker was asked to stop.
+    /// Whether the worker was asked to stop, or the job was cancelled.
     pub fn stopping(&self) -> bool {
-        self.stop.load(Ordering::Relaxed)
+        self.stop.load(Ordering::Relaxed) || self.cancel.load(Ordering::Relaxed)
     }
 
     /// A name for messages: "quality job 12 of smollm2 (study s v1 generation 2)".

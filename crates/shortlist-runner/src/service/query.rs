@@ -60,6 +60,7 @@ fn job_view(job: &Job, progress: Option<ProgressEvent>) -> Result<JobView, Servi
         last_error: job.last_error.clone(),
         worker: job.claimed_by.clone(),
         progress,
+        cancel_reason: job.cancel_reason.clone(),
     })
 }
 

@@ -117,6 +117,9 @@ pub struct JobView {
     pub last_error: Option<String>,
     pub worker: Option<String>,
     pub progress: Option<ProgressEvent>,
+    /// Why the job was cancelled, once it was (a running one stops at the end of its current
+    /// case or load step).
+    pub cancel_reason: Option<String>,
 }
 
 /// One generation of a study version: its jobs and the records made from it.
@@ -187,6 +190,21 @@ pub struct RunRequested {
     pub queued: usize,
     /// Whether an unfinished generation was found and is resumed instead of a new one.
     pub resumed: bool,
+}
+
+/// What cancelling a run did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunCancelled {
+    pub study: String,
+    pub version: u32,
+    pub generation: u32,
+    /// What each cancelled job's error says.
+    pub reason: String,
+    /// Queued jobs, failed at once.
+    pub failed: usize,
+    /// Running jobs: each stops at the end of its current case or load step and fails with the
+    /// reason; what it stored so far stays stored.
+    pub stopping: usize,
 }
 
 /// A stored record with where it came from.
