@@ -165,7 +165,7 @@ pub fn home_page(data: HomeData) -> String {
                         .into_any()
                 }}
                 <p class="muted small" id="queue-line">
-                    {crate::workers::queue_line(&queue)} " · " <a href="/workers">"Workers"</a>
+                    {queue.summary()} " · " <a href="/workers">"Workers"</a>
                 </p>
             </section>
             <section class="card">
@@ -582,6 +582,12 @@ pub fn study_page(
         let lock_action = format!("{path}/lock");
         let run_action = format!("{path}/runs");
         let cancel_action = format!("{path}/cancel");
+        let retry_action = format!("{path}/retry");
+        // The newest generation finished with failures: they can be retried in place.
+        let failed_now = progress
+            .generations
+            .first()
+            .map_or(0, |g| g.jobs.iter().filter(|j| j.state == "failed").count());
         // Something left to cancel: a queued job, or a running one not yet told to stop.
         let cancellable =
             progress.generations.iter().flat_map(|g| &g.jobs).any(|j| {
@@ -714,6 +720,12 @@ pub fn study_page(
                         <form method="post" action=cancel_action.clone() data-confirm=cancel_question.clone()>
                             <input type="hidden" name="version" value=shown.clone()/>
                             <button type="submit" class="secondary danger" id="cancel">"Cancel run"</button>
+                        </form>
+                    })}
+                    {(locked && done && failed_now > 0).then(|| view! {
+                        <form method="post" action=retry_action.clone()>
+                            <input type="hidden" name="version" value=shown.clone()/>
+                            <button type="submit" class="secondary" id="retry">{format!("Retry failed jobs ({failed_now})")}</button>
                         </form>
                     })}
                     {(locked && done).then(|| view! {

@@ -2,7 +2,7 @@
 //! holds, on which machine, and whether queued jobs wait for a worker that is not there.
 
 use leptos::prelude::*;
-use shortlist_runner::service::views::{QueueView, WorkerState, WorkersView};
+use shortlist_runner::service::views::{WorkerState, WorkersView};
 use shortlist_runner::time::duration_in_words;
 
 use crate::layout::{card_table, code_spans, document};
@@ -21,22 +21,8 @@ fn state_word(state: WorkerState) -> (&'static str, &'static str) {
     }
 }
 
-/// The queue in one line: "3 queued (oldest waiting 2 min) · 1 running · 2 workers alive".
-pub fn queue_line(q: &QueueView) -> String {
-    let waited = q.oldest_waiting_s.map_or_else(String::new, |s| {
-        format!(" (oldest waiting {})", duration_in_words(s as f64))
-    });
-    format!(
-        "{} queued{waited} · {} running · {} worker{} alive",
-        q.queued,
-        q.running,
-        q.live_workers,
-        if q.live_workers == 1 { "" } else { "s" }
-    )
-}
-
 /// The notice that queued jobs have no worker to take them (`note`: what
-/// [`QueueView::no_worker_note`] says), with a link to the workers page where `link`.
+/// [`shortlist_runner::service::views::QueueView::no_worker_note`] says), with a link to the workers page where `link`.
 pub fn stranded_notice(note: Option<String>, link: bool) -> Option<impl IntoView + use<>> {
     note.map(|note| {
         view! {

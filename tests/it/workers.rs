@@ -534,6 +534,15 @@ fn load_steps_sent_from_two_workers_are_merged_from_both_parts() {
     }
 }
 
+/// A fresh SQLite database in a temporary folder with the two-candidate study locked on it,
+/// answered after `ttft_ms`: the folder (removed when dropped), the database URL and the mock.
+fn sqlite_study(ttft_ms: &str) -> (tempfile::TempDir, String, Mock) {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display());
+    let mock = locked_study(&url, dir.path(), ttft_ms);
+    (dir, url, mock)
+}
+
 /// The workers a database has seen, through `shortlist workers --json`.
 fn workers_view(url: &str, dir: &Path) -> Value {
     json(url, dir, &["workers", "--json"])
@@ -556,11 +565,8 @@ fn state_of(view: &Value, name: &str) -> Option<String> {
 fn queued_jobs_without_a_live_worker_are_named_and_a_worker_is_seen() {
     use crate::web::http;
 
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
-    let url = url.as_str();
-    let _mock = locked_study(url, d, "300");
+    let (dir, url, _mock) = sqlite_study("300");
+    let (d, url) = (dir.path(), url.as_str());
     let serve = crate::web::Server::start_on(url, d, &["--workers", "0", "--schedule-every", "0"]);
     let queued = json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
     let n = queued["queued"].as_u64().unwrap();
@@ -646,13 +652,10 @@ fn queued_jobs_without_a_live_worker_are_named_and_a_worker_is_seen() {
 /// its worker is listed as stopped, and another worker finishes the run from the stored cases.
 #[test]
 fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
-    let url = url.as_str();
     // Three seconds a case, four in flight: the last two cases are still out when the first
     // four are stored, so the stop lands between cases.
-    let _mock = locked_study(url, d, "3000");
+    let (dir, url, _mock) = sqlite_study("3000");
+    let (d, url) = (dir.path(), url.as_str());
     let mut serve =
         crate::web::Server::start_on(url, d, &["--workers", "1", "--schedule-every", "0"]);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
@@ -698,19 +701,17 @@ fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
 /// queued jobs fail at once, the running one stops at the end of its current case and fails
 /// with the reason, nothing is claimed again, the study reads done with **Run again**, and a
 /// second cancel — from the command line or the API — is refused: nothing is left to cancel.
+/// Then **Retry failed jobs** finishes the same generation, records and all.
 #[test]
 fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     use crate::web::http;
     const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
-    let url = url.as_str();
     // Three seconds a case, four in flight: the last two cases are still out when the first
     // four are stored; the worker beats every half second (a quarter of --stale-after), so it
     // hears of the cancel before they come back.
-    let _mock = locked_study(url, d, "3000");
+    let (dir, url, _mock) = sqlite_study("3000");
+    let (d, url) = (dir.path(), url.as_str());
     let serve = crate::web::Server::start_on(
         url,
         d,
@@ -795,17 +796,46 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     let api = http(&serve.addr, "POST", "/api/studies/mini/cancel", &[], b"");
     assert_eq!(api.status, 400, "{}", api.body);
     assert_eq!(api.json()["error"]["class"], "bad_input", "{}", api.body);
+
+    // Retry failed jobs: the cancelled ones run again in the same generation — the quality
+    // run goes on from the cases it stored — and the records are made.
+    assert!(page.contains("id=\"retry\""), "{page}");
+    let retry = http(
+        &serve.addr,
+        "POST",
+        "/studies/mini/retry",
+        &[FORM],
+        b"version=1",
+    );
+    assert_eq!(retry.status, 303, "{}", retry.body);
+    let finished = wait_for(240, "every job done after the retry", || {
+        let js = jobs(url, d);
+        js.iter().all(|j| j["state"] == "done").then_some(js)
+    });
+    assert_eq!(
+        finished.len(),
+        ended.len(),
+        "the same jobs, no new generation"
+    );
+    let again = finished.iter().find(|j| j["id"] == held["id"]).unwrap();
+    assert_eq!(again["attempts"], 1, "{again}");
+    for candidate in ["smol", "twin"] {
+        let record = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
+        assert_eq!(
+            record["quality"]["overall"]["n"], 6,
+            "{candidate}: {record}"
+        );
+    }
+    let nothing = http(&serve.addr, "POST", "/api/studies/mini/retry", &[], b"");
+    assert_eq!(nothing.status, 400, "{}", nothing.body);
 }
 
 /// `study cancel` on a run that no worker has started: every queued job fails at once, and the
 /// JSON says how many.
 #[test]
 fn study_cancel_fails_a_queued_run_at_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
-    let url = url.as_str();
-    let _mock = locked_study(url, d, "300");
+    let (dir, url, _mock) = sqlite_study("300");
+    let (d, url) = (dir.path(), url.as_str());
     let queued = json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
     let n = queued["queued"].as_u64().unwrap();
     let done = json(url, d, &["study", "cancel", "mini", "--json"]);
@@ -829,4 +859,45 @@ fn study_cancel_fails_a_queued_run_at_once() {
         "{js:?}"
     );
     assert_eq!(workers_view(url, d)["queue"]["queued"], 0);
+}
+
+/// A run whose worker was killed in the middle of a job: nobody is left to hear of a cancel, so
+/// `study cancel` fails the job that worker held at once, with the queued ones, rather than
+/// leave it "stopping" until another worker hands stale jobs back.
+#[test]
+fn cancelling_fails_at_once_the_job_of_a_worker_that_is_gone() {
+    let (dir, url, _mock) = sqlite_study("3000");
+    let (d, url) = (dir.path(), url.as_str());
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let mut w = worker(url, d, "doomed");
+    let held = wait_for(60, "the worker holding a quality job", || {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| j["kind"] == "quality" && j["state"] == "running")
+    });
+    w.kill().unwrap();
+    w.wait().unwrap();
+    wait_for(30, "the killed worker listed as gone", || {
+        (state_of(&workers_view(url, d), "doomed").as_deref() == Some("gone")).then_some(())
+    });
+    let done = json(url, d, &["study", "cancel", "mini", "--json"]);
+    assert_eq!(done["stopping"], 0, "{done}");
+    let js = jobs(url, d);
+    let finished = js.iter().filter(|j| j["state"] == "done").count();
+    assert_eq!(
+        done["failed"].as_u64(),
+        Some((js.len() - finished) as u64),
+        "every job not done before: {done} {js:?}"
+    );
+    let job = js.iter().find(|j| j["id"] == held["id"]).unwrap();
+    assert_eq!(
+        (&job["state"], &job["last_error"]),
+        (&Value::from("failed"), &done["reason"]),
+        "{job}"
+    );
+    assert!(
+        js.iter()
+            .all(|j| j["state"] == "failed" || (j["kind"] == "fit" && j["state"] == "done")),
+        "{js:?}"
+    );
 }

@@ -438,6 +438,67 @@ impl Store {
         Ok(self.job(id).await?.state)
     }
 
+    /// Queue again the failed jobs of generation `generation` of study `study` v`version` — and,
+    /// when there are any, its finished jobs of the kinds `redo` (the records, which must be
+    /// made again from what the retried jobs add) — each as new: no attempts, no error, not
+    /// cancelled. Their dependencies stay: a requeued job waits for the one before it as before.
+    /// Returns the requeued ids; none when nothing of the generation failed.
+    pub async fn retry_failed_jobs(
+        &self,
+        study: &str,
+        version: u32,
+        generation: u32,
+        redo: &[&str],
+    ) -> Result<Vec<i64>, StoreError> {
+        let op = format!("retrying generation {generation} of study `{study}` v{version}");
+        let mut tx = self.write_tx(&op).await?;
+        let failed: i64 = sqlx::query(
+            "SELECT COUNT(*) AS n FROM jobs WHERE study = $1 AND study_version = $2 \
+             AND generation = $3 AND state = 'failed'",
+        )
+        .bind(study)
+        .bind(i64::from(version))
+        .bind(i64::from(generation))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(sql(&op))
+        .and_then(|row| col(&row, "jobs", &op, "n"))?;
+        if failed == 0 {
+            return Ok(Vec::new());
+        }
+        // The kinds to redo are few and the store's own names: bound, one placeholder each.
+        let kinds = (0..redo.len())
+            .map(|i| format!("${}", i + 4))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let redo_clause = if redo.is_empty() {
+            String::new()
+        } else {
+            format!(" OR (state = 'done' AND kind IN ({kinds}))")
+        };
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE jobs SET state = 'queued', attempts = 0, claimed_by = NULL, \
+             claimed_at_ms = NULL, heartbeat_ms = NULL, last_error = NULL, finished_at_ms = NULL, \
+             not_before_ms = NULL, cancel_requested_at_ms = NULL, cancel_reason = NULL \
+             WHERE study = $1 AND study_version = $2 AND generation = $3 \
+             AND (state = 'failed'{redo_clause}) RETURNING id"
+        )))
+        .bind(study)
+        .bind(i64::from(version))
+        .bind(i64::from(generation));
+        for kind in redo {
+            query = query.bind(*kind);
+        }
+        let rows = query.fetch_all(&mut *tx).await.map_err(sql(&op))?;
+        tx.commit().await.map_err(sql(&op))?;
+        let mut ids = rows
+            .iter()
+            .map(|r| col(r, "jobs", &"?", "id"))
+            .collect::<Result<Vec<i64>, _>>()?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+
     /// Hand back to the queue every running job whose heartbeat is older than `stale_after`
     /// (its worker died); a job out of attempts fails instead. Returns how many were requeued
     /// and how many failed.

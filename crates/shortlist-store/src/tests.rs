@@ -1184,6 +1184,83 @@ async fn a_cancelled_generation_never_runs_again(store: Store) {
 }
 contract!(a_cancelled_generation_never_runs_again);
 
+/// Retrying a generation queues its failed jobs (cancelled ones too) as new, and its finished
+/// records to be made again; what finished otherwise, and other generations, stay.
+async fn retrying_a_generation_queues_its_failures_and_its_records(store: Store) {
+    let job = |kind: &str, generation: u32| NewJob {
+        generation,
+        max_attempts: 1,
+        ..new_job(kind, None, None, 0)
+    };
+    let fit = store.enqueue(&job("fit", 1)).await.unwrap();
+    let quality = store.enqueue(&job("quality", 1)).await.unwrap();
+    let load = store.enqueue(&job("load", 1)).await.unwrap();
+    let record = store.enqueue(&job("record", 1)).await.unwrap();
+    let elsewhere = store.enqueue(&job("quality", 2)).await.unwrap();
+    assert!(
+        store
+            .retry_failed_jobs("support", 1, 1, &["record"])
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing failed yet"
+    );
+    for (id, outcome) in [
+        (fit, Ok(())),
+        (quality, Err("boom")),
+        (load, Err("boom")),
+        (record, Ok(())),
+        (elsewhere, Err("boom")),
+    ] {
+        assert_eq!(store.claim_next_job("w").await.unwrap().unwrap().id, id);
+        match outcome {
+            Ok(()) => store.complete_job(id, "w").await.unwrap(),
+            Err(why) => {
+                store.fail_job(id, "w", why, Retry::Never).await.unwrap();
+            }
+        }
+    }
+    store
+        .cancel_jobs("support", 1, 1, "cancelled")
+        .await
+        .unwrap();
+    let again = store
+        .retry_failed_jobs("support", 1, 1, &["record"])
+        .await
+        .unwrap();
+    assert_eq!(again, vec![quality, load, record]);
+    for id in [quality, load, record] {
+        let j = store.job(id).await.unwrap();
+        assert_eq!(
+            (
+                j.state,
+                j.attempts,
+                j.last_error,
+                j.cancel_reason,
+                j.finished_at_ms
+            ),
+            (JobState::Queued, 0, None, None, None),
+            "job {id}"
+        );
+    }
+    assert_eq!(store.job(fit).await.unwrap().state, JobState::Done);
+    assert_eq!(store.job(elsewhere).await.unwrap().state, JobState::Failed);
+    // They run again, in their order.
+    assert_eq!(
+        store.claim_next_job("w").await.unwrap().unwrap().id,
+        quality
+    );
+    assert!(
+        store
+            .retry_failed_jobs("support", 1, 1, &["record"])
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing of it failed now"
+    );
+}
+contract!(retrying_a_generation_queues_its_failures_and_its_records);
+
 /// A gang starts once, only when every part joined, and never after it was called off; each
 /// part stores its records under the worker that joined as it.
 async fn a_gang_starts_once_all_parts_joined(store: Store) {

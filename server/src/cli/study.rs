@@ -34,6 +34,10 @@ pub(crate) enum Command {
     /// at the end of their current case or load step (wherever their workers run) and fail;
     /// what was stored stays.
     Cancel(NameArgs),
+    /// Queue again the failed (or cancelled) jobs of the newest generation, in place: quality
+    /// runs go on from the cases they stored, and the generation's records are made again.
+    /// `study run NAME` (or any worker) then works through them.
+    Retry(NameArgs),
     /// Print a study as stored; `--toml`: as a study file's text, to edit and create again
     /// (a changed copy of a locked version becomes its next version).
     Show(ShowArgs),
@@ -223,6 +227,25 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Show(a) => show(&service, a).await,
             Command::Status(a) => status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,
+            Command::Retry(a) => {
+                let done = service.retry_run(&a.name, a.version).await?;
+                if a.json {
+                    print_json(&done)?;
+                } else {
+                    println!(
+                        "study {} v{} generation {}: {} job{} queued again",
+                        done.study,
+                        done.version,
+                        done.generation,
+                        done.requeued,
+                        if done.requeued == 1 { "" } else { "s" }
+                    );
+                    if let Some(note) = service.workers().await?.queue.stranded_note() {
+                        eprintln!("{note}");
+                    }
+                }
+                Ok(Outcome::Success)
+            }
             Command::Cancel(a) => {
                 let by = format!(
                     "with `shortlist study cancel` on {}",

@@ -135,17 +135,11 @@ pub(crate) fn list(a: ListArgs, config: &Config) -> anyhow::Result<Outcome> {
             return anyhow::Ok(Outcome::Success);
         }
         let q = &view.queue;
-        let waited = q.oldest_waiting_s.map_or_else(String::new, |s| {
-            format!(" (oldest waiting {})", duration_in_words(s as f64))
-        });
         println!(
-            "queue: {} queued{waited}, {} running, {} done, {} failed; {} worker{} alive",
-            q.queued,
-            q.running,
+            "queue: {} · {} done · {} failed",
+            q.summary(),
             q.done,
-            q.failed,
-            q.live_workers,
-            if q.live_workers == 1 { "" } else { "s" }
+            q.failed
         );
         if let Some(note) = q.stranded_note() {
             println!("{note}");

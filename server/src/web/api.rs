@@ -109,6 +109,17 @@ pub(crate) async fn cancel(
         .await?)
 }
 
+/// `POST /api/studies/{name}/retry[?version=N]`: the newest generation's failed jobs queued
+/// again (202).
+pub(crate) async fn retry(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    let retried = st.service.retry_run(&name, which.version).await?;
+    Ok((StatusCode::ACCEPTED, Json(retried)).into_response())
+}
+
 pub(crate) async fn run(
     State(st): State<AppState>,
     Path(name): Path<String>,

@@ -116,6 +116,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/studies/{name}/lock", post(pages::lock))
         .route("/studies/{name}/runs", post(pages::run))
         .route("/studies/{name}/cancel", post(pages::cancel))
+        .route("/studies/{name}/retry", post(pages::retry))
         .route("/studies/{name}/baseline", post(pages::accept_baseline))
         .route("/studies/{name}/events", get(pages::events))
         .route("/studies/{name}/compare", get(pages::compare))
@@ -168,6 +169,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/api/studies/{name}/lock", post(api::lock))
         .route("/api/studies/{name}/runs", post(api::run))
         .route("/api/studies/{name}/cancel", post(api::cancel))
+        .route("/api/studies/{name}/retry", post(api::retry))
         .route("/api/studies/{name}/baseline", post(api::accept_baseline))
         .route("/api/studies/{name}/compare", get(api::compare))
         .route(

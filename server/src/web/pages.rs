@@ -310,6 +310,16 @@ pub(crate) async fn cancel(
     Ok(Redirect::to(&format!("{}#progress", study_url(&name, form.version))).into_response())
 }
 
+/// **Retry failed jobs**: the shown version's newest generation, in place.
+pub(crate) async fn retry(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<Which>,
+) -> Result<Response, PageError> {
+    st.service.retry_run(&name, form.version).await?;
+    Ok(Redirect::to(&format!("{}#progress", study_url(&name, form.version))).into_response())
+}
+
 pub(crate) async fn run(
     State(st): State<AppState>,
     Path(name): Path<String>,

@@ -192,6 +192,17 @@ pub struct RunRequested {
     pub resumed: bool,
 }
 
+/// What retrying a run's failed jobs did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RunRetried {
+    pub study: String,
+    pub version: u32,
+    pub generation: u32,
+    /// Jobs queued again: the failed (or cancelled) ones, and the generation's records, made
+    /// again once they finish.
+    pub requeued: usize,
+}
+
 /// What cancelling a run did.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct RunCancelled {
@@ -200,7 +211,7 @@ pub struct RunCancelled {
     pub generation: u32,
     /// What each cancelled job's error says.
     pub reason: String,
-    /// Queued jobs, failed at once.
+    /// Jobs failed at once: the queued ones, and running ones whose worker is gone or stopped.
     pub failed: usize,
     /// Running jobs: each stops at the end of its current case or load step and fails with the
     /// reason; what it stored so far stays stored.
@@ -466,6 +477,23 @@ impl QueueView {
         self.queued > 0 && self.live_workers == 0
     }
 
+    /// The queue in one line: "3 queued (oldest waiting 2 min) · 1 running · 2 workers alive".
+    pub fn summary(&self) -> String {
+        let waited = self.oldest_waiting_s.map_or_else(String::new, |s| {
+            format!(
+                " (oldest waiting {})",
+                crate::time::duration_in_words(s as f64)
+            )
+        });
+        format!(
+            "{} queued{waited} · {} running · {} worker{} alive",
+            self.queued,
+            self.running,
+            self.live_workers,
+            if self.live_workers == 1 { "" } else { "s" }
+        )
+    }
+
     /// What a page or a terminal says when [`QueueView::stranded`]: what waits, since when, and
     /// what starts it.
     pub fn stranded_note(&self) -> Option<String> {
@@ -603,6 +631,14 @@ mod tests {
         assert!(!queue(0, 0).stranded());
         assert_eq!(queue(0, 0).stranded_note(), None);
         assert_eq!(queue(3, 2).stranded_note(), None);
+        assert_eq!(
+            queue(3, 1).summary(),
+            "3 queued (oldest waiting 7 min) · 0 running · 1 worker alive"
+        );
+        assert_eq!(
+            queue(0, 2).summary(),
+            "0 queued · 0 running · 2 workers alive"
+        );
         let note = queue(3, 0).stranded_note().unwrap();
         assert!(
             note.starts_with("3 jobs are queued (the oldest for 7 min) and no worker is alive"),
