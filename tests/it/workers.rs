@@ -543,6 +543,17 @@ fn sqlite_study(ttft_ms: &str) -> (tempfile::TempDir, String, Mock) {
     (dir, url, mock)
 }
 
+/// A running quality job that has stored a case (waited for up to 90 s).
+fn quality_job_under_way(url: &str, dir: &Path) -> Value {
+    wait_for(90, "a quality job with a case stored", || {
+        jobs(url, dir).into_iter().find(|j| {
+            j["kind"] == "quality"
+                && j["state"] == "running"
+                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
+        })
+    })
+}
+
 /// The workers a database has seen, through `shortlist workers --json`.
 fn workers_view(url: &str, dir: &Path) -> Value {
     json(url, dir, &["workers", "--json"])
@@ -659,13 +670,7 @@ fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
     let mut serve =
         crate::web::Server::start_on(url, d, &["--workers", "1", "--schedule-every", "0"]);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
-    let held = wait_for(90, "a quality job with a case stored", || {
-        jobs(url, d).into_iter().find(|j| {
-            j["kind"] == "quality"
-                && j["state"] == "running"
-                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
-        })
-    });
+    let held = quality_job_under_way(url, d);
     let status = serve.interrupt(120);
     assert_eq!(status.code(), Some(0), "{status:?}");
     let after = jobs(url, d);
@@ -725,13 +730,7 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
         ],
     );
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
-    let held = wait_for(90, "a quality job with a case stored", || {
-        jobs(url, d).into_iter().find(|j| {
-            j["kind"] == "quality"
-                && j["state"] == "running"
-                && j["progress"]["cases"]["done"].as_u64().unwrap_or(0) >= 1
-        })
-    });
+    let held = quality_job_under_way(url, d);
     let page = http(&serve.addr, "GET", "/studies/mini", &[], b"").body;
     assert!(
         page.contains("id=\"cancel\"") && page.contains("data-confirm"),

@@ -1005,6 +1005,12 @@ async fn a_higher_priority_job_is_claimed_first(store: Store) {
 }
 contract!(a_higher_priority_job_is_claimed_first);
 
+/// Worker `name` as the store lists it.
+async fn seen(store: &Store, name: &str) -> crate::workers::WorkerRow {
+    let rows = store.workers_seen_since(0).await.unwrap();
+    rows.into_iter().find(|w| w.name == name).unwrap()
+}
+
 /// Workers say when they start, that they are alive, and when they stop; a row's beat tells a
 /// live worker from a gone one. The queue is counted by state with its oldest queued job.
 async fn workers_are_seen_and_the_queue_counted(store: Store) {
@@ -1042,25 +1048,13 @@ async fn workers_are_seen_and_the_queue_counted(store: Store) {
     // A worker that stops is no longer alive, and its beats are refused until it starts again.
     store.worker_stopped("w2").await.unwrap();
     assert!(!store.worker_seen("w2").await.unwrap());
-    let w2 = store
-        .workers_seen_since(0)
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|w| w.name == "w2")
-        .unwrap();
+    let w2 = seen(&store, "w2").await;
     assert!(w2.stopped_at_ms.is_some() && !w2.alive_at(w2.seen_at_ms));
     store
         .worker_started("w2", "h3", &serde_json::json!({}), Duration::from_secs(1))
         .await
         .unwrap();
-    let w2 = store
-        .workers_seen_since(0)
-        .await
-        .unwrap()
-        .into_iter()
-        .find(|w| w.name == "w2")
-        .unwrap();
+    let w2 = seen(&store, "w2").await;
     assert_eq!((w2.host.as_str(), w2.stopped_at_ms), ("h3", None));
     assert!(w2.alive_at(w2.seen_at_ms));
     assert!(
