@@ -10,6 +10,7 @@ mod create;
 pub mod drift;
 pub mod night;
 mod query;
+mod queue;
 pub mod schedule;
 pub mod views;
 
@@ -32,7 +33,7 @@ use crate::config::Config;
 use crate::error::ServiceError;
 use crate::jobs::{JobKind, JobPayload, LoadSplit, Shard};
 use crate::progress::ProgressEvent;
-use views::{LockView, RunCancelled, RunRequested, RunRetried, WorkerState};
+use views::{LockView, RunRequested};
 
 /// What a run is asked with.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -249,166 +250,6 @@ impl StudyService {
         let requested = self.request_run_leased(name, version, params).await;
         self.store.release_lease(&lease, &holder).await?;
         requested
-    }
-
-    /// Cancel the unfinished generation of study `name` v`version` (default: the latest
-    /// version): its queued jobs fail now, its running ones stop at the end of their current
-    /// case or load step and fail (those whose worker is gone or stopped fail now); every one's error is `cancelled {by} at {now}` (`by`: "from
-    /// the workbench", "through the API", …). What was stored stays; records already made stay.
-    /// Refused when nothing of it is queued or running.
-    pub async fn cancel_run(
-        &self,
-        name: &str,
-        version: Option<u32>,
-        by: &str,
-    ) -> Result<RunCancelled, ServiceError> {
-        let version = self.version_of(name, version).await?;
-        let jobs = self.store.jobs_of_study(name, version).await?;
-        let open: Vec<&Job> = jobs
-            .iter()
-            .filter(|j| matches!(j.state, JobState::Queued | JobState::Running))
-            .collect();
-        if open.is_empty() {
-            return Err(ServiceError::invalid(
-                "run",
-                format!(
-                    "study `{name}` v{version} has no run to cancel: none of its jobs is queued or running"
-                ),
-            ));
-        }
-        let Some(generation) = open
-            .iter()
-            .filter(|j| j.cancel_reason.is_none())
-            .filter_map(|j| j.generation)
-            .max()
-        else {
-            return Err(ServiceError::invalid(
-                "run",
-                format!(
-                    "the run of study `{name}` v{version} is being cancelled already: {} at the end of the current case or load step",
-                    if open.len() == 1 {
-                        "its running job stops".to_owned()
-                    } else {
-                        format!("its {} running jobs stop", open.len())
-                    }
-                ),
-            ));
-        };
-        let reason = format!("cancelled {by} at {}", crate::time::now_rfc3339());
-        let mut done = self
-            .store
-            .cancel_jobs(name, version, generation, &reason)
-            .await?;
-        // A running job whose worker is gone (or stopped) has nobody to hear of it until another
-        // worker hands stale jobs back: it fails now, in that worker's name.
-        let workers = self.workers().await?.workers;
-        let mut held_by_nobody = Vec::new();
-        for id in &done.stopping {
-            let Some(holder) = jobs
-                .iter()
-                .find(|j| j.id == *id)
-                .and_then(|j| j.claimed_by.as_deref())
-            else {
-                continue;
-            };
-            let dead = workers.iter().any(|w| {
-                w.name == holder && matches!(w.state, WorkerState::Gone | WorkerState::Stopped)
-            });
-            if dead
-                && self
-                    .store
-                    .fail_job(*id, holder, &reason, shortlist_store::jobs::Retry::Never)
-                    .await
-                    .is_ok()
-            {
-                held_by_nobody.push(*id);
-            }
-        }
-        done.stopping.retain(|id| !held_by_nobody.contains(id));
-        done.failed.extend(held_by_nobody);
-        // The jobs failed now say so in their progress, as a worker's failure would: pages
-        // following the run see them end.
-        for job in jobs.iter().filter(|j| done.failed.contains(&j.id)) {
-            let Some(kind) = JobKind::parse(&job.kind) else {
-                continue;
-            };
-            let event = ProgressEvent {
-                job: job.id,
-                attempt: job.attempts,
-                study: name.to_owned(),
-                version,
-                generation,
-                candidate: job.candidate.clone().unwrap_or_default(),
-                kind,
-                phase: crate::progress::Phase::Failed,
-                at_ms: crate::time::now_ms(),
-                cases: None,
-                load: None,
-                eta_s: None,
-                message: Some(reason.clone()),
-                retry: Some(false),
-            };
-            let json = serde_json::to_value(&event)
-                .map_err(|e| ServiceError::invalid("progress event", e.to_string()))?;
-            self.store.put_progress(job.id, event.at_ms, &json).await?;
-            let _ = self.events.send(event);
-        }
-        Ok(RunCancelled {
-            study: name.to_owned(),
-            version,
-            generation,
-            reason,
-            failed: done.failed.len(),
-            stopping: done.stopping.len(),
-        })
-    }
-
-    /// Queue again the failed (or cancelled) jobs of the newest generation of study `name`
-    /// v`version`, in the same generation: a quality run goes on from the cases it stored, and
-    /// the generation's records are made again once the jobs finish. Refused while the
-    /// generation still runs, and when none of its jobs failed.
-    pub async fn retry_run(
-        &self,
-        name: &str,
-        version: Option<u32>,
-    ) -> Result<RunRetried, ServiceError> {
-        let version = self.version_of(name, version).await?;
-        // Runs start only on locked studies whose lock still holds.
-        self.store.verify_study(name, version).await?;
-        let jobs = self.store.jobs_of_study(name, version).await?;
-        let Some(generation) = jobs.iter().filter_map(|j| j.generation).max() else {
-            return Err(ServiceError::invalid(
-                "run",
-                format!("study `{name}` v{version} has not run yet: nothing to retry"),
-            ));
-        };
-        let mine = || jobs.iter().filter(|j| j.generation == Some(generation));
-        if mine().any(|j| matches!(j.state, JobState::Queued | JobState::Running)) {
-            return Err(ServiceError::invalid(
-                "run",
-                format!(
-                    "generation {generation} of study `{name}` v{version} is still running: let it finish, or cancel it first"
-                ),
-            ));
-        }
-        let requeued = self
-            .store
-            .retry_failed_jobs(name, version, generation, &[JobKind::Record.as_str()])
-            .await?;
-        if requeued.is_empty() {
-            return Err(ServiceError::invalid(
-                "run",
-                format!(
-                    "no job of generation {generation} of study `{name}` v{version} failed: nothing to retry (Run again starts a new generation)"
-                ),
-            ));
-        }
-        Ok(RunRetried {
-            study: name.to_owned(),
-            version,
-            generation,
-            requeued: requeued.len(),
-        })
     }
 
     async fn request_run_leased(

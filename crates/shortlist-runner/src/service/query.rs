@@ -11,8 +11,8 @@ use shortlist_store::studies::StoredStudy;
 use shortlist_study::record::Verdict;
 
 use super::views::{
-    BaselineView, CandidateView, GenerationView, JobView, QueueView, RunProgress, RunView,
-    StudyState, StudySummaryView, StudyView, WorkerJob, WorkerState, WorkerView, WorkersView,
+    BaselineView, CandidateView, GenerationView, JobView, RunProgress, RunView, StudyState,
+    StudySummaryView, StudyView,
 };
 use super::{StudyService, not_found};
 use crate::error::ServiceError;
@@ -384,80 +384,6 @@ impl StudyService {
                 })
                 .collect(),
             answers,
-        })
-    }
-
-    /// The queue as a whole and the workers seen lately: who is alive, what each holds, and
-    /// whether queued jobs wait for a worker that is not there.
-    pub async fn workers(&self) -> Result<WorkersView, ServiceError> {
-        let now = crate::time::now_ms();
-        let window_ms = i64::try_from(WorkersView::WINDOW_HOURS * 3_600_000).unwrap_or(i64::MAX);
-        let rows = self
-            .store
-            .workers_seen_since(now.saturating_sub(window_ms))
-            .await?;
-        let counts = self.store.queue_counts().await?;
-        let running = if counts.running > 0 {
-            self.store.jobs_in_state(JobState::Running).await?
-        } else {
-            Vec::new()
-        };
-        let mut workers: Vec<WorkerView> = rows
-            .iter()
-            .map(|row| {
-                let job = running
-                    .iter()
-                    .find(|j| j.claimed_by.as_deref() == Some(row.name.as_str()))
-                    .map(|j| WorkerJob {
-                        id: j.id,
-                        kind: j.kind.clone(),
-                        study: j.study.clone().unwrap_or_default(),
-                        version: j.study_version.unwrap_or(0),
-                        generation: j.generation.unwrap_or(0),
-                        candidate: j.candidate.clone().unwrap_or_default(),
-                    });
-                let state = match (row.stopped_at_ms, row.alive_at(now), &job) {
-                    (Some(_), _, _) => WorkerState::Stopped,
-                    (None, false, _) => WorkerState::Gone,
-                    (None, true, Some(_)) => WorkerState::Working,
-                    (None, true, None) => WorkerState::Idle,
-                };
-                let machine: Option<MachineFingerprint> =
-                    serde_json::from_value(row.machine.clone()).ok();
-                WorkerView {
-                    name: row.name.clone(),
-                    host: row.host.clone(),
-                    machine: machine
-                        .as_ref()
-                        .map_or_else(|| row.host.clone(), MachineFingerprint::describe_host),
-                    code_version: machine.map(|m| m.code_version),
-                    state,
-                    started_at: rfc3339_ms(row.started_at_ms),
-                    seen_at: rfc3339_ms(row.seen_at_ms),
-                    seen_ago_s: u64::try_from(now.saturating_sub(row.seen_at_ms) / 1000)
-                        .unwrap_or(0),
-                    beat_ms: u64::try_from(row.beat_ms).unwrap_or(0),
-                    job,
-                }
-            })
-            .collect();
-        let alive = |w: &WorkerView| matches!(w.state, WorkerState::Working | WorkerState::Idle);
-        workers.sort_by_key(|w| !alive(w));
-        let live_workers = workers.iter().filter(|w| alive(w)).count();
-        Ok(WorkersView {
-            at: rfc3339_ms(now),
-            queue: QueueView {
-                queued: counts.queued,
-                running: counts.running,
-                done: counts.done,
-                failed: counts.failed,
-                oldest_queued_at: counts.oldest_queued_at_ms.map(rfc3339_ms),
-                oldest_waiting_s: counts
-                    .oldest_queued_at_ms
-                    .map(|t| u64::try_from(now.saturating_sub(t) / 1000).unwrap_or(0)),
-                live_workers,
-            },
-            workers,
         })
     }
 
