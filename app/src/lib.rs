@@ -12,6 +12,7 @@
 mod case;
 mod catalog;
 mod compare;
+mod guided;
 mod layout;
 mod pages;
 mod record;
@@ -24,6 +25,7 @@ pub use catalog::{
     import_page,
 };
 pub use compare::{CompareFilter, compare_page};
+pub use guided::study_form_page;
 pub use layout::{document, error_page, login_page};
 pub use pages::{Editing, HomeData, home_page, new_study_page, study_page};
 pub use record::record_page;

@@ -227,7 +227,7 @@ impl Editing {
     }
 }
 
-/// `/studies/new`: paste a study file; errors are shown with their line and field, and nothing
+/// `/studies/new?as=file`: paste a study file; errors are shown with their line and field, and nothing
 /// is stored on error. `editing`: the stored version the text comes from (the study page's
 /// **Edit criteria…**); `starts`: the stored studies' latest versions, offered as texts to start
 /// from when the form is empty.
@@ -277,6 +277,10 @@ pub fn new_study_page(
                 });
                 view! {
                     <h1>"New study"</h1>
+                    <nav class="tabs" aria-label="How to write it">
+                        <a class="tab" href="/studies/new">"Fill in the form"</a>
+                        <a class="tab active" href="/studies/new?as=file" aria-current="page">"Paste or upload a study file"</a>
+                    </nav>
                     <p>
                         "Upload or paste a study file (" <code>"shortlist.study.v1"</code>
                         "), and upload its eval set with it — or let the study find it on the server: by its path, or among the stored eval sets by the sha256 it pins. A draft can be edited until it is locked."

@@ -210,7 +210,9 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     let c = browser(&driver, profile.path()).await;
 
     // Create from the form.
-    c.goto(&format!("{base}/studies/new")).await.unwrap();
+    c.goto(&format!("{base}/studies/new?as=file"))
+        .await
+        .unwrap();
     shoot(&c, "new-study").await;
     c.execute(
         "document.getElementById('toml').value = arguments[0];",
@@ -378,6 +380,55 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     c.goto(&format!("{base}/candidates/smol")).await.unwrap();
     assert!(text_of(&c, "main").await.contains("Endpoint model id"));
     shoot(&c, "candidate").await;
+
+    // The guided form: Check with nothing filled names what is missing at each field; filled
+    // in (the stored eval set, one candidate ticked), Check shows the study file, and Save
+    // draft stores it as a new study.
+    c.goto(&format!("{base}/studies/new")).await.unwrap();
+    shoot(&c, "guided-form").await;
+    click(&c, Locator::Css("button[value=check]")).await;
+    let refused = text_of(&c, ".error-box").await;
+    assert!(
+        refused.contains("Study name: a study needs a name"),
+        "{refused}"
+    );
+    assert!(
+        refused.contains("Eval set version: choose the eval set version"),
+        "{refused}"
+    );
+    shoot(&c, "guided-errors").await;
+    c.find(Locator::Css("#f-name"))
+        .await
+        .unwrap()
+        .send_keys("from-the-form")
+        .await
+        .unwrap();
+    c.find(Locator::Css("#f-question"))
+        .await
+        .unwrap()
+        .send_keys("Does the mock answer within the SLO?")
+        .await
+        .unwrap();
+    c.execute(
+        "const s = document.getElementById('f-evalset'); s.selectedIndex = 1;",
+        vec![],
+    )
+    .await
+    .unwrap();
+    click(&c, Locator::Css("input[name=candidate][value=smol]")).await;
+    click(&c, Locator::Css("button[value=check]")).await;
+    assert!(
+        text_of(&c, "#study-file")
+            .await
+            .contains("name = \"from-the-form\"")
+    );
+    shoot(&c, "guided-checked").await;
+    click(&c, Locator::Css("button[value=save]")).await;
+    c.wait()
+        .for_url(&format!("{base}/studies/from-the-form").parse().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(text_of(&c, "#study-state").await, "draft");
 
     // A week of a nightly schedule, quality and load: one night missed and caught up once, a
     // night where `smol` loses its high-value case (its mock answers the sum wrongly that

@@ -7,6 +7,7 @@ mod device;
 mod engine;
 mod engines;
 mod eval;
+mod guided;
 mod hostile;
 mod judge;
 mod loadgen;

@@ -813,7 +813,7 @@ fn forms_runs_and_refusals_over_http() {
     let edit4 = http(a, "GET", "/studies/new?from=mini", &[], b"").body;
     assert!(edit4.contains("Saving replaces this draft"), "{edit4}");
     // The empty form offers each study's latest version as a text to start from.
-    let blank = http(a, "GET", "/studies/new", &[], b"").body;
+    let blank = http(a, "GET", "/studies/new?as=file", &[], b"").body;
     assert!(
         blank.contains(r#"href="/studies/new?from=mini&amp;version=4""#),
         "{blank}"

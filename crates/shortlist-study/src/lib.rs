@@ -48,6 +48,7 @@ pub mod assemble;
 pub mod cost;
 pub mod drift;
 pub mod error;
+pub mod form;
 pub mod memory;
 pub mod performance;
 pub mod record;

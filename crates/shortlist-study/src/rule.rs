@@ -104,6 +104,29 @@ impl Metric {
         }
     }
 
+    /// What the metric measures, in words (with its unit), for people choosing one.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Metric::HighValueFailures => "failed cases in the high-value category (count)",
+            Metric::PassRate => "pass rate on the whole eval set (fraction)",
+            Metric::ToolCallErrors => "tool calls malformed, wrong or missing (count)",
+            Metric::OverRefusalRate => "must-answer cases refused (fraction)",
+            Metric::UnderRefusalRate => "must-refuse cases answered (fraction)",
+            Metric::InvalidStructuredOutputs => "invalid structured outputs (count)",
+            Metric::AttainmentAtTarget => "SLO attainment at the target rate (fraction)",
+            Metric::GoodputAtTargetRps => "goodput at the target rate (req/s)",
+            Metric::TtftP99S => "TTFT p99 at the target rate (s)",
+            Metric::E2eP99S => "end-to-end p99 at the target rate (s)",
+            Metric::CapacityRps => "capacity: highest rate holding the attainment target (req/s)",
+            Metric::MemoryFits => "fits the memory budget (true or false)",
+            Metric::DevicesNeeded => "devices needed at the study's context and concurrency",
+            Metric::License => "the model's license identifier (text)",
+            Metric::ContextLimitTokens => "the model's context limit (tokens)",
+            Metric::CostPerMillionRequests => "cost per million requests at ordinary traffic",
+            Metric::ClientBound => "the load run was client-bound (true or false)",
+        }
+    }
+
     /// Parse a metric name; `None` for an unknown one.
     pub fn from_name(name: &str) -> Option<Metric> {
         Metric::ALL.into_iter().find(|m| m.name() == name)

@@ -6,6 +6,7 @@
 
 mod api;
 mod catalog;
+mod guided;
 mod pages;
 mod security;
 
@@ -110,7 +111,7 @@ pub(crate) async fn progress_announcements(
 pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
     Router::new()
         .route("/", get(pages::home))
-        .route("/studies/new", get(pages::new_study))
+        .route("/studies/new", get(pages::new_study).post(guided::send))
         .route("/studies", post(pages::create_study))
         .route("/studies/{name}", get(pages::study))
         .route("/studies/{name}/lock", post(pages::lock))

@@ -108,13 +108,16 @@ pub(crate) struct Which {
     pub(crate) generation: Option<u32>,
 }
 
-/// `/studies/new?from=NAME[&version=V]`: the form, holding a stored study's text to edit.
+/// `/studies/new`: the guided form; `?as=file`: the study file's text to paste or upload;
+/// `?from=NAME[&version=V]`: that text holding a stored study's, to edit.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct NewStudyQuery {
     #[serde(default)]
     from: Option<String>,
     #[serde(default)]
     version: Option<u32>,
+    #[serde(default, rename = "as")]
+    as_: Option<String>,
 }
 
 pub(crate) async fn new_study(
@@ -122,6 +125,9 @@ pub(crate) async fn new_study(
     Query(q): Query<NewStudyQuery>,
 ) -> Result<Response, PageError> {
     let Some(from) = q.from.filter(|f| !f.is_empty()) else {
+        if q.as_.as_deref() != Some("file") {
+            return super::guided::form(&st).await;
+        }
         return Ok(html(
             StatusCode::OK,
             shortlist_app::new_study_page(

@@ -33,7 +33,7 @@ fn field_error(source: &str, text: &str, field: &str, why: impl Into<String>) ->
 }
 
 /// Everything a study file names, read and checked, ready to store.
-struct Checked {
+pub(super) struct Checked {
     study: Study,
     set: EvalSet,
     yaml: String,
@@ -200,7 +200,7 @@ fn read(path: &Path) -> Result<String, String> {
 }
 
 /// Check a study file whole.
-fn check(
+pub(super) fn check(
     config: &Config,
     source: &str,
     text: &str,

@@ -8,6 +8,7 @@ pub mod check;
 mod compare;
 mod create;
 pub mod drift;
+pub mod guided;
 pub mod night;
 mod query;
 mod queue;
