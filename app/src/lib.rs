@@ -12,11 +12,12 @@
 mod case;
 mod catalog;
 mod compare;
-mod guided;
 mod layout;
+mod new_study;
 mod pages;
 mod record;
 mod schedules;
+mod study_text;
 mod workers;
 
 pub use case::case_page;
@@ -25,11 +26,12 @@ pub use catalog::{
     import_page,
 };
 pub use compare::{CompareFilter, compare_page};
-pub use guided::study_form_page;
 pub use layout::{document, error_page, login_page};
-pub use pages::{Editing, HomeData, home_page, new_study_page, study_page};
+pub use new_study::{StudyFormPage, study_form_page};
+pub use pages::{HomeData, home_page, study_page};
 pub use record::record_page;
 pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
+pub use study_text::{Editing, new_study_page};
 pub use workers::workers_page;
 
 /// The URL of a study's page: at `version`, or (none) the latest version.

@@ -429,6 +429,24 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .await
         .unwrap();
     assert_eq!(text_of(&c, "#study-state").await, "draft");
+    // A new study filled in from that one: everything but its name.
+    c.goto(&format!("{base}/studies/new?start=from-the-form"))
+        .await
+        .unwrap();
+    assert!(
+        text_of(&c, "#started-from")
+            .await
+            .contains("from-the-form v1")
+    );
+    let question = c
+        .execute(
+            "return document.getElementById('f-question').value;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(question, json!("Does the mock answer within the SLO?"));
+    shoot(&c, "guided-started").await;
 
     // A week of a nightly schedule, quality and load: one night missed and caught up once, a
     // night where `smol` loses its high-value case (its mock answers the sum wrongly that

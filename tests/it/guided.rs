@@ -1,7 +1,8 @@
 //! The guided study form over real HTTP (`shortlist serve` on a fresh SQLite database): it says
 //! what is missing before anything is stored, offers the stored eval set versions and registered
-//! candidates, refuses a bad form field by field with nothing stored, shows the study file a
-//! passing check makes, and saves a study that then locks and runs against the mock to a record.
+//! candidates (or a stored study's criteria to start from), refuses a bad form field by field with
+//! nothing stored, shows the study file a passing check makes, and saves a study that then locks
+//! and runs against the mock to a record; a draft is deleted from its page, a locked version never.
 
 use std::time::{Duration, Instant};
 
@@ -255,6 +256,58 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
         again.body
     );
 
+    // A new study filled in from a stored one: everything but its name, as the form's fields.
+    let blank = http(a, "GET", "/studies/new", &[], b"").body;
+    assert!(
+        blank.contains(r#"href="/studies/new?start=faq&amp;version=1""#),
+        "{blank}"
+    );
+    let started = http(a, "GET", "/studies/new?start=faq&version=1", &[], b"");
+    assert_eq!(started.status, 200);
+    assert!(
+        started.body.contains(r#"id="started-from""#),
+        "{}",
+        started.body
+    );
+    assert!(
+        started.body.contains(r#"id="f-name" name="name" value="""#)
+            && started
+                .body
+                .contains(r#"id="f-prompt_tokens" name="prompt_tokens" value="100""#)
+            && started.body.contains(r#"value="smol" checked"#)
+            && started
+                .body
+                .contains(&format!(r#"<option value="{sha}" selected"#)),
+        "{}",
+        started.body
+    );
+    assert_eq!(
+        http(a, "GET", "/studies/new?start=nothing", &[], b"").status,
+        404
+    );
+
+    // A draft can be deleted from its page: one made to be thrown away goes, back to the list.
+    let page = http(a, "GET", "/studies/faq", &[], b"").body;
+    assert!(page.contains(r#"id="delete""#), "{page}");
+    let scratch = http(
+        a,
+        "POST",
+        "/studies/new",
+        &[FORM],
+        &with(&base, &[("name", "scratch"), ("action", "save")]),
+    );
+    assert_eq!(scratch.status, 303, "{}", scratch.body);
+    let deleted = http(
+        a,
+        "POST",
+        "/studies/scratch/delete",
+        &[FORM],
+        &form(&[("version", "1")]),
+    );
+    assert_eq!(deleted.status, 303, "{}", deleted.body);
+    assert_eq!(deleted.header("location"), Some("/"));
+    assert_eq!(http(a, "GET", "/api/studies/scratch", &[], b"").status, 404);
+
     // It is an ordinary study: locked and run, it ends in a record judged by its rules.
     assert_eq!(
         http(a, "POST", "/api/studies/faq/lock", &[], b"").status,
@@ -271,6 +324,15 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
         std::thread::sleep(Duration::from_millis(300));
     };
     assert_eq!(status["state"], "done", "{status}");
+    // A locked version is never deleted: its criteria are what its record was judged by.
+    let kept = http(a, "DELETE", "/api/studies/faq?version=1", &[], b"");
+    assert_eq!(kept.status, 400, "{}", kept.body);
+    assert!(kept.body.contains("is locked"), "{}", kept.body);
+    assert!(
+        !http(a, "GET", "/studies/faq", &[], b"")
+            .body
+            .contains(r#"id="delete""#)
+    );
     let record = http(
         a,
         "GET",

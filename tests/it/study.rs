@@ -1,4 +1,4 @@
-//! `shortlist study create|lock|verify|show|run` and `shortlist record`, driven through the real
+//! `shortlist study create|lock|verify|show|run|delete` and `shortlist record`, driven through the real
 //! binary against a SQLite database in a temporary folder: locking and verifying, a locked study
 //! refusing edits (a changed file makes a new version), and a `study run` killed after some
 //! cases that resumes without running a stored case again or losing one. The run tests use the
@@ -221,6 +221,48 @@ fn lock_verify_and_a_locked_study_refuses_edits() {
         "{}",
         stderr(&out)
     );
+}
+
+#[test]
+fn a_draft_is_deleted_and_a_locked_version_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let (study, url) = setup(dir.path(), "http://127.0.0.1:9#nothing");
+    let d = dir.path();
+    create_and_lock(&url, d, &study);
+    let text = std::fs::read_to_string(&study).unwrap();
+    std::fs::write(&study, text.replace("six trivial", "six easy")).unwrap();
+    let out = sl(&url, d, &["study", "create", study.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // The locked v1 is refused, with the reason; the draft v2 goes, and v1 is the latest again.
+    let out = sl(&url, d, &["study", "delete", "mini", "--version", "1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is locked"), "{}", stderr(&out));
+    let out = sl(&url, d, &["study", "delete", "mini", "--json"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        json_of(&out),
+        serde_json::json!({"name": "mini", "version": 2, "remaining": 1})
+    );
+    let shown = json_of(&sl(&url, d, &["study", "show", "mini", "--json"]));
+    assert_eq!(
+        (shown["version"].as_u64(), shown["state"].as_str()),
+        (Some(1), Some("locked"))
+    );
+    let out = sl(&url, d, &["study", "delete", "mini"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = sl(&url, d, &["study", "verify", "mini"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // A study whose only version is a draft is gone with it.
+    let solo = d.join("solo.study.toml");
+    std::fs::write(&solo, text.replace("name = \"mini\"", "name = \"solo\"")).unwrap();
+    let out = sl(&url, d, &["study", "create", solo.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let out = sl(&url, d, &["study", "delete", "solo", "--json"]);
+    assert_eq!(json_of(&out)["remaining"], Value::Null, "{}", stderr(&out));
+    let out = sl(&url, d, &["study", "show", "solo"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! `shortlist study create|lock|verify|run|show`: studies fixed in advance, stored in the
+//! `shortlist study create|lock|verify|run|cancel|retry|delete|show|status|accept|check`: studies fixed in advance, stored in the
 //! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs. Every
 //! subcommand parses its arguments, calls the application service and prints its view.
 
@@ -38,6 +38,9 @@ pub(crate) enum Command {
     /// runs go on from the cases they stored, and the generation's records are made again.
     /// `study run NAME` (or any worker) then works through them.
     Retry(NameArgs),
+    /// Remove a draft version (default: the latest). A locked version is kept: its criteria
+    /// are what its records were judged by.
+    Delete(NameArgs),
     /// Print a study as stored; `--toml`: as a study file's text, to edit and create again
     /// (a changed copy of a locked version becomes its next version).
     Show(ShowArgs),
@@ -265,6 +268,19 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
                         done.stopping,
                         done.reason
                     );
+                }
+                Ok(Outcome::Success)
+            }
+            Command::Delete(a) => {
+                let done = service.delete_draft(&a.name, a.version).await?;
+                if a.json {
+                    print_json(&done)?;
+                } else {
+                    let left = match done.remaining {
+                        Some(v) => format!("its latest version is now v{v}"),
+                        None => "the study is gone with it".to_owned(),
+                    };
+                    println!("study {} v{}: draft deleted; {left}", done.name, done.version);
                 }
                 Ok(Outcome::Success)
             }

@@ -109,6 +109,15 @@ pub(crate) async fn cancel(
         .await?)
 }
 
+/// `DELETE /api/studies/{name}[?version=N]`: a draft removed (a locked version is refused).
+pub(crate) async fn delete(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    ok(st.service.delete_draft(&name, which.version).await?)
+}
+
 /// `POST /api/studies/{name}/retry[?version=N]`: the newest generation's failed jobs queued
 /// again (202).
 pub(crate) async fn retry(

@@ -108,7 +108,8 @@ pub(crate) struct Which {
     pub(crate) generation: Option<u32>,
 }
 
-/// `/studies/new`: the guided form; `?as=file`: the study file's text to paste or upload;
+/// `/studies/new`: the guided form (`?start=NAME[&version=V]`: filled in from a stored study);
+/// `?as=file`: the study file's text to paste or upload;
 /// `?from=NAME[&version=V]`: that text holding a stored study's, to edit.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct NewStudyQuery {
@@ -118,6 +119,9 @@ pub(crate) struct NewStudyQuery {
     version: Option<u32>,
     #[serde(default, rename = "as")]
     as_: Option<String>,
+    /// The guided form filled in from this stored study.
+    #[serde(default)]
+    start: Option<String>,
 }
 
 pub(crate) async fn new_study(
@@ -126,7 +130,8 @@ pub(crate) async fn new_study(
 ) -> Result<Response, PageError> {
     let Some(from) = q.from.filter(|f| !f.is_empty()) else {
         if q.as_.as_deref() != Some("file") {
-            return super::guided::form(&st).await;
+            let start = q.start.filter(|s| !s.is_empty());
+            return super::guided::form(&st, start, q.version).await;
         }
         return Ok(html(
             StatusCode::OK,
@@ -314,6 +319,21 @@ pub(crate) async fn cancel(
         .cancel_run(&name, form.version, "from the workbench")
         .await?;
     Ok(Redirect::to(&format!("{}#progress", study_url(&name, form.version))).into_response())
+}
+
+/// **Delete draft**: the shown draft goes; the page of what is left (the study's latest
+/// version, or the studies list when it was the only one).
+pub(crate) async fn delete(
+    State(st): State<AppState>,
+    Path(name): Path<String>,
+    Form(form): Form<Which>,
+) -> Result<Response, PageError> {
+    let done = st.service.delete_draft(&name, form.version).await?;
+    let to = match done.remaining {
+        Some(_) => study_url(&name, None),
+        None => "/".to_owned(),
+    };
+    Ok(Redirect::to(&to).into_response())
 }
 
 /// **Retry failed jobs**: the shown version's newest generation, in place.

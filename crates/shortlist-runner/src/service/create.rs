@@ -15,7 +15,7 @@ use shortlist_study::StudyError;
 use shortlist_study::study::{CandidateRef, Study, StudyFile, WorkloadKind, line_of};
 
 use super::StudyService;
-use super::views::Created;
+use super::views::{Created, DraftDeleted};
 use crate::candidate::CandidateSpec;
 use crate::config::Config;
 use crate::error::ServiceError;
@@ -99,6 +99,32 @@ impl StudyService {
         };
         let checked = check(&self.config, source, text, study_path, stored_set)?;
         self.store_checked(source, text, checked).await
+    }
+
+    /// Remove a draft version (`None`: the latest). Nothing ever ran on a draft — runs start
+    /// on locked versions only —, so nothing else goes with it; a locked version is refused,
+    /// by the store and by the database: its criteria are what its records were judged by.
+    pub async fn delete_draft(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<DraftDeleted, ServiceError> {
+        let version = match version {
+            Some(v) => v,
+            None => self.store.latest_study_version(name).await?,
+        };
+        self.store.delete_study_draft(name, version).await?;
+        let remaining = match self.store.latest_study_version(name).await {
+            Ok(v) => Some(v),
+            Err(StoreError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        tracing::info!(study = name, version, "draft deleted");
+        Ok(DraftDeleted {
+            name: name.to_owned(),
+            version,
+            remaining,
+        })
     }
 
     /// Store what [`check`] accepted: the eval set, SLO, workload, candidates, then the study.

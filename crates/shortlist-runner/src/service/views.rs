@@ -35,6 +35,15 @@ impl Created {
     }
 }
 
+/// A draft removed, and what is left of its study.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DraftDeleted {
+    pub name: String,
+    pub version: u32,
+    /// The study's latest version left (`None`: the study is gone with its only draft).
+    pub remaining: Option<u32>,
+}
+
 /// A lock, made now or found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LockView {

@@ -1,6 +1,6 @@
 //! `/studies/new`: the guided form — a study's criteria field by field, from the stored eval
-//! sets and registered candidates, with each refusal shown at its field and the study file it
-//! makes shown before it is saved.
+//! sets and registered candidates (or a stored study's, to start from), with each refusal shown
+//! at its field and the study file it makes shown before it is saved.
 
 use leptos::prelude::*;
 use shortlist_runner::service::guided::FormChoices;
@@ -217,17 +217,69 @@ fn rule_row(i: usize, row: &RuleRow, errors: &[FieldError]) -> impl IntoView + u
     }
 }
 
-/// `/studies/new`: the guided form. `errors` are the last check's refusals, each at its field
-/// (a field of `""` is about the form as a whole); `checked` is the study file a passing check
-/// made.
-pub fn study_form_page(
-    form: StudyForm,
-    choices: FormChoices,
-    errors: Vec<FieldError>,
-    checked: Option<String>,
-) -> String {
+/// What the guided form's page shows.
+#[derive(Debug, Clone)]
+pub struct StudyFormPage {
+    /// The fields, as sent or as started.
+    pub form: StudyForm,
+    pub choices: FormChoices,
+    /// The last check's refusals, each at its field.
+    pub errors: Vec<FieldError>,
+    /// The study file a passing check made.
+    pub checked: Option<String>,
+    /// The stored study version the fields were filled in from, and what did not carry over.
+    pub started_from: Option<(String, u32, Vec<String>)>,
+    /// The stored studies' latest versions, offered to fill the form in from.
+    pub starts: Vec<(String, u32)>,
+}
+
+/// `/studies/new`: the guided form (an error's field `""` is about the form as a whole).
+pub fn study_form_page(page: StudyFormPage) -> String {
+    let StudyFormPage {
+        form,
+        choices,
+        errors,
+        checked,
+        started_from,
+        starts,
+    } = page;
     document("New study", move || {
         let e = &errors;
+        let started = started_from.map(|(name, version, left)| {
+            let href = crate::study_url(&name, Some(version));
+            let left = (!left.is_empty()).then(|| {
+                format!(
+                    " Not carried over, as the form cannot hold it (write it in the study file): {}.",
+                    left.join("; ")
+                )
+            });
+            view! {
+                <p class="notice" id="started-from">
+                    "Filled in from " <a href=href>{format!("{name} v{version}")}</a>
+                    ": give the new study its own name, and change what differs."
+                    {left}
+                </p>
+            }
+        });
+        let starts = (!starts.is_empty() && started.is_none() && checked.is_none() && e.is_empty())
+            .then(|| {
+                let links = starts
+                    .iter()
+                    .map(|(name, version)| {
+                        let href = format!(
+                            "/studies/new?start={}&version={version}",
+                            crate::encode(name)
+                        );
+                        view! { <li><a href=href>{format!("{name} v{version}")}</a></li> }
+                    })
+                    .collect_view();
+                view! {
+                    <div class="records" id="starts">
+                        <span class="small muted">"Or fill it in from a stored study:"</span>
+                        <ul class="plain inline-list">{links}</ul>
+                    </div>
+                }
+            });
         let summary = (!e.is_empty()).then(|| {
             let items = e
                 .iter()
@@ -277,6 +329,8 @@ pub fn study_form_page(
                 <a class="tab" href="/studies/new?as=file">"Paste or upload a study file"</a>
             </nav>
             <p class="question">"Write down what would disqualify a candidate before anything runs. Locking the study freezes all of it under a hash; runs start only on a locked study."</p>
+            {starts}
+            {started}
             {summary}
             {preview}
             <form method="post" action="/studies/new" class="guided" id="study-form">
