@@ -6,7 +6,7 @@
 
 mod api;
 mod catalog;
-mod guided;
+mod new_study;
 mod pages;
 mod security;
 
@@ -111,8 +111,11 @@ pub(crate) async fn progress_announcements(
 pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
     Router::new()
         .route("/", get(pages::home))
-        .route("/studies/new", get(pages::new_study).post(guided::send))
-        .route("/studies", post(pages::create_study))
+        .route(
+            "/studies/new",
+            get(new_study::new_study).post(new_study::send),
+        )
+        .route("/studies", post(new_study::create_study))
         .route("/studies/{name}", get(pages::study))
         .route("/studies/{name}/lock", post(pages::lock))
         .route("/studies/{name}/runs", post(pages::run))

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::Form;
-use axum::extract::{FromRequest, Multipart, Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -16,7 +16,6 @@ use shortlist_report::view::{Medium, screen_view};
 use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::ServiceError;
-use shortlist_runner::service::views::StudyView;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::{AppState, html};
@@ -106,168 +105,6 @@ pub(crate) struct Which {
     pub(crate) version: Option<u32>,
     #[serde(default)]
     pub(crate) generation: Option<u32>,
-}
-
-/// `/studies/new`: the guided form (`?start=NAME[&version=V]`: filled in from a stored study);
-/// `?as=file`: the study file's text to paste or upload;
-/// `?from=NAME[&version=V]`: that text holding a stored study's, to edit.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct NewStudyQuery {
-    #[serde(default)]
-    from: Option<String>,
-    #[serde(default)]
-    version: Option<u32>,
-    #[serde(default, rename = "as")]
-    as_: Option<String>,
-    /// The guided form filled in from this stored study.
-    #[serde(default)]
-    start: Option<String>,
-}
-
-pub(crate) async fn new_study(
-    State(st): State<AppState>,
-    Query(q): Query<NewStudyQuery>,
-) -> Result<Response, PageError> {
-    let Some(from) = q.from.filter(|f| !f.is_empty()) else {
-        if q.as_.as_deref() != Some("file") {
-            let start = q.start.filter(|s| !s.is_empty());
-            return super::guided::form(&st, start, q.version).await;
-        }
-        return Ok(html(
-            StatusCode::OK,
-            shortlist_app::new_study_page(
-                String::new(),
-                None,
-                None,
-                st.service.latest_study_versions().await?,
-            ),
-        ));
-    };
-    let (editing, view) = editing(&st, &from, q.version).await?;
-    let text = view
-        .study
-        .to_toml()
-        .map_err(|e| PageError(ServiceError::Study(e)))?;
-    Ok(html(
-        StatusCode::OK,
-        shortlist_app::new_study_page(text, None, Some(editing), Vec::new()),
-    ))
-}
-
-#[derive(Debug, Deserialize)]
-pub(crate) struct NewStudy {
-    toml: String,
-    #[serde(default)]
-    from: Option<String>,
-    #[serde(default)]
-    from_version: Option<u32>,
-}
-
-/// The new-study form as sent: the study's text, its eval set when uploaded with it, and the
-/// stored version it was edited from (the form's hidden fields).
-#[derive(Debug, Default)]
-struct SentStudy {
-    toml: String,
-    evalset: Option<String>,
-    from: Option<(String, Option<u32>)>,
-}
-
-/// The new-study form as sent: pasted (urlencoded) or uploaded (multipart, with the study file
-/// and optionally its eval set); an uploaded file wins over the text box.
-async fn read_new_study(st: &AppState, request: Request) -> Result<SentStudy, String> {
-    let multipart = request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("multipart/form-data"));
-    if !multipart {
-        let Form(form) = Form::<NewStudy>::from_request(request, st)
-            .await
-            .map_err(|e| format!("the form could not be read: {e}"))?;
-        return Ok(SentStudy {
-            toml: form.toml,
-            evalset: None,
-            from: form.from.map(|f| (f, form.from_version)),
-        });
-    }
-    let body = Multipart::from_request(request, st)
-        .await
-        .map_err(|e| format!("the upload could not be read: {e}"))?;
-    let (mut sent, mut file, mut from, mut from_version) =
-        (SentStudy::default(), String::new(), None, None);
-    for (name, text) in shortlist_http::text_fields(body).await? {
-        match name.as_str() {
-            "toml" => sent.toml = text,
-            "file" => file = text,
-            "evalset" if !text.trim().is_empty() => sent.evalset = Some(text),
-            "from" if !text.is_empty() => from = Some(text),
-            "from_version" => from_version = text.trim().parse().ok(),
-            _ => {}
-        }
-    }
-    if !file.trim().is_empty() {
-        sent.toml = file;
-    }
-    sent.from = from.map(|f| (f, from_version));
-    Ok(sent)
-}
-
-/// What the edit form says about the stored version `name` v`version` it was opened from, with
-/// that version as read.
-async fn editing(
-    st: &AppState,
-    name: &str,
-    version: Option<u32>,
-) -> Result<(shortlist_app::Editing, StudyView), ServiceError> {
-    let view = st.service.show(name, version).await?;
-    let versions = st.service.study_versions(name).await?;
-    let latest = versions.last();
-    let editing = shortlist_app::Editing {
-        name: view.name.clone(),
-        version: view.version,
-        locked: view.lock_sha256.is_some(),
-        latest: latest.map_or(view.version, |l| l.version),
-        latest_locked: latest.is_some_and(|l| l.lock_sha256.is_some()),
-    };
-    Ok((editing, view))
-}
-
-pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -> Response {
-    let sent = match read_new_study(&st, request).await {
-        Ok(sent) => sent,
-        Err(why) => {
-            return html(
-                StatusCode::BAD_REQUEST,
-                shortlist_app::new_study_page(String::new(), Some(why), None, Vec::new()),
-            );
-        }
-    };
-    let base = std::env::current_dir()
-        .unwrap_or_default()
-        .join("pasted.study.toml");
-    match st
-        .service
-        .create_study_with_set("the pasted study", &sent.toml, &base, sent.evalset)
-        .await
-    {
-        // What was saved is the study's latest version, which its plain URL shows.
-        Ok(created) => {
-            let (name, _) = created.name_version();
-            Redirect::to(&study_url(name, None)).into_response()
-        }
-        // Nothing was stored: the form comes back with the error (line and field), the text,
-        // and what it was being edited from.
-        Err(e) => {
-            let from = match &sent.from {
-                Some((name, version)) => editing(&st, name, *version).await.ok().map(|(e, _)| e),
-                None => None,
-            };
-            html(
-                status_of(&e),
-                shortlist_app::new_study_page(sent.toml, Some(e.to_string()), from, Vec::new()),
-            )
-        }
-    }
 }
 
 pub(crate) async fn study(
