@@ -263,22 +263,11 @@ pub fn study_form_page(page: StudyFormPage) -> String {
         });
         let starts = (!starts.is_empty() && started.is_none() && checked.is_none() && e.is_empty())
             .then(|| {
-                let links = starts
-                    .iter()
-                    .map(|(name, version)| {
-                        let href = format!(
-                            "/studies/new?start={}&version={version}",
-                            crate::encode(name)
-                        );
-                        view! { <li><a href=href>{format!("{name} v{version}")}</a></li> }
-                    })
-                    .collect_view();
-                view! {
-                    <div class="records" id="starts">
-                        <span class="small muted">"Or fill it in from a stored study:"</span>
-                        <ul class="plain inline-list">{links}</ul>
-                    </div>
-                }
+                crate::study_text::start_links(
+                    &starts,
+                    "start",
+                    "Or fill it in from a stored study:",
+                )
             });
         let summary = (!e.is_empty()).then(|| {
             let items = e

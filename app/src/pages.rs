@@ -30,6 +30,8 @@ pub struct HomeData {
     pub running: Vec<(String, u32, JobView)>,
     /// Stored eval sets.
     pub evalsets: Vec<EvalSetSummary>,
+    /// How many candidates are registered.
+    pub candidates: usize,
     /// The newest runs, newest first.
     pub recent: Vec<RecentRun>,
     /// The job queue and how many workers are alive to take it.
@@ -137,6 +139,7 @@ pub fn home_page(data: HomeData) -> String {
             })
             .collect_view();
         let no_sets = data.evalsets.is_empty();
+        let no_studies = data.studies.is_empty();
         view! {
             <h1>"Studies"</h1>
             <section class="card">
@@ -168,10 +171,17 @@ pub fn home_page(data: HomeData) -> String {
                     {queue.summary()} " · " <a href="/workers">"Workers"</a>
                 </p>
             </section>
-            <section class="card">
-                {list_table(STUDY_COLUMNS, study_rows)}
-                <p><a class="button" href="/studies/new">"New study"</a></p>
-            </section>
+            {if no_studies {
+                first_steps(data.evalsets.len(), data.candidates).into_any()
+            } else {
+                view! {
+                    <section class="card">
+                        {list_table(STUDY_COLUMNS, study_rows)}
+                        <p><a class="button" href="/studies/new">"New study"</a></p>
+                    </section>
+                }
+                .into_any()
+            }}
             <section class="card">
                 <h2>"Eval sets"</h2>
                 {if no_sets {
@@ -191,6 +201,43 @@ pub fn home_page(data: HomeData) -> String {
             </section>
         }
     })
+}
+
+/// A workbench without a study: the three steps to the first one, each marked done once it is.
+fn first_steps(evalsets: usize, candidates: usize) -> impl IntoView {
+    let step = |done: bool, count: String| {
+        if done {
+            ("step done", count)
+        } else {
+            ("step", String::new())
+        }
+    };
+    let (sets_class, sets_note) = step(evalsets > 0, format!(" — {evalsets} stored"));
+    let (candidates_class, candidates_note) =
+        step(candidates > 0, format!(" — {candidates} registered"));
+    view! {
+        <section class="card" id="first-steps">
+            <h2>"Your first study"</h2>
+            <ol class="steps">
+                <li class=sets_class>
+                    <a href="/evalsets/import">"Import the product's eval set"</a>
+                    " (ours, or promptfoo, OpenAI evals, inspect or BFCL)" {sets_note}
+                </li>
+                <li class=candidates_class>
+                    <a href="/candidates">"Register the candidates"</a>
+                    ": a GGUF file, a model folder or an OpenAI-compatible endpoint" {candidates_note}
+                </li>
+                <li class="step">
+                    <a href="/studies/new">"Write down the study"</a>
+                    ": the question, the workload, the SLO and what disqualifies a candidate — before anything runs"
+                </li>
+            </ol>
+            <p class="small muted">
+                "Or the demo study, from the command line: " <code>"shortlist models fetch"</code> ", then "
+                <code>"shortlist study create studies/support-assistant.study.toml"</code> "."
+            </p>
+        </section>
+    }
 }
 
 /// A job's latest progress in words.

@@ -69,24 +69,8 @@ pub fn new_study_page(
                 .into_any()
             }
             None => {
-                let starts = (!starts.is_empty()).then(|| {
-                    let links = starts
-                        .iter()
-                        .map(|(name, version)| {
-                            let href = format!(
-                                "/studies/new?from={}&version={version}",
-                                crate::encode(name)
-                            );
-                            view! { <li><a href=href>{format!("{name} v{version}")}</a></li> }
-                        })
-                        .collect_view();
-                    view! {
-                        <div class="records" id="starts">
-                            <span class="small muted">"Or start from a stored study's text:"</span>
-                            <ul class="plain inline-list">{links}</ul>
-                        </div>
-                    }
-                });
+                let starts = (!starts.is_empty())
+                    .then(|| start_links(&starts, "from", "Or start from a stored study's text:"));
                 view! {
                     <h1>"New study"</h1>
                     <nav class="tabs" aria-label="How to write it">
@@ -129,4 +113,29 @@ pub fn new_study_page(
             </section>
         }
     })
+}
+
+/// The stored studies' latest versions as links to `/studies/new?{param}=NAME&version=N`, after
+/// `label`.
+pub(crate) fn start_links(
+    starts: &[(String, u32)],
+    param: &str,
+    label: &'static str,
+) -> impl IntoView + use<> {
+    let links = starts
+        .iter()
+        .map(|(name, version)| {
+            let href = format!(
+                "/studies/new?{param}={}&version={version}",
+                crate::encode(name)
+            );
+            view! { <li><a href=href>{format!("{name} v{version}")}</a></li> }
+        })
+        .collect_view();
+    view! {
+        <div class="records" id="starts">
+            <span class="small muted">{label}</span>
+            <ul class="plain inline-list">{links}</ul>
+        </div>
+    }
 }

@@ -1,8 +1,9 @@
-//! The guided study form over real HTTP (`shortlist serve` on a fresh SQLite database): it says
-//! what is missing before anything is stored, offers the stored eval set versions and registered
-//! candidates (or a stored study's criteria to start from), refuses a bad form field by field with
-//! nothing stored, shows the study file a passing check makes, and saves a study that then locks
-//! and runs against the mock to a record; a draft is deleted from its page, a locked version never.
+//! The first study over real HTTP (`shortlist serve` on a fresh SQLite database): the home
+//! page's steps to it, and the guided study form. The form says what is missing before anything
+//! is stored, offers the stored eval set versions and registered candidates (or a stored study's
+//! criteria to start from), refuses a bad form field by field with nothing stored, shows the
+//! study file a passing check makes, and saves a study that then locks and runs against the mock
+//! to a record; a draft is deleted from its page, a locked version never.
 
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,7 @@ use serde_json::Value;
 use shortlist_study::study::Study;
 
 use crate::support::{Mock, data};
-use crate::web::{Server, form, http};
+use crate::web::{Reply, Server, form, http};
 
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 
@@ -69,6 +70,16 @@ fn with<'a>(base: &[(&'a str, &'a str)], changes: &[(&'a str, &'a str)]) -> Vec<
     form(&all)
 }
 
+/// The guided form sent.
+fn send(a: &str, body: &[u8]) -> Reply {
+    http(a, "POST", "/studies/new", &[FORM], body)
+}
+
+/// Every study stored, as the API lists them.
+fn studies(a: &str) -> Value {
+    http(a, "GET", "/api/studies", &[], b"").json()
+}
+
 /// The text of the page's study file preview, unescaped.
 fn study_file(page: &str) -> String {
     let start = page.find(r#"id="study-file""#).expect("the study file");
@@ -93,7 +104,11 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
     let server = Server::start(d, &["--workers", "1", "--schedule-every", "0"], &[]);
     let a = server.addr.as_str();
 
-    // Nothing stored yet: the form says what to import and register first, and where.
+    // Nothing stored yet: the home page gives the steps to a first study, none done yet, and
+    // the form says what to import and register first, and where.
+    let home = http(a, "GET", "/", &[], b"").body;
+    assert!(home.contains(r#"id="first-steps""#), "{home}");
+    assert!(!home.contains("step done"), "{home}");
     let empty = http(a, "GET", "/studies/new", &[], b"");
     assert_eq!(empty.status, 200);
     assert!(
@@ -129,6 +144,9 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
             .as_bytes(),
     );
     assert!(registered.status < 300, "{}", registered.body);
+    let home = http(a, "GET", "/", &[], b"").body;
+    assert_eq!(home.matches(r#"class="step done""#).count(), 2, "{home}");
+    assert!(home.contains("1 registered"), "{home}");
     let page = http(a, "GET", "/studies/new", &[], b"").body;
     assert!(
         page.contains(&format!(r#"<option value="{sha}""#)),
@@ -141,11 +159,8 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
     let base = fields(&sha, "smol");
 
     // A bad form: every bad field named at once, marked at its input; nothing stored.
-    let bad = http(
+    let bad = send(
         a,
-        "POST",
-        "/studies/new",
-        &[FORM],
         &with(
             &base,
             &[
@@ -174,16 +189,10 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
         bad.body
     );
     assert!(bad.body.contains(r##"href="#f-rule-4""##), "{}", bad.body);
-    assert_eq!(
-        http(a, "GET", "/api/studies", &[], b"").json(),
-        Value::Array(vec![])
-    );
+    assert_eq!(studies(a), Value::Array(vec![]));
     // A candidate that is not registered (a forged form) is refused by name.
-    let ghost = http(
+    let ghost = send(
         a,
-        "POST",
-        "/studies/new",
-        &[FORM],
         &with(&base, &[("candidate", "ghost"), ("action", "check")]),
     );
     assert_eq!(ghost.status, 400);
@@ -194,13 +203,7 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
     );
 
     // Check: the study file it makes, readable as a study; still nothing stored.
-    let checked = http(
-        a,
-        "POST",
-        "/studies/new",
-        &[FORM],
-        &with(&base, &[("action", "check")]),
-    );
+    let checked = send(a, &with(&base, &[("action", "check")]));
     assert_eq!(checked.status, 200, "{}", checked.body);
     let text = study_file(&checked.body);
     let study = Study::from_toml("preview", &text).unwrap();
@@ -214,19 +217,10 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
         Some("a person answers")
     );
     assert_eq!(study.rules().len(), 3);
-    assert_eq!(
-        http(a, "GET", "/api/studies", &[], b"").json(),
-        Value::Array(vec![])
-    );
+    assert_eq!(studies(a), Value::Array(vec![]));
 
     // Save: 303 to the new study's page, a draft holding what was checked.
-    let saved = http(
-        a,
-        "POST",
-        "/studies/new",
-        &[FORM],
-        &with(&base, &[("action", "save")]),
-    );
+    let saved = send(a, &with(&base, &[("action", "save")]));
     assert_eq!(saved.status, 303, "{}", saved.body);
     assert_eq!(saved.header("location"), Some("/studies/faq"));
     let stored = http(a, "GET", "/api/studies/faq", &[], b"").json();
@@ -241,14 +235,14 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
         .file(),
         f
     );
-    // The form makes new studies only: the name is taken now.
-    let again = http(
-        a,
-        "POST",
-        "/studies/new",
-        &[FORM],
-        &with(&base, &[("action", "save")]),
+    // With a study, the home page lists it instead of the steps.
+    assert!(
+        !http(a, "GET", "/", &[], b"")
+            .body
+            .contains(r#"id="first-steps""#)
     );
+    // The form makes new studies only: the name is taken now.
+    let again = send(a, &with(&base, &[("action", "save")]));
     assert_eq!(again.status, 400);
     assert!(
         again.body.contains("a study named `faq` exists (v1)"),
@@ -289,13 +283,7 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
     // A draft can be deleted from its page: one made to be thrown away goes, back to the list.
     let page = http(a, "GET", "/studies/faq", &[], b"").body;
     assert!(page.contains(r#"id="delete""#), "{page}");
-    let scratch = http(
-        a,
-        "POST",
-        "/studies/new",
-        &[FORM],
-        &with(&base, &[("name", "scratch"), ("action", "save")]),
-    );
+    let scratch = send(a, &with(&base, &[("name", "scratch"), ("action", "save")]));
     assert_eq!(scratch.status, 303, "{}", scratch.body);
     let deleted = http(
         a,

@@ -75,6 +75,7 @@ pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageErr
     let studies = st.service.list_studies().await?;
     let running = st.service.running_jobs().await?;
     let evalsets = st.service.list_eval_sets().await?;
+    let candidates = st.service.candidate_count().await?;
     let recent = st.service.recent_runs(12).await?;
     let queue = st.service.workers().await?.queue;
     Ok(html(
@@ -83,6 +84,7 @@ pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageErr
             studies,
             running,
             evalsets,
+            candidates,
             recent,
             queue,
         }),

@@ -385,6 +385,18 @@ impl StudyService {
         Ok(out)
     }
 
+    /// How many candidates are registered (by name, any number of versions each).
+    pub async fn candidate_count(&self) -> Result<usize, ServiceError> {
+        let names: std::collections::BTreeSet<String> = self
+            .store
+            .list_candidates()
+            .await?
+            .into_iter()
+            .map(|v| v.name)
+            .collect();
+        Ok(names.len())
+    }
+
     /// One candidate: every version of its configuration, its identity (from the GGUF it names,
     /// or the endpoint and model id), and the studies and records that used it.
     pub async fn candidate(&self, name: &str) -> Result<CandidateDetail, ServiceError> {

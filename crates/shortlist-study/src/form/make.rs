@@ -288,14 +288,16 @@ fn toml_number(v: f64) -> toml::Value {
     }
 }
 
-/// A positive finite number from a field (`None` when blank and optional, or bad: the error is
-/// recorded).
-fn number(
+/// A field's value parsed as `T` and checked by `invalid` (which says what is wrong, if
+/// anything); `None` when blank and optional, or bad — the error is recorded.
+fn parsed<T: std::str::FromStr>(
     err: &mut impl FnMut(&str, String),
     field: &str,
     text: &str,
     required: bool,
-) -> Option<f64> {
+    kind: &str,
+    invalid: impl FnOnce(&T) -> Option<String>,
+) -> Option<T> {
     let text = text.trim();
     if text.is_empty() {
         if required {
@@ -303,17 +305,29 @@ fn number(
         }
         return None;
     }
-    match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 => Some(v),
-        Ok(v) => {
-            err(field, format!("{v}: must be above 0"));
+    let Ok(v) = text.parse::<T>() else {
+        err(field, format!("`{text}` is not {kind}"));
+        return None;
+    };
+    match invalid(&v) {
+        Some(why) => {
+            err(field, why);
             None
         }
-        Err(_) => {
-            err(field, format!("`{text}` is not a number"));
-            None
-        }
+        None => Some(v),
     }
+}
+
+/// A positive finite number from a field.
+fn number(
+    err: &mut impl FnMut(&str, String),
+    field: &str,
+    text: &str,
+    required: bool,
+) -> Option<f64> {
+    parsed(err, field, text, required, "a number", |v: &f64| {
+        (!(v.is_finite() && *v > 0.0)).then(|| format!("{v}: must be above 0"))
+    })
 }
 
 /// A whole number ≥ 1 from a field (`seed` may be 0).
@@ -323,22 +337,7 @@ fn whole(
     text: &str,
     required: bool,
 ) -> Option<u64> {
-    let text = text.trim();
-    if text.is_empty() {
-        if required {
-            err(field, "required".to_owned());
-        }
-        return None;
-    }
-    match text.parse::<u64>() {
-        Ok(0) if field != "seed" => {
-            err(field, "0: must be at least 1".to_owned());
-            None
-        }
-        Ok(v) => Some(v),
-        Err(_) => {
-            err(field, format!("`{text}` is not a whole number"));
-            None
-        }
-    }
+    parsed(err, field, text, required, "a whole number", |v: &u64| {
+        (*v == 0 && field != "seed").then(|| "0: must be at least 1".to_owned())
+    })
 }
