@@ -5,13 +5,11 @@
 //! study file a passing check makes, and saves a study that then locks and runs against the mock
 //! to a record; a draft is deleted from its page, a locked version never.
 
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
 use shortlist_study::study::Study;
 
 use crate::support::{Mock, data};
-use crate::web::{Reply, Server, form, http};
+use crate::web::{Reply, Server, form, http, status_when_done};
 
 const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 
@@ -303,14 +301,7 @@ fn a_study_from_the_guided_form_checks_saves_and_runs() {
     );
     let run = http(a, "POST", "/api/studies/faq/runs", &[], b"");
     assert!(run.status < 300, "{}", run.body);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        let s = http(a, "GET", "/api/studies/faq/status", &[], b"").json();
-        if s["state"] == "done" || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let status = status_when_done(a, "/api/studies/faq/status");
     assert_eq!(status["state"], "done", "{status}");
     // A locked version is never deleted: its criteria are what its record was judged by.
     let kept = http(a, "DELETE", "/api/studies/faq?version=1", &[], b"");

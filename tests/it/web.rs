@@ -162,7 +162,19 @@ fn dechunk(body: &str) -> String {
     out
 }
 
-/// A form body, url-encoded.
+/// The study status at `path` (`/api/studies/NAME/status[?version=N]`) once its state is
+/// `done`, or as it stands after two minutes.
+pub fn status_when_done(a: &str, path: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let s = http(a, "GET", path, &[], b"").json();
+        if s["state"] == "done" || Instant::now() > deadline {
+            return s;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
 /// The text of a page's `<textarea id="toml">`, unescaped.
 fn textarea(page: &str) -> String {
     let start = page
@@ -179,6 +191,7 @@ fn textarea(page: &str) -> String {
         .replace("&amp;", "&")
 }
 
+/// A form body, url-encoded.
 pub fn form(fields: &[(&str, &str)]) -> Vec<u8> {
     fields
         .iter()
@@ -330,14 +343,7 @@ fn forms_runs_and_refusals_over_http() {
     for c in clicks {
         assert_eq!(c.join().unwrap(), 303);
     }
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        let s = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
-        if s["state"] == "done" || Instant::now() > deadline {
-            break s;
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    };
+    let status = status_when_done(a, "/api/studies/mini/status");
     assert_eq!(status["state"], "done", "{status}");
     let generations = status["generations"].as_array().unwrap();
     assert_eq!(generations.len(), 1, "two clicks, one run: {status}");
