@@ -348,36 +348,32 @@ impl Store {
         let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<Vec<i64>, StoreError> {
             rows.iter().map(|r| col(r, "jobs", &"?", "id")).collect()
         };
-        let mut tx = self.write_tx(&op).await?;
-        let failed = sqlx::query(
+        // Queued jobs fail now; running ones are told (once) through their next heartbeat.
+        let statements = [
             "UPDATE jobs SET state = 'failed', last_error = $1, finished_at_ms = $2, \
              cancel_requested_at_ms = $2, cancel_reason = $1, not_before_ms = NULL \
              WHERE study = $3 AND study_version = $4 AND generation = $5 AND state = 'queued' \
              RETURNING id",
-        )
-        .bind(reason)
-        .bind(now)
-        .bind(study)
-        .bind(i64::from(version))
-        .bind(i64::from(generation))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(sql(&op))?;
-        let stopping = sqlx::query(
-            "UPDATE jobs SET cancel_requested_at_ms = $1, cancel_reason = $2 \
+            "UPDATE jobs SET cancel_requested_at_ms = $2, cancel_reason = $1 \
              WHERE study = $3 AND study_version = $4 AND generation = $5 AND state = 'running' \
              AND cancel_requested_at_ms IS NULL RETURNING id",
-        )
-        .bind(now)
-        .bind(reason)
-        .bind(study)
-        .bind(i64::from(version))
-        .bind(i64::from(generation))
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(sql(&op))?;
+        ];
+        let mut tx = self.write_tx(&op).await?;
+        let mut found: [Vec<i64>; 2] = Default::default();
+        for (statement, ids_of) in statements.into_iter().zip(&mut found) {
+            let rows = sqlx::query(statement)
+                .bind(reason)
+                .bind(now)
+                .bind(study)
+                .bind(i64::from(version))
+                .bind(i64::from(generation))
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(sql(&op))?;
+            *ids_of = ids(rows)?;
+        }
         tx.commit().await.map_err(sql(&op))?;
-        let (mut failed, mut stopping) = (ids(failed)?, ids(stopping)?);
+        let [mut failed, mut stopping] = found;
         failed.sort_unstable();
         stopping.sort_unstable();
         Ok(Cancelled { failed, stopping })
