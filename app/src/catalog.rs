@@ -112,6 +112,14 @@ pub fn evalset_page(v: EvalSetView) -> String {
     let title = format!("{} v{}", v.name, v.version);
     document(&title.clone(), move || {
         let name = v.name.clone();
+        let removable = v.used_by.is_empty();
+        let remove_action = format!("/evalsets/{}/remove", encode(&v.name));
+        let remove_question = format!(
+            "Remove {} v{} ({} cases) from the workbench? No study pins it; the other versions stay.",
+            v.name,
+            v.version,
+            v.cases.len()
+        );
         let versions = v
             .versions
             .iter()
@@ -184,6 +192,15 @@ pub fn evalset_page(v: EvalSetView) -> String {
                         <dt>"Categories"</dt><dd>{categories_text(&v.categories)}</dd>
                         <dt>"Used by"</dt><dd>{uses(v.used_by, false)}</dd>
                     </dl>
+                    {removable.then(|| view! {
+                        <form method="post" action=remove_action.clone() data-confirm=remove_question.clone() class="actions">
+                            <input type="hidden" name="version" value=v.version.to_string()/>
+                            <button type="submit" class="secondary danger" id="remove">"Remove this version"</button>
+                        </form>
+                    })}
+                    {(!removable).then(|| view! {
+                        <p class="muted small">"Kept while a study version pins it: a study's eval set is part of its criteria."</p>
+                    })}
                 </section>
             </div>
             {sections}
@@ -387,6 +404,15 @@ pub fn candidate_page(d: CandidateDetail) -> String {
             })
             .collect_view();
         let used = d.used_by.clone();
+        let has_records = d.used_by.iter().any(|u| u.record_generation.is_some());
+        let removable = d.used_by.is_empty();
+        let remove_action = format!("/candidates/{}/remove", encode(&d.name));
+        let n = d.versions.len();
+        let remove_question = format!(
+            "Remove candidate {} with its {n} configuration version{}? No study names it; its model file stays where it is.",
+            d.name,
+            if n == 1 { "" } else { "s" }
+        );
         view! {
             <p class="crumbs"><a href="/candidates">"Candidates"</a> " / " {d.name.clone()}</p>
             <h1>{title.clone()}</h1>
@@ -398,8 +424,15 @@ pub fn candidate_page(d: CandidateDetail) -> String {
                 <section class="card">
                     <h2>"Studies"</h2>
                     {uses(used, true)}
-                    <h3>"Records"</h3>
-                    <ul class="plain">{records}</ul>
+                    {has_records.then(|| view! { <h3>"Records"</h3><ul class="plain">{records}</ul> })}
+                    {removable.then(|| view! {
+                        <form method="post" action=remove_action.clone() data-confirm=remove_question.clone() class="actions">
+                            <button type="submit" class="secondary danger" id="remove">"Remove candidate"</button>
+                        </form>
+                    })}
+                    {(!removable).then(|| view! {
+                        <p class="muted small">"Kept while a study version names it: a study's candidates are part of its criteria."</p>
+                    })}
                 </section>
             </div>
             <section class="card">

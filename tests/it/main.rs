@@ -3,6 +3,7 @@
 
 mod architecture;
 mod browser;
+mod catalog;
 mod device;
 mod engine;
 mod engines;

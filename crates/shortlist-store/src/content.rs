@@ -113,6 +113,15 @@ impl Table {
             Table::Slos => "slos",
         }
     }
+    /// What a row of the table is, in messages.
+    fn thing(self) -> &'static str {
+        match self {
+            Table::EvalSets => "eval set",
+            Table::Candidates => "candidate",
+            Table::Workloads => "workload",
+            Table::Slos => "SLO",
+        }
+    }
     fn body(self) -> &'static str {
         match self {
             Table::EvalSets => "yaml",
@@ -254,6 +263,22 @@ impl Store {
         Ok(SloVersion { meta, toml })
     }
 
+    /// Remove every version of a candidate's configuration; the versions removed, oldest
+    /// first (`NotFound` when there is none). Whether a study still names the candidate is the
+    /// caller's question: no row links a study to a candidate row (a study's file names it, and
+    /// storing a study stores its candidates again).
+    pub async fn delete_candidate(&self, name: &str) -> Result<Vec<u32>, StoreError> {
+        self.delete_versioned(Table::Candidates, name, None).await
+    }
+
+    /// Remove one version of an eval set (`NotFound` when it is not stored). Studies pin a set
+    /// by its hash, not by a row; whether one still does is the caller's question.
+    pub async fn delete_eval_set(&self, name: &str, version: u32) -> Result<(), StoreError> {
+        self.delete_versioned(Table::EvalSets, name, Some(version))
+            .await
+            .map(drop)
+    }
+
     /// Every version of every eval set, by name then version.
     pub async fn list_eval_sets(&self) -> Result<Vec<Versioned>, StoreError> {
         self.list_versioned(Table::EvalSets).await
@@ -386,6 +411,45 @@ impl Store {
         })
     }
 
+    async fn delete_versioned(
+        &self,
+        table: Table,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<Vec<u32>, StoreError> {
+        let t = table.name();
+        let thing = table.thing();
+        let what = match version {
+            Some(v) => format!("{thing} `{name}` v{v}"),
+            None => format!("{thing} `{name}`"),
+        };
+        let op = format!("removing {what}");
+        // The table name comes from `Table`, never from input.
+        let rows = match version {
+            Some(v) => sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {t} WHERE name = $1 AND version = $2 RETURNING version"
+            )))
+            .bind(name)
+            .bind(i64::from(v)),
+            None => sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {t} WHERE name = $1 RETURNING version"
+            )))
+            .bind(name),
+        }
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql(&op))?;
+        let mut removed = rows
+            .iter()
+            .map(|r| col_u(r, t, &name, "version"))
+            .collect::<Result<Vec<u32>, _>>()?;
+        if removed.is_empty() {
+            return Err(StoreError::NotFound { what });
+        }
+        removed.sort_unstable();
+        Ok(removed)
+    }
+
     async fn get_versioned(
         &self,
         table: Table,
@@ -418,8 +482,8 @@ impl Store {
         .map_err(sql(&op))?
         .ok_or_else(|| StoreError::NotFound {
             what: match version {
-                Some(v) => format!("{t} `{name}` v{v}"),
-                None => format!("{t} `{name}`"),
+                Some(v) => format!("{} `{name}` v{v}", table.thing()),
+                None => format!("{} `{name}`", table.thing()),
             },
         })?;
         Self::versioned_row(table, &row)

@@ -268,6 +268,69 @@ async fn versioned_content_round_trips(store: Store) {
 }
 contract!(versioned_content_round_trips);
 
+async fn content_is_removed_by_version_or_whole(store: Store) {
+    let yamls = [
+        "name: s\ncases: [a]\n",
+        "name: s\ncases: [b]\n",
+        "name: s\ncases: [c]\n",
+    ];
+    for y in yamls {
+        store
+            .put_eval_set("s", &ContentHash::of(y.as_bytes()), y)
+            .await
+            .unwrap();
+    }
+    // One eval set version goes; the others keep their numbers and contents.
+    store.delete_eval_set("s", 2).await.unwrap();
+    let left: Vec<u32> = store
+        .list_eval_sets()
+        .await
+        .unwrap()
+        .iter()
+        .map(|v| v.version)
+        .collect();
+    assert_eq!(left, [1, 3]);
+    assert_eq!(store.eval_set("s", Some(3)).await.unwrap().yaml, yamls[2]);
+    assert!(matches!(
+        store.delete_eval_set("s", 2).await,
+        Err(StoreError::NotFound { what }) if what.contains("v2")
+    ));
+    // The removed content stored again is a new version after the latest.
+    let back = store
+        .put_eval_set("s", &ContentHash::of(yamls[1].as_bytes()), yamls[1])
+        .await
+        .unwrap();
+    assert_eq!((back.version, back.inserted), (4, true));
+
+    // A candidate goes whole: every version of its configuration, and nothing of another.
+    for t in [0.0, 0.5] {
+        let c = serde_json::json!({"source": "gguf:a.gguf", "temperature": t});
+        store.put_candidate("small", &c).await.unwrap();
+    }
+    store
+        .put_candidate("other", &serde_json::json!({"source": "gguf:b.gguf"}))
+        .await
+        .unwrap();
+    assert_eq!(store.delete_candidate("small").await.unwrap(), [1, 2]);
+    assert!(matches!(
+        store.candidate("small", None).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delete_candidate("small").await,
+        Err(StoreError::NotFound { .. })
+    ));
+    let names: Vec<String> = store
+        .list_candidates()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| v.name)
+        .collect();
+    assert_eq!(names, ["other"]);
+}
+contract!(content_is_removed_by_version_or_whole);
+
 async fn studies_lock_and_version(store: Store) {
     // A draft can be saved and edited in place.
     let draft = study();

@@ -28,7 +28,7 @@ pub(crate) async fn existing_service(config: &Config) -> anyhow::Result<StudySer
         && !std::path::Path::new(&path).exists()
     {
         anyhow::bail!(
-            "no database at {path}: create a study first (`shortlist study create FILE`), or point DATABASE_URL at the database"
+            "no database at {path}: make one by storing something (`shortlist study create FILE`, `shortlist eval store FILE`, `shortlist candidate add NAME SOURCE`), or point DATABASE_URL at the database"
         );
     }
     service(config).await

@@ -1,5 +1,6 @@
 //! `shortlist eval`: import eval sets from other tools, describe a set, score outputs produced
-//! elsewhere, and compare two result sets with the exact McNemar test.
+//! elsewhere, and compare two result sets with the exact McNemar test; `store`, `list` and
+//! `remove` work on the sets kept in the database (`cli/catalog.rs`).
 //!
 //! Exit status: 0 success; 1 when the command's check failed — `score`: a case failed or had no
 //! output; `compare`: B is significantly worse than A (exact McNemar, p < 0.05); `import`: some
@@ -37,6 +38,15 @@ pub enum Command {
     /// Run a judge over human-labelled replies and record its agreement and Cohen's κ
     /// (shortlist.judge-calibration.v1); exit 1 when the bar for driving disqualifiers is not met.
     CalibrateJudge(super::quality::CalibrateArgs),
+    /// Store an eval set in the database (DATABASE_URL) under the name inside it, as the
+    /// workbench's import does; changed content under a stored name becomes its next version.
+    Store(super::catalog::EvalStoreArgs),
+    /// The eval sets stored in the database: every version with its hash and cases, and the
+    /// study versions that pin one.
+    List(super::catalog::JsonArgs),
+    /// Remove a stored eval set version (default: the latest). Refused while a study version
+    /// — a draft included — pins it.
+    Remove(super::catalog::EvalRemoveArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -153,6 +163,11 @@ pub fn run(cmd: Command, config: &shortlist_runner::config::Config) -> anyhow::R
         Command::Compare(a) => run_compare(a),
         Command::Run(a) => super::quality::run(a, config),
         Command::CalibrateJudge(a) => super::quality::calibrate_judge(a),
+        Command::Store(a) => super::catalog::run_eval(super::catalog::EvalStored::Store(a), config),
+        Command::List(a) => super::catalog::run_eval(super::catalog::EvalStored::List(a), config),
+        Command::Remove(a) => {
+            super::catalog::run_eval(super::catalog::EvalStored::Remove(a), config)
+        }
     }
 }
 

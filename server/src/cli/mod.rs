@@ -15,6 +15,7 @@ mod analyze;
 pub(crate) mod app;
 mod bench;
 mod capacity;
+mod catalog;
 mod engine;
 mod eval;
 mod hist;
@@ -56,9 +57,14 @@ enum Command {
     /// An OpenAI-compatible mock server for calibration and tests.
     #[command(subcommand)]
     Mock(mock::Command),
-    /// Eval sets: import, show, score outputs, compare results (Wilson, exact McNemar).
+    /// Eval sets: import, show, score outputs, compare results (Wilson, exact McNemar); store,
+    /// list and remove the sets kept in the database DATABASE_URL names.
     #[command(subcommand)]
     Eval(eval::Command),
+    /// Candidates kept in the database DATABASE_URL names: add (from a GGUF file, a model
+    /// folder or an OpenAI-compatible endpoint), list, show, remove.
+    #[command(subcommand)]
+    Candidate(catalog::CandidateCommand),
     /// The local inference engine: tokenize a prompt, serve a GGUF model over an OpenAI API.
     #[command(subcommand)]
     Engine(engine::Command),
@@ -137,6 +143,7 @@ pub(crate) fn main() -> ExitCode {
         Command::Capacity(args) => capacity::run(args, &config),
         Command::Mock(cmd) => mock::run(cmd),
         Command::Eval(cmd) => eval::run(cmd, &config),
+        Command::Candidate(cmd) => catalog::run_candidate(cmd, &config),
         Command::Engine(cmd) => engine::run(cmd, &config),
         Command::Models(cmd) => models::run(cmd),
         Command::Report(args) => report::run(args),

@@ -8,6 +8,7 @@ mod api;
 mod catalog;
 mod new_study;
 mod pages;
+mod schedules;
 mod security;
 
 use std::net::SocketAddr;
@@ -141,31 +142,27 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(catalog::import_form).post(catalog::import),
         )
         .route("/evalsets/{name}", get(catalog::evalset))
+        .route("/evalsets/{name}/remove", post(catalog::remove_evalset))
         .route(
             "/candidates",
             get(catalog::candidates).post(catalog::register),
         )
         .route("/candidates/{name}", get(catalog::candidate))
-        .route(
-            "/schedules",
-            get(catalog::schedules::list).post(catalog::schedules::add),
-        )
-        .route("/schedules/{name}", get(catalog::schedules::show))
+        .route("/candidates/{name}/remove", post(catalog::remove_candidate))
+        .route("/schedules", get(schedules::list).post(schedules::add))
+        .route("/schedules/{name}", get(schedules::show))
         .route("/workers", get(pages::workers))
-        .route("/schedules/{name}/remove", post(catalog::schedules::remove))
-        .route("/schedules/{name}/pause", post(catalog::schedules::pause))
-        .route("/schedules/{name}/resume", post(catalog::schedules::resume))
-        .route(
-            "/schedules/{name}/webhooks",
-            post(catalog::schedules::add_webhook),
-        )
+        .route("/schedules/{name}/remove", post(schedules::remove))
+        .route("/schedules/{name}/pause", post(schedules::pause))
+        .route("/schedules/{name}/resume", post(schedules::resume))
+        .route("/schedules/{name}/webhooks", post(schedules::add_webhook))
         .route(
             "/schedules/{name}/webhooks/remove",
-            post(catalog::schedules::remove_webhook),
+            post(schedules::remove_webhook),
         )
         .route(
             "/schedules/{name}/webhooks/enable",
-            post(catalog::schedules::enable_webhook),
+            post(schedules::enable_webhook),
         )
         .route("/login", get(pages::login_form).post(pages::login))
         .route("/api/studies", get(api::studies).post(api::create_study))
@@ -183,24 +180,29 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         )
         .route("/api/evalsets", get(catalog::api::evalsets))
         .route("/api/evalsets/import", post(catalog::api::import))
-        .route("/api/evalsets/{name}", get(catalog::api::evalset))
+        .route(
+            "/api/evalsets/{name}",
+            get(catalog::api::evalset).delete(catalog::api::remove_evalset),
+        )
         .route(
             "/api/candidates",
             get(catalog::api::candidates).post(catalog::api::register),
         )
-        .route("/api/candidates/{name}", get(catalog::api::candidate))
+        .route(
+            "/api/candidates/{name}",
+            get(catalog::api::candidate).delete(catalog::api::remove_candidate),
+        )
         .route(
             "/api/schedules",
-            get(catalog::schedules::api_list).post(catalog::schedules::api_add),
+            get(schedules::api_list).post(schedules::api_add),
         )
         .route(
             "/api/schedules/{name}",
-            get(catalog::schedules::api_show).delete(catalog::schedules::api_remove),
+            get(schedules::api_show).delete(schedules::api_remove),
         )
         .route(
             "/api/schedules/{name}/webhooks",
-            post(catalog::schedules::api_add_webhook)
-                .delete(catalog::schedules::api_remove_webhook),
+            post(schedules::api_add_webhook).delete(schedules::api_remove_webhook),
         )
         .route("/api/workers", get(api::workers))
         .route("/healthz", get(|| async { "ok" }))

@@ -104,7 +104,7 @@ fn corrupt(what: String) -> impl FnOnce(shortlist_evals::EvalError) -> ServiceEr
 
 impl StudyService {
     /// Every study version with its file, read once for a page that asks which studies use what.
-    async fn study_files(&self) -> Result<Vec<(StudySummary, StudyFile)>, ServiceError> {
+    pub(super) async fn study_files(&self) -> Result<Vec<(StudySummary, StudyFile)>, ServiceError> {
         let mut out = Vec::new();
         for s in self.store.list_studies().await? {
             let file = self
@@ -121,7 +121,7 @@ impl StudyService {
 
     /// Which of `studies` pin the eval set with this hash / name the candidate `candidate`
     /// (with the candidate's latest verdict and record generation there).
-    async fn study_uses(
+    pub(super) async fn study_uses(
         &self,
         studies: &[(StudySummary, StudyFile)],
         evalset_sha256: Option<&str>,
@@ -271,7 +271,11 @@ impl StudyService {
             check_set_name(name)?;
         }
         let imported: Imported = match format {
-            ImportFormat::Shortlist => return self.import_own(text, name, store).await,
+            ImportFormat::Shortlist => {
+                return self
+                    .import_own("the uploaded eval set", text, name, store)
+                    .await;
+            }
             ImportFormat::Promptfoo => import::promptfoo::import(file, text, name)?,
             ImportFormat::OpenaiEvals => import::openai_evals::import(
                 file,
@@ -327,15 +331,16 @@ impl StudyService {
         })
     }
 
-    /// An eval set of ours, checked whole and stored as it is under the name inside it (a
-    /// `name` given must agree with it).
-    async fn import_own(
+    /// An eval set of ours, checked whole (errors name it `what`) and stored as it is under the
+    /// name inside it (a `name` given must agree with it).
+    pub(super) async fn import_own(
         &self,
+        what: &str,
         yaml: &str,
         name: &str,
         store: bool,
     ) -> Result<ImportPreview, ServiceError> {
-        let set = EvalSet::from_yaml("the uploaded eval set", yaml)?;
+        let set = EvalSet::from_yaml(what, yaml)?;
         check_set_name(set.name())?;
         if !name.is_empty() && name != set.name() {
             return Err(ServiceError::invalid(
@@ -424,89 +429,6 @@ impl StudyService {
                 .study_uses(&self.study_files().await?, None, Some(name))
                 .await?,
         })
-    }
-
-    /// Register a candidate from its source (`gguf:PATH`, a model folder holding one GGUF, or
-    /// `openai:URL#MODEL`): checked like a study's candidate (the file is read for what it says
-    /// about itself) and stored as a new version when it changed.
-    pub async fn register_candidate(
-        &self,
-        name: &str,
-        source: &str,
-        price_per_device_hour: Option<f64>,
-    ) -> Result<(u32, bool), ServiceError> {
-        let bad = |why: String| ServiceError::invalid(format!("candidate `{name}`"), why);
-        let valid_name = !name.is_empty()
-            && name.len() <= 100
-            && name
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-        if !valid_name {
-            return Err(bad(
-                "the name must be 1–100 letters, digits, `-`, `_` or `.`".to_owned(),
-            ));
-        }
-        if let Some(p) = price_per_device_hour
-            && !(p.is_finite() && p >= 0.0)
-        {
-            return Err(bad(format!("price per device-hour {p}: not a price")));
-        }
-        let source = source.trim();
-        // A model folder stands for the one GGUF file in it.
-        let folder = source
-            .strip_prefix("folder:")
-            .map(str::to_owned)
-            .or_else(|| {
-                let expanded = self.config.expand_source(source);
-                std::path::Path::new(&expanded)
-                    .is_dir()
-                    .then_some(source.to_owned())
-            });
-        let resolved = match &folder {
-            Some(dir) => {
-                let dir = std::path::PathBuf::from(self.config.expand_source(dir));
-                let mut ggufs: Vec<_> = std::fs::read_dir(&dir)
-                    .map_err(|e| bad(format!("{}: {e}", dir.display())))?
-                    .filter_map(|e| e.ok().map(|e| e.path()))
-                    .filter(|p| {
-                        p.extension()
-                            .is_some_and(|x| x.eq_ignore_ascii_case("gguf"))
-                    })
-                    .collect();
-                ggufs.sort();
-                match ggufs.as_slice() {
-                    [one] => format!("gguf:{}", one.display()),
-                    [] => {
-                        return Err(bad(format!(
-                            "{}: no .gguf file in this folder",
-                            dir.display()
-                        )));
-                    }
-                    many => {
-                        return Err(bad(format!(
-                            "{}: {} .gguf files in this folder; name one with gguf:PATH",
-                            dir.display(),
-                            many.len()
-                        )));
-                    }
-                }
-            }
-            None => source.to_owned(),
-        };
-        let c = shortlist_study::study::CandidateRef {
-            name: name.to_owned(),
-            source: resolved,
-            config_sha256: None,
-            price_per_device_hour: price_per_device_hour.unwrap_or(0.0),
-            fallback: None,
-            device: None,
-        };
-        let mut config = super::create::candidate_config(&self.config, &c).map_err(bad)?;
-        if let Some(dir) = folder {
-            config["registered_from"] = serde_json::Value::String(format!("folder:{dir}"));
-        }
-        let v = self.store.put_candidate(name, &config).await?;
-        Ok((v.version, v.inserted))
     }
 
     /// The newest `limit` runs of every study, newest first.

@@ -12,6 +12,7 @@ pub mod guided;
 pub mod night;
 mod query;
 mod queue;
+mod register;
 pub mod schedule;
 pub mod views;
 

@@ -44,6 +44,24 @@ pub struct DraftDeleted {
     pub remaining: Option<u32>,
 }
 
+/// A candidate removed: every version of its configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CandidateRemoved {
+    pub name: String,
+    /// The versions removed, oldest first.
+    pub versions: Vec<u32>,
+}
+
+/// An eval set version removed, and what is left of the set.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct EvalSetRemoved {
+    pub name: String,
+    pub version: u32,
+    pub sha256: String,
+    /// The set's latest version left (`None`: the set is gone with it).
+    pub remaining: Option<u32>,
+}
+
 /// A lock, made now or found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct LockView {

@@ -1,0 +1,291 @@
+//! What a team keeps besides its studies, from the command line and in the workbench: eval sets
+//! stored, listed and removed (`shortlist eval store|list|remove`), candidates registered,
+//! listed, shown and removed (`shortlist candidate add|list|show|remove`), and the same removals
+//! from the candidate's and the eval set's pages and `DELETE` in the JSON API. What a study
+//! version — a draft included — names or pins is kept, with that study named in the refusal;
+//! once the draft is deleted it can go.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::{Value, json};
+
+use crate::support::{data, shortlist, stderr, stdout};
+use crate::web::{Server, form, http};
+
+fn sl(dir: &Path, args: &[&str]) -> Output {
+    let url = format!("sqlite://{}?mode=rwc", dir.join("shortlist.db").display());
+    shortlist()
+        .env("DATABASE_URL", url)
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("the shortlist binary runs")
+}
+
+/// The command's JSON document, after checking it succeeded.
+fn ok_json(dir: &Path, args: &[&str]) -> Value {
+    let out = sl(dir, args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
+/// The command's stderr, after checking it was refused as bad input (exit 2).
+fn refused(dir: &Path, args: &[&str]) -> String {
+    let out = sl(dir, args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
+    stderr(&out)
+}
+
+/// The mini eval set and a changed copy of it (one case's text: another hash), in `dir`.
+fn mini_sets(dir: &Path) -> (String, String, String) {
+    let yaml = std::fs::read_to_string(data("study/mini.yaml")).unwrap();
+    let first = dir.join("mini.yaml");
+    std::fs::write(&first, &yaml).unwrap();
+    let set = shortlist_evals::EvalSet::from_yaml("mini.yaml", &yaml).unwrap();
+    let changed = dir.join("mini-v2.yaml");
+    let text = yaml.replacen("Answer with one word.", "Answer in one word.", 1);
+    assert_ne!(text, yaml, "a case of the mini set is changed");
+    std::fs::write(&changed, text).unwrap();
+    (
+        first.display().to_string(),
+        changed.display().to_string(),
+        set.sha256().to_owned(),
+    )
+}
+
+/// A study file in `dir` over the mini set (`sha256`) with the candidate `smol` at an endpoint.
+fn mini_study(dir: &Path, set: &str, sha256: &str) -> String {
+    let text = std::fs::read_to_string(data("study/mini.study.toml"))
+        .unwrap()
+        .replace("@EVALSET@", set)
+        .replace("@SHA256@", sha256)
+        .replace("@SOURCE@", "http://127.0.0.1:9#nothing");
+    let study = dir.join("mini.study.toml");
+    std::fs::write(&study, text).unwrap();
+    study.display().to_string()
+}
+
+#[test]
+fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (first, changed, sha) = mini_sets(d);
+
+    // Reading commands leave no empty database behind in the wrong folder.
+    let why = refused(d, &["candidate", "list"]);
+    assert!(why.contains("no database"), "{why}");
+    assert!(!d.join("shortlist.db").exists());
+
+    // An eval set stored twice is one version; changed content is the next.
+    let v1 = ok_json(d, &["eval", "store", &first, "--json"]);
+    assert_eq!(
+        (&v1["name"], &v1["version"], &v1["inserted"], &v1["sha256"]),
+        (&json!("study-mini"), &json!(1), &json!(true), &json!(sha))
+    );
+    let again = ok_json(d, &["eval", "store", &first, "--json"]);
+    assert_eq!(
+        (&again["version"], &again["inserted"]),
+        (&json!(1), &json!(false))
+    );
+    let v2 = ok_json(d, &["eval", "store", &changed, "--json"]);
+    assert_eq!((&v2["version"], &v2["inserted"]), (&json!(2), &json!(true)));
+    let list = ok_json(d, &["eval", "list", "--json"]);
+    let versions: Vec<&Value> = list[0]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| &v["version"])
+        .collect();
+    assert_eq!(versions, [&json!(1), &json!(2)]);
+    assert_eq!(list[0]["versions"][0]["cases"], v1["cases"]);
+    // A file that is not an eval set is refused with its path.
+    let bad = d.join("bad.yaml");
+    std::fs::write(&bad, "name: x\ncases: 3\n").unwrap();
+    let why = refused(d, &["eval", "store", bad.to_str().unwrap()]);
+    assert!(why.contains("bad.yaml"), "{why}");
+
+    // A candidate registered, registered again unchanged, listed and shown.
+    let add = [
+        "candidate",
+        "add",
+        "spare",
+        "http://127.0.0.1:9#spare",
+        "--price-per-device-hour",
+        "0.5",
+        "--json",
+    ];
+    assert_eq!(
+        ok_json(d, &add),
+        json!({"name": "spare", "version": 1, "inserted": true})
+    );
+    assert_eq!(ok_json(d, &add)["inserted"], json!(false));
+    let why = refused(
+        d,
+        &["candidate", "add", "no spaces", "http://127.0.0.1:9#x"],
+    );
+    assert!(why.contains("the name must be"), "{why}");
+    let shown = ok_json(d, &["candidate", "show", "spare", "--json"]);
+    let price = shown["identity"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|row| row[0] == "Price per device-hour")
+        .map(|row| row[1].clone());
+    assert_eq!(price, Some(json!("0.5")));
+
+    // A draft study pins v1 of the set and names `smol`: both are kept, the study named.
+    let study = mini_study(d, &first, &sha);
+    let out = sl(d, &["study", "create", &study]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let names: Vec<Value> = ok_json(d, &["candidate", "list", "--json"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].clone())
+        .collect();
+    assert_eq!(names, [json!("smol"), json!("spare")]);
+    let why = refused(d, &["candidate", "remove", "smol"]);
+    assert!(why.contains("study `mini` v1 (draft) names it"), "{why}");
+    let why = refused(d, &["eval", "remove", "study-mini", "--version", "1"]);
+    assert!(why.contains("study `mini` v1 (draft) pins it"), "{why}");
+
+    // What no study uses goes: the spare candidate whole, the set's v2.
+    assert_eq!(
+        ok_json(d, &["candidate", "remove", "spare", "--json"]),
+        json!({"name": "spare", "versions": [1]})
+    );
+    let why = refused(d, &["candidate", "show", "spare"]);
+    assert!(why.contains("spare"), "{why}");
+    let removed = ok_json(d, &["eval", "remove", "study-mini", "--json"]);
+    assert_eq!(
+        (&removed["version"], &removed["remaining"]),
+        (&json!(2), &json!(1))
+    );
+
+    // With the draft deleted, nothing holds `smol` or the set's v1 any more.
+    let out = sl(d, &["study", "delete", "mini"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    ok_json(d, &["candidate", "remove", "smol", "--json"]);
+    let removed = ok_json(d, &["eval", "remove", "study-mini", "--json"]);
+    assert_eq!(
+        (&removed["version"], &removed["remaining"]),
+        (&json!(1), &Value::Null)
+    );
+    assert_eq!(ok_json(d, &["eval", "list", "--json"]), json!([]));
+    assert_eq!(ok_json(d, &["candidate", "list", "--json"]), json!([]));
+}
+
+#[test]
+fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, &["--workers", "0", "--schedule-every", "0"], &[]);
+    let a = server.addr.as_str();
+    let (first, changed, sha) = mini_sets(d);
+    for file in [&first, &changed] {
+        let yaml = std::fs::read(file).unwrap();
+        let stored = http(
+            a,
+            "POST",
+            "/api/evalsets/import?format=shortlist&name=study-mini&store=true",
+            &[("content-type", "text/plain")],
+            &yaml,
+        );
+        assert_eq!(stored.status, 200, "{}", stored.body);
+    }
+    for (name, source) in [("smol", "nothing"), ("spare", "spare")] {
+        let body = json!({"name": name, "source": format!("http://127.0.0.1:9#{source}")});
+        let r = http(
+            a,
+            "POST",
+            "/api/candidates",
+            &[("content-type", "application/json")],
+            body.to_string().as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    }
+    let study = std::fs::read(mini_study(d, &first, &sha)).unwrap();
+    let created = http(
+        a,
+        "POST",
+        "/api/studies",
+        &[("content-type", "text/plain")],
+        &study,
+    );
+    assert!(created.status < 300, "{}", created.body);
+
+    // The pages offer Remove only where no study holds the thing, and say why elsewhere.
+    let spare = http(a, "GET", "/candidates/spare", &[], b"").body;
+    assert!(
+        spare.contains(r#"action="/candidates/spare/remove""#),
+        "{spare}"
+    );
+    assert!(spare.contains("data-confirm="), "{spare}");
+    let smol = http(a, "GET", "/candidates/smol", &[], b"").body;
+    assert!(!smol.contains(r#"id="remove""#), "{smol}");
+    assert!(
+        smol.contains("Kept while a study version names it"),
+        "{smol}"
+    );
+    let pinned = http(a, "GET", "/evalsets/study-mini?version=1", &[], b"").body;
+    assert!(!pinned.contains(r#"id="remove""#), "{pinned}");
+    assert!(
+        pinned.contains("Kept while a study version pins it"),
+        "{pinned}"
+    );
+    let free = http(a, "GET", "/evalsets/study-mini?version=2", &[], b"").body;
+    assert!(
+        free.contains(r#"action="/evalsets/study-mini/remove""#),
+        "{free}"
+    );
+
+    // The buttons remove, and go back to the list or the set's remaining latest version.
+    let form_header = [("content-type", "application/x-www-form-urlencoded")];
+    let gone = http(a, "POST", "/candidates/spare/remove", &form_header, b"");
+    assert_eq!(
+        (gone.status, gone.header("location")),
+        (303, Some("/candidates"))
+    );
+    assert_eq!(http(a, "GET", "/candidates/spare", &[], b"").status, 404);
+    let body = form(&[("version", "2")]);
+    let gone = http(
+        a,
+        "POST",
+        "/evalsets/study-mini/remove",
+        &form_header,
+        &body,
+    );
+    assert_eq!(
+        (gone.status, gone.header("location")),
+        (303, Some("/evalsets/study-mini"))
+    );
+    let versions = http(a, "GET", "/api/evalsets", &[], b"").json()[0]["versions"].clone();
+    assert_eq!(versions.as_array().map(Vec::len), Some(1));
+
+    // A forged removal of what the draft holds is refused, on the page and in the API.
+    let kept = http(a, "POST", "/candidates/smol/remove", &form_header, b"");
+    assert_eq!(kept.status, 400, "{}", kept.body);
+    assert!(kept.body.contains("names it"), "{}", kept.body);
+    let kept = http(a, "DELETE", "/api/evalsets/study-mini?version=1", &[], b"");
+    assert_eq!(kept.status, 400, "{}", kept.body);
+    assert!(kept.body.contains("pins it"), "{}", kept.body);
+
+    // Once the draft is deleted, the API removes both.
+    let del = http(a, "DELETE", "/api/studies/mini", &[], b"");
+    assert_eq!(del.status, 200, "{}", del.body);
+    // `smol` has two versions: as registered, and with the study's price.
+    let c = http(a, "DELETE", "/api/candidates/smol", &[], b"");
+    assert_eq!(
+        (c.status, c.json()),
+        (200, json!({"name": "smol", "versions": [1, 2]}))
+    );
+    let e = http(a, "DELETE", "/api/evalsets/study-mini", &[], b"");
+    assert_eq!(e.status, 200, "{}", e.body);
+    assert_eq!(
+        (&e.json()["version"], &e.json()["remaining"]),
+        (&json!(1), &Value::Null)
+    );
+    let missing = http(a, "DELETE", "/api/candidates/smol", &[], b"");
+    assert_eq!(missing.status, 404, "{}", missing.body);
+}
