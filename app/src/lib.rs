@@ -12,6 +12,7 @@
 mod case;
 mod catalog;
 mod compare;
+mod home;
 mod layout;
 mod new_study;
 mod pages;
@@ -26,9 +27,10 @@ pub use catalog::{
     import_page,
 };
 pub use compare::{CompareFilter, compare_page};
+pub use home::{HomeData, home_page};
 pub use layout::{document, error_page, login_page};
 pub use new_study::{StudyFormPage, study_form_page};
-pub use pages::{HomeData, home_page, study_page};
+pub use pages::study_page;
 pub use record::record_page;
 pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
 pub use study_text::{Editing, new_study_page};

@@ -1,6 +1,7 @@
 //! `shortlist study create|lock|verify|run|cancel|retry|delete|show|status|accept|check`: studies fixed in advance, stored in the
 //! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs. Every
-//! subcommand parses its arguments, calls the application service and prints its view.
+//! subcommand parses its arguments, calls the application service and prints its view
+//! (`show` and `status`: `study_status.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,7 +9,7 @@ use std::time::Duration;
 use serde_json::json;
 use shortlist_runner::config::Config;
 use shortlist_runner::service::check::{Against, CheckVerdict};
-use shortlist_runner::service::views::{Created, StudyView};
+use shortlist_runner::service::views::Created;
 use shortlist_runner::service::{RunParams, StudyService, Trigger};
 use shortlist_runner::time::now_rfc3339;
 use shortlist_runner::worker::{Outcome as JobOutcome, Worker};
@@ -43,11 +44,11 @@ pub(crate) enum Command {
     Delete(NameArgs),
     /// Print a study as stored; `--toml`: as a study file's text, to edit and create again
     /// (a changed copy of a locked version becomes its next version).
-    Show(ShowArgs),
+    Show(super::study_status::ShowArgs),
     /// Where a study's runs stand: each generation's jobs with their latest progress, the runs
     /// with the worker and machine that executed them, the records made (from the database
     /// alone, so it follows runs of other processes).
-    Status(StatusArgs),
+    Status(super::study_status::StatusArgs),
     /// Accept a finished generation as the study version's baseline.
     Accept(AcceptArgs),
     /// Each candidate's latest run against the baseline or the previous run: paired exact
@@ -100,23 +101,6 @@ pub(crate) struct CheckArgs {
 }
 
 #[derive(Debug, clap::Args)]
-// `--version` is the study version here, not the program's.
-#[command(disable_version_flag = true)]
-pub(crate) struct StatusArgs {
-    /// The study's name.
-    name: String,
-    /// The version (default: the latest).
-    #[arg(long)]
-    version: Option<u32>,
-    /// Also list the stored progress events after this event id (0: all).
-    #[arg(long)]
-    events_after: Option<i64>,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, clap::Args)]
 pub(crate) struct CreateArgs {
     /// The study file (`*.study.toml`, format `shortlist.study.v1`).
     file: PathBuf,
@@ -128,27 +112,15 @@ pub(crate) struct CreateArgs {
 #[derive(Debug, clap::Args)]
 // `--version` is the study version here, not the program's.
 #[command(disable_version_flag = true)]
-pub(crate) struct ShowArgs {
-    #[command(flatten)]
-    which: NameArgs,
-    /// Print the study file's text (TOML) instead: every field as stored, without the version
-    /// and the lock it replaces, which `study create` assigns.
-    #[arg(long, conflicts_with = "json")]
-    toml: bool,
-}
-
-#[derive(Debug, clap::Args)]
-// `--version` is the study version here, not the program's.
-#[command(disable_version_flag = true)]
 pub(crate) struct NameArgs {
     /// The study's name.
-    name: String,
+    pub(super) name: String,
     /// The version (default: the latest).
     #[arg(long)]
-    version: Option<u32>,
+    pub(super) version: Option<u32>,
     /// Print one JSON document.
     #[arg(long)]
-    json: bool,
+    pub(super) json: bool,
 }
 
 #[derive(Debug, clap::Args)]
@@ -227,8 +199,8 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Lock(a) => lock(&service, a).await,
             Command::Verify(a) => verify(&service, a).await,
             Command::Run(a) => run_study(&service, a).await,
-            Command::Show(a) => show(&service, a).await,
-            Command::Status(a) => status(&service, a).await,
+            Command::Show(a) => super::study_status::show(&service, a).await,
+            Command::Status(a) => super::study_status::status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,
             Command::Retry(a) => {
                 let done = service.retry_run(&a.name, a.version).await?;
@@ -413,184 +385,6 @@ async fn verify(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> 
         }
         Err(e) => Err(e.into()),
     }
-}
-
-async fn show(service: &StudyService, args: ShowArgs) -> anyhow::Result<Outcome> {
-    let a = args.which;
-    let view = service.show(&a.name, a.version).await?;
-    if args.toml {
-        print!("{}", view.study.to_toml()?);
-    } else if a.json {
-        print_json(&view)?;
-    } else {
-        print_view(&view);
-    }
-    Ok(Outcome::Success)
-}
-
-fn print_view(view: &StudyView) {
-    println!(
-        "study {} v{} ({})",
-        view.name,
-        view.version,
-        serde_json::to_value(view.state)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default()
-    );
-    if let (Some(sha), Some(at)) = (&view.lock_sha256, &view.locked_at) {
-        println!("  locked at {at} under {sha}");
-    }
-    let study = &view.study;
-    println!("  question: {}", study.question);
-    println!(
-        "  eval set: {} ({})",
-        study.evalset.path, study.evalset.sha256
-    );
-    println!(
-        "  traffic: ordinary {} req/s, peak {} req/s",
-        study.traffic.ordinary_rps, study.traffic.peak_rps
-    );
-    for c in &view.candidates {
-        let id = &c.stored["gguf"]["identity"];
-        println!(
-            "  candidate {}: {} {} params, {}, license {}, weights {}{}",
-            c.name,
-            id["architecture"].as_str().unwrap_or("?"),
-            id["parameters"],
-            id["quantization"].as_str().unwrap_or("?"),
-            id["license"].as_str().unwrap_or("?"),
-            id["weights_sha256"].as_str().unwrap_or("?"),
-            c.verdict
-                .map_or_else(String::new, |v| format!(" — verdict {v:?}")),
-        );
-    }
-    for r in &study.disqualifiers {
-        println!(
-            "  disqualify when {} {} {}",
-            r.metric,
-            serde_json::to_value(r.op)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
-            r.values.as_ref().map_or_else(
-                || r.value.as_ref().map_or_else(String::new, |v| v.to_string()),
-                |v| format!("{v:?}")
-            )
-        );
-    }
-}
-
-async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Result<Outcome> {
-    let progress = service.run_progress(&a.name, a.version).await?;
-    let events = match a.events_after {
-        Some(after) => Some(
-            service
-                .progress_after(&a.name, progress.version, after)
-                .await?
-                .into_iter()
-                .map(|(id, event)| json!({"id": id, "event": event}))
-                .collect::<Vec<_>>(),
-        ),
-        None => None,
-    };
-    if a.json {
-        let mut doc = serde_json::to_value(&progress)?;
-        if let Some(events) = events {
-            doc["events"] = serde_json::Value::Array(events);
-        }
-        print_json(&doc)?;
-        return Ok(Outcome::Success);
-    }
-    println!(
-        "study {} v{}: {}",
-        progress.study,
-        progress.version,
-        serde_json::to_value(progress.state)?
-            .as_str()
-            .unwrap_or_default()
-    );
-    for g in &progress.generations {
-        let records = g
-            .records
-            .iter()
-            .map(|c| match g.verdicts.get(c) {
-                Some(v) => format!(
-                    "{c} ({})",
-                    serde_json::to_value(v)
-                        .unwrap_or_default()
-                        .as_str()
-                        .unwrap_or_default()
-                ),
-                None => c.clone(),
-            })
-            .collect::<Vec<_>>();
-        let baseline = progress
-            .baseline
-            .as_ref()
-            .filter(|b| b.generation == g.number)
-            .map_or_else(String::new, |b| {
-                format!(
-                    "; the accepted baseline (by {} at {})",
-                    b.accepted_by, b.accepted_at
-                )
-            });
-        println!(
-            "  generation {} ({}, {}): records of {}{baseline}",
-            g.number,
-            g.trigger,
-            g.created_at,
-            if records.is_empty() {
-                "none yet".to_owned()
-            } else {
-                records.join(", ")
-            }
-        );
-        for j in &g.jobs {
-            let progress = j.progress.as_ref().map_or_else(String::new, |p| {
-                let done = p.fraction().map_or_else(String::new, |f| {
-                    format!(
-                        " {:.0} %{}",
-                        f * 100.0,
-                        p.eta_s
-                            .filter(|_| j.state == "running")
-                            .map_or_else(String::new, |s| format!(" (ETA {:.0} s)", s))
-                    )
-                });
-                format!(
-                    "{done}{}",
-                    p.message
-                        .as_ref()
-                        .map_or_else(String::new, |m| format!(" — {m}"))
-                )
-            });
-            println!(
-                "    job {:>4} {:<8} {:<12} {:<8} attempt {}/{}{}{}",
-                j.id,
-                j.kind.as_str(),
-                j.candidate,
-                j.state,
-                j.attempts,
-                j.max_attempts,
-                progress,
-                j.last_error
-                    .as_ref()
-                    .map_or_else(String::new, |e| format!(" (last error: {e})"))
-            );
-        }
-        for r in &g.runs {
-            println!(
-                "    run {:>4} {:<8} {:<10} {:<8} on {} ({})",
-                r.id,
-                r.kind,
-                r.candidate,
-                r.state,
-                r.machine.as_deref().unwrap_or("-"),
-                r.worker.as_deref().unwrap_or("-")
-            );
-        }
-    }
-    Ok(Outcome::Success)
 }
 
 async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome> {

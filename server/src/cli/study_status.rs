@@ -1,0 +1,217 @@
+//! `shortlist study show|status`: a study as stored (its criteria, lock and candidates, or its
+//! file's text) and where its runs stand, read from the database alone.
+
+use serde_json::json;
+use shortlist_runner::service::StudyService;
+use shortlist_runner::service::views::StudyView;
+
+use super::Outcome;
+use super::output::print_json;
+use super::study::NameArgs;
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct ShowArgs {
+    #[command(flatten)]
+    which: NameArgs,
+    /// Print the study file's text (TOML) instead: every field as stored, without the version
+    /// and the lock it replaces, which `study create` assigns.
+    #[arg(long, conflicts_with = "json")]
+    toml: bool,
+}
+
+#[derive(Debug, clap::Args)]
+// `--version` is the study version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct StatusArgs {
+    /// The study's name.
+    name: String,
+    /// The version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// Also list the stored progress events after this event id (0: all).
+    #[arg(long)]
+    events_after: Option<i64>,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(super) async fn show(service: &StudyService, args: ShowArgs) -> anyhow::Result<Outcome> {
+    let a = args.which;
+    let view = service.show(&a.name, a.version).await?;
+    if args.toml {
+        print!("{}", view.study.to_toml()?);
+    } else if a.json {
+        print_json(&view)?;
+    } else {
+        print_view(&view);
+    }
+    Ok(Outcome::Success)
+}
+
+fn print_view(view: &StudyView) {
+    println!(
+        "study {} v{} ({})",
+        view.name,
+        view.version,
+        serde_json::to_value(view.state)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    );
+    if let (Some(sha), Some(at)) = (&view.lock_sha256, &view.locked_at) {
+        println!("  locked at {at} under {sha}");
+    }
+    let study = &view.study;
+    println!("  question: {}", study.question);
+    println!(
+        "  eval set: {} ({})",
+        study.evalset.path, study.evalset.sha256
+    );
+    println!(
+        "  traffic: ordinary {} req/s, peak {} req/s",
+        study.traffic.ordinary_rps, study.traffic.peak_rps
+    );
+    for c in &view.candidates {
+        let id = &c.stored["gguf"]["identity"];
+        println!(
+            "  candidate {}: {} {} params, {}, license {}, weights {}{}",
+            c.name,
+            id["architecture"].as_str().unwrap_or("?"),
+            id["parameters"],
+            id["quantization"].as_str().unwrap_or("?"),
+            id["license"].as_str().unwrap_or("?"),
+            id["weights_sha256"].as_str().unwrap_or("?"),
+            c.verdict
+                .map_or_else(String::new, |v| format!(" — verdict {v:?}")),
+        );
+    }
+    for r in &study.disqualifiers {
+        println!(
+            "  disqualify when {} {} {}",
+            r.metric,
+            serde_json::to_value(r.op)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            r.values.as_ref().map_or_else(
+                || r.value.as_ref().map_or_else(String::new, |v| v.to_string()),
+                |v| format!("{v:?}")
+            )
+        );
+    }
+}
+
+pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Result<Outcome> {
+    let progress = service.run_progress(&a.name, a.version).await?;
+    let events = match a.events_after {
+        Some(after) => Some(
+            service
+                .progress_after(&a.name, progress.version, after)
+                .await?
+                .into_iter()
+                .map(|(id, event)| json!({"id": id, "event": event}))
+                .collect::<Vec<_>>(),
+        ),
+        None => None,
+    };
+    if a.json {
+        let mut doc = serde_json::to_value(&progress)?;
+        if let Some(events) = events {
+            doc["events"] = serde_json::Value::Array(events);
+        }
+        print_json(&doc)?;
+        return Ok(Outcome::Success);
+    }
+    println!(
+        "study {} v{}: {}",
+        progress.study,
+        progress.version,
+        serde_json::to_value(progress.state)?
+            .as_str()
+            .unwrap_or_default()
+    );
+    for g in &progress.generations {
+        let records = g
+            .records
+            .iter()
+            .map(|c| match g.verdicts.get(c) {
+                Some(v) => format!(
+                    "{c} ({})",
+                    serde_json::to_value(v)
+                        .unwrap_or_default()
+                        .as_str()
+                        .unwrap_or_default()
+                ),
+                None => c.clone(),
+            })
+            .collect::<Vec<_>>();
+        let baseline = progress
+            .baseline
+            .as_ref()
+            .filter(|b| b.generation == g.number)
+            .map_or_else(String::new, |b| {
+                format!(
+                    "; the accepted baseline (by {} at {})",
+                    b.accepted_by, b.accepted_at
+                )
+            });
+        println!(
+            "  generation {} ({}, {}): records of {}{baseline}",
+            g.number,
+            g.trigger,
+            g.created_at,
+            if records.is_empty() {
+                "none yet".to_owned()
+            } else {
+                records.join(", ")
+            }
+        );
+        for j in &g.jobs {
+            let progress = j.progress.as_ref().map_or_else(String::new, |p| {
+                let done = p.fraction().map_or_else(String::new, |f| {
+                    format!(
+                        " {:.0} %{}",
+                        f * 100.0,
+                        p.eta_s
+                            .filter(|_| j.state == "running")
+                            .map_or_else(String::new, |s| format!(" (ETA {:.0} s)", s))
+                    )
+                });
+                format!(
+                    "{done}{}",
+                    p.message
+                        .as_ref()
+                        .map_or_else(String::new, |m| format!(" — {m}"))
+                )
+            });
+            println!(
+                "    job {:>4} {:<8} {:<12} {:<8} attempt {}/{}{}{}",
+                j.id,
+                j.kind.as_str(),
+                j.candidate,
+                j.state,
+                j.attempts,
+                j.max_attempts,
+                progress,
+                j.last_error
+                    .as_ref()
+                    .map_or_else(String::new, |e| format!(" (last error: {e})"))
+            );
+        }
+        for r in &g.runs {
+            println!(
+                "    run {:>4} {:<8} {:<10} {:<8} on {} ({})",
+                r.id,
+                r.kind,
+                r.candidate,
+                r.state,
+                r.machine.as_deref().unwrap_or("-"),
+                r.worker.as_deref().unwrap_or("-")
+            );
+        }
+    }
+    Ok(Outcome::Success)
+}
