@@ -1,8 +1,9 @@
-//! `shortlist study create|lock|verify|show|run|delete` and `shortlist record`, driven through the real
-//! binary against a SQLite database in a temporary folder: locking and verifying, a locked study
-//! refusing edits (a changed file makes a new version), and a `study run` killed after some
-//! cases that resumes without running a stored case again or losing one. The run tests use the
-//! real SmolLM2 model and are skipped, with the reason printed, when it is absent.
+//! `shortlist study create|lock|verify|show|run|delete` and `shortlist record` (and why it has
+//! none to show), driven through the real binary against a SQLite database in a temporary
+//! folder: locking and verifying, a locked study refusing edits (a changed file makes a new
+//! version), and a `study run` killed after some cases that resumes without running a stored
+//! case again or losing one. The run tests use the real SmolLM2 model and are skipped, with the
+//! reason printed, when it is absent.
 //!
 //! Tampering is driven from outside, as it would happen: the `sqlite3` shell edits the locked
 //! row behind the store's back (after dropping the trigger that refuses it), and `study verify`
@@ -233,6 +234,30 @@ fn a_draft_is_deleted_and_a_locked_version_is_kept() {
     std::fs::write(&study, text.replace("six trivial", "six easy")).unwrap();
     let out = sl(&url, d, &["study", "create", study.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+
+    // No record is asked of what cannot have one, and the refusal says which it is.
+    for (args, why) in [
+        (
+            vec!["record", "nobody", "--study", "mini"],
+            "`nobody` is not one of its candidates (smol)",
+        ),
+        (
+            vec!["record", "smol", "--study", "mini", "--version", "5"],
+            "study `mini` v5 not found",
+        ),
+        (
+            vec!["record", "smol", "--study", "mini"],
+            "study `mini` v2: a draft has no records",
+        ),
+        (
+            vec!["record", "smol", "--study", "mini", "--version", "1"],
+            "no record yet? run `shortlist study run mini` first",
+        ),
+    ] {
+        let out = sl(&url, d, &args);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains(why), "{args:?}: {}", stderr(&out));
+    }
 
     // The locked v1 is refused, with the reason; the draft v2 goes, and v1 is the latest again.
     let out = sl(&url, d, &["study", "delete", "mini", "--version", "1"]);

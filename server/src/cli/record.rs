@@ -6,7 +6,9 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use shortlist_report::view::amount;
 use shortlist_report::{PaperSize, render_pdf};
+use shortlist_runner::ServiceError;
 use shortlist_runner::config::Config;
+use shortlist_store::StoreError;
 use shortlist_study::cost::CostAt;
 use shortlist_study::record::{Cost, SelectionRecord};
 use shortlist_study::rule::Outcome as RuleOutcome;
@@ -50,10 +52,21 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
     let rt = super::app::runtime()?;
     let view = rt.block_on(async {
         let service = super::app::existing_service(config).await?;
-        service
+        match service
             .record(&a.study, a.version, &a.candidate, a.generation)
             .await
-            .with_context(|| format!("no record yet? run `shortlist study run {}` first", a.study))
+        {
+            Ok(view) => Ok(view),
+            // The candidate is in the locked study, and no run has made its record yet.
+            Err(ServiceError::Store(StoreError::NotFound { what }))
+                if what.starts_with("a record") && a.generation.is_none() =>
+            {
+                Err(anyhow::Error::from(StoreError::NotFound { what })).with_context(|| {
+                    format!("no record yet? run `shortlist study run {}` first", a.study)
+                })
+            }
+            Err(e) => Err(e.into()),
+        }
     })?;
     let record = view.record;
     if !record.verify() {

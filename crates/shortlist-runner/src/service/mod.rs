@@ -476,15 +476,58 @@ impl StudyService {
             Some(g) => {
                 self.store
                     .record_of_generation(study, version, candidate, g)
-                    .await?
+                    .await
             }
-            None => self.store.latest_record(study, version, candidate).await?,
+            None => self.store.latest_record(study, version, candidate).await,
+        };
+        let stored = match stored {
+            Ok(s) => s,
+            Err(e) if not_found(&e) => {
+                return Err(self.why_no_record(study, version, candidate, e).await);
+            }
+            Err(e) => return Err(e.into()),
         };
         Ok(views::RecordView {
             generation: stored.generation,
             stored_at: crate::time::rfc3339_ms(stored.created_at_ms),
             record: stored.record,
         })
+    }
+}
+
+impl StudyService {
+    /// Why no record was found, in the user's terms: no such study version, no such candidate
+    /// in it (naming its candidates), a draft (runs start on locked versions), or — the
+    /// store's own answer — no run has made one yet.
+    async fn why_no_record(
+        &self,
+        study: &str,
+        version: u32,
+        candidate: &str,
+        missing: StoreError,
+    ) -> ServiceError {
+        let stored = match self.store.study(study, version).await {
+            Ok(s) => s,
+            Err(e) => return e.into(),
+        };
+        let file = stored.study().file();
+        if !file.candidates.iter().any(|c| c.name == candidate) {
+            let names: Vec<&str> = file.candidates.iter().map(|c| c.name.as_str()).collect();
+            return ServiceError::invalid(
+                format!("study `{study}` v{version}"),
+                format!(
+                    "`{candidate}` is not one of its candidates ({})",
+                    names.join(", ")
+                ),
+            );
+        }
+        if matches!(stored, StoredStudy::Draft(_)) {
+            return ServiceError::invalid(
+                format!("study `{study}` v{version}"),
+                "a draft has no records: runs start only on locked versions",
+            );
+        }
+        missing.into()
     }
 }
 

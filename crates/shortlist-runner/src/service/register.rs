@@ -131,8 +131,9 @@ impl StudyService {
             return Err(ServiceError::invalid(
                 format!("candidate `{name}`"),
                 format!(
-                    "kept: {} names it (a study's candidates are part of its criteria; delete a draft that names it, then remove the candidate)",
-                    named_by(&uses)
+                    "kept: {} {} it. A study's candidates are part of its criteria; delete a draft that names it, then remove the candidate",
+                    named_by(&uses),
+                    if uses.len() == 1 { "names" } else { "name" }
                 ),
             ));
         }
@@ -165,8 +166,9 @@ impl StudyService {
             return Err(ServiceError::invalid(
                 format!("eval set `{name}` v{version}"),
                 format!(
-                    "kept: {} pins it (a study's eval set is part of its criteria; delete a draft that pins it, then remove the version)",
-                    named_by(&uses)
+                    "kept: {} {} it. A study's eval set is part of its criteria; delete a draft that pins it, then remove the version",
+                    named_by(&uses),
+                    if uses.len() == 1 { "pins" } else { "pin" }
                 ),
             ));
         }
