@@ -113,6 +113,11 @@ pub fn evalset_page(v: EvalSetView) -> String {
     document(&title.clone(), move || {
         let name = v.name.clone();
         let removable = v.used_by.is_empty();
+        let edit_href = format!(
+            "/evalsets/import?from={}&version={}",
+            encode(&v.name),
+            v.version
+        );
         let remove_action = format!("/evalsets/{}/remove", encode(&v.name));
         let remove_question = format!(
             "Remove {} v{} ({} cases) from the workbench? No study pins it; the other versions stay.",
@@ -192,6 +197,7 @@ pub fn evalset_page(v: EvalSetView) -> String {
                         <dt>"Categories"</dt><dd>{categories_text(&v.categories)}</dd>
                         <dt>"Used by"</dt><dd>{uses(v.used_by, false)}</dd>
                     </dl>
+                    <p class="actions"><a class="button secondary" href=edit_href.clone() id="edit">"Edit as the next version…"</a></p>
                     {removable.then(|| view! {
                         <form method="post" action=remove_action.clone() data-confirm=remove_question.clone() class="actions">
                             <input type="hidden" name="version" value=v.version.to_string()/>
@@ -199,7 +205,7 @@ pub fn evalset_page(v: EvalSetView) -> String {
                         </form>
                     })}
                     {(!removable).then(|| view! {
-                        <p class="muted small">"Kept while a study version pins it: a study's eval set is part of its criteria."</p>
+                        <p class="muted small">"Remove is offered once no study version pins it: a study's eval set is part of its criteria."</p>
                     })}
                 </section>
             </div>
@@ -216,6 +222,8 @@ pub struct ImportForm {
     pub name: String,
     pub text: String,
     pub answers: String,
+    /// The stored version the text was taken from, to edit into the set's next version.
+    pub editing: Option<(String, u32)>,
 }
 
 /// `/evalsets/import`: upload or paste another tool's file, see what it becomes (cases by
@@ -226,6 +234,7 @@ pub fn import_page(
     error: Option<String>,
 ) -> String {
     document("Import an eval set", move || {
+        let editing = form.editing.clone();
         let options = ImportFormat::ALL
             .iter()
             .map(|(_, n)| {
@@ -288,6 +297,14 @@ pub fn import_page(
             <h1>"Import an eval set"</h1>
             <section class="card">
                 <p>"Upload or paste a file from promptfoo, OpenAI evals, inspect or BFCL (or an eval set of ours). Preview first: what could not be mapped is listed item by item; nothing is stored until you press Store."</p>
+                {editing.map(|(name, v)| {
+                    let href = format!("/evalsets/{}?version={v}", encode(&name));
+                    view! {
+                        <p class="notice" role="status">
+                            "The text of " <a href=href>{format!("{name} v{v}")}</a> " to edit. Stored with changed cases, it becomes the set's next version; the studies that pin v" {v.to_string()} " keep it. Unchanged, it stores nothing."
+                        </p>
+                    }
+                })}
                 {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
                 <form method="post" action="/evalsets/import" enctype="multipart/form-data" class="stack">
                     <label for="format">"Format"</label>
@@ -327,6 +344,10 @@ pub fn candidates_page(
 ) -> String {
     document("Candidates", move || {
         let empty = list.is_empty();
+        let existing = list
+            .iter()
+            .find(|c| c.name == form.name)
+            .map(|c| (c.name.clone(), c.versions));
         let rows = list
             .into_iter()
             .map(|c| {
@@ -348,8 +369,14 @@ pub fn candidates_page(
                 {empty.then(|| view! { <p class="muted">"No candidate is stored yet."</p> })}
                 {(!empty).then(|| list_table(CANDIDATE_COLUMNS, rows))}
             </section>
-            <section class="card">
+            <section class="card" id="register">
                 <h2>"Register a candidate"</h2>
+                {existing.map(|(name, versions)| view! {
+                    <p class="notice" role="status">
+                        {format!("{name} is registered ({versions} version{}). ", if versions == 1 { "" } else { "s" })}
+                        "A changed source or price becomes its next version; a study runs the candidates its own file names, so locked studies are not changed."
+                    </p>
+                })}
                 <p class="small">"A GGUF file (" <code>"gguf:PATH"</code> "), a model folder holding one (" <code>"folder:PATH"</code> "), or an OpenAI-compatible endpoint (" <code>"http://host:port#MODEL"</code> "). A GGUF file is read for what it says about itself. Paths are on the server."</p>
                 {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
                 <form method="post" action="/candidates" class="stack">
@@ -364,6 +391,33 @@ pub fn candidates_page(
             </section>
         }
     })
+}
+
+/// The register form filled in from the candidate's latest configuration: its name, the
+/// source it was registered from (a model folder stays a folder), its price.
+fn register_again_href(d: &CandidateDetail) -> String {
+    let latest = d.versions.last().map(|v| &v.config);
+    let field = |key: &str| {
+        latest
+            .and_then(|c| c.get(key))
+            .map(|v| match v {
+                serde_json::Value::String(s) => s.clone(),
+                other => other.to_string(),
+            })
+            .unwrap_or_default()
+    };
+    let from = field("registered_from");
+    let source = if from.is_empty() {
+        field("source")
+    } else {
+        from
+    };
+    format!(
+        "/candidates?name={}&source={}&price={}#register",
+        encode(&d.name),
+        encode(&source),
+        encode(&field("price_per_device_hour"))
+    )
 }
 
 /// `/candidates/{name}`: a candidate's identity, every version of its configuration, and the
@@ -406,6 +460,7 @@ pub fn candidate_page(d: CandidateDetail) -> String {
         let used = d.used_by.clone();
         let has_records = d.used_by.iter().any(|u| u.record_generation.is_some());
         let removable = d.used_by.is_empty();
+        let again_href = register_again_href(&d);
         let remove_action = format!("/candidates/{}/remove", encode(&d.name));
         let n = d.versions.len();
         let remove_question = format!(
@@ -425,13 +480,14 @@ pub fn candidate_page(d: CandidateDetail) -> String {
                     <h2>"Studies"</h2>
                     {uses(used, true)}
                     {has_records.then(|| view! { <h3>"Records"</h3><ul class="plain">{records}</ul> })}
+                    <p class="actions"><a class="button secondary" href=again_href.clone() id="again">"Register a new version…"</a></p>
                     {removable.then(|| view! {
                         <form method="post" action=remove_action.clone() data-confirm=remove_question.clone() class="actions">
                             <button type="submit" class="secondary danger" id="remove">"Remove candidate"</button>
                         </form>
                     })}
                     {(!removable).then(|| view! {
-                        <p class="muted small">"Kept while a study version names it: a study's candidates are part of its criteria."</p>
+                        <p class="muted small">"Remove is offered once no study version names it: a study's candidates are part of its criteria."</p>
                     })}
                 </section>
             </div>

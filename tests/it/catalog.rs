@@ -225,19 +225,56 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
     let smol = http(a, "GET", "/candidates/smol", &[], b"").body;
     assert!(!smol.contains(r#"id="remove""#), "{smol}");
     assert!(
-        smol.contains("Kept while a study version names it"),
+        smol.contains("Remove is offered once no study version names it"),
         "{smol}"
     );
     let pinned = http(a, "GET", "/evalsets/study-mini?version=1", &[], b"").body;
     assert!(!pinned.contains(r#"id="remove""#), "{pinned}");
     assert!(
-        pinned.contains("Kept while a study version pins it"),
+        pinned.contains("Remove is offered once no study version pins it"),
         "{pinned}"
     );
     let free = http(a, "GET", "/evalsets/study-mini?version=2", &[], b"").body;
     assert!(
         free.contains(r#"action="/evalsets/study-mini/remove""#),
         "{free}"
+    );
+
+    // A stored version's text opens in the import form, to edit into the next version; a
+    // candidate's latest configuration fills the register form in.
+    let edit = r#"href="/evalsets/import?from=study-mini&amp;version=1""#;
+    assert!(pinned.contains(edit), "{pinned}");
+    let form_page = http(
+        a,
+        "GET",
+        "/evalsets/import?from=study-mini&version=1",
+        &[],
+        b"",
+    )
+    .body;
+    assert!(form_page.contains("name: study-mini"), "{form_page}");
+    assert!(
+        form_page.contains(r#"<option value="shortlist" selected"#),
+        "{form_page}"
+    );
+    assert!(
+        form_page.contains("becomes the set&#x27;s next version")
+            || form_page.contains("becomes the set's next version"),
+        "{form_page}"
+    );
+    let again = "/candidates?name=smol&amp;source=http%3A%2F%2F127.0.0.1%3A9%23nothing&amp;price=0.05#register";
+    assert!(smol.contains(&format!(r#"href="{again}""#)), "{smol}");
+    // As a browser sends it: without the fragment.
+    let (path, _) = again.rsplit_once('#').unwrap();
+    let prefilled = http(a, "GET", &path.replace("&amp;", "&"), &[], b"").body;
+    assert!(prefilled.contains(r#"value="0.05""#), "{prefilled}");
+    assert!(
+        prefilled.contains(r#"value="http://127.0.0.1:9#nothing""#),
+        "{prefilled}"
+    );
+    assert!(
+        prefilled.contains("smol is registered (2 versions)"),
+        "{prefilled}"
     );
 
     // The buttons remove, and go back to the list or the set's remaining latest version.

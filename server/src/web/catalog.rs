@@ -34,18 +34,39 @@ pub(crate) async fn evalset(
     Ok(html(StatusCode::OK, shortlist_app::evalset_page(view)))
 }
 
-pub(crate) async fn import_form() -> Response {
-    html(
-        StatusCode::OK,
-        shortlist_app::import_page(
+#[derive(Debug, Deserialize)]
+pub(crate) struct FromQuery {
+    /// A stored eval set whose text fills the form, to edit into its next version.
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default)]
+    version: Option<u32>,
+}
+
+/// The import form: empty, or (`from`) holding a stored version's text to edit.
+pub(crate) async fn import_form(
+    State(st): State<AppState>,
+    Query(q): Query<FromQuery>,
+) -> Result<Response, PageError> {
+    let form = match q.from {
+        Some(name) => {
+            let (version, yaml) = st.service.eval_set_text(&name, q.version).await?;
             ImportForm {
-                format: "promptfoo".to_owned(),
+                format: "shortlist".to_owned(),
+                text: yaml,
+                editing: Some((name, version)),
                 ..ImportForm::default()
-            },
-            None,
-            None,
-        ),
-    )
+            }
+        }
+        None => ImportForm {
+            format: "promptfoo".to_owned(),
+            ..ImportForm::default()
+        },
+    };
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::import_page(form, None, None),
+    ))
 }
 
 /// The import form's fields, read from its multipart body (files as UTF-8 text).
@@ -111,11 +132,31 @@ pub(crate) async fn import(State(st): State<AppState>, body: Multipart) -> Respo
     }
 }
 
-pub(crate) async fn candidates(State(st): State<AppState>) -> Result<Response, PageError> {
+/// The register form's fields given in the query (a candidate page's **Register a new
+/// version…** fills them in from its latest configuration).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct Prefill {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    price: String,
+}
+
+pub(crate) async fn candidates(
+    State(st): State<AppState>,
+    Query(q): Query<Prefill>,
+) -> Result<Response, PageError> {
     let list = st.service.list_candidates().await?;
+    let form = RegisterForm {
+        name: q.name,
+        source: q.source,
+        price: q.price,
+    };
     Ok(html(
         StatusCode::OK,
-        shortlist_app::candidates_page(list, RegisterForm::default(), None),
+        shortlist_app::candidates_page(list, form, None),
     ))
 }
 

@@ -117,6 +117,17 @@ impl StudyService {
         self.import_own(what, yaml, "", true).await
     }
 
+    /// An eval set version's YAML as stored (`None`: the latest) and its version: the text to
+    /// edit into the set's next version.
+    pub async fn eval_set_text(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<(u32, String), ServiceError> {
+        let stored = self.store.eval_set(name, version).await?;
+        Ok((stored.meta.version, stored.yaml))
+    }
+
     /// Remove a candidate: every version of its configuration. Refused while a study version
     /// names it, with each one named: a locked version's candidates are part of what it froze,
     /// and a draft's are what it will run (delete the draft first). Its model file is not
