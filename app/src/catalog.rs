@@ -113,6 +113,11 @@ pub fn evalset_page(v: EvalSetView) -> String {
     document(&title.clone(), move || {
         let name = v.name.clone();
         let removable = v.used_by.is_empty();
+        let download_href = format!(
+            "/evalsets/{}/evalset.yaml?version={}",
+            encode(&v.name),
+            v.version
+        );
         let edit_href = format!(
             "/evalsets/import?from={}&version={}",
             encode(&v.name),
@@ -197,7 +202,10 @@ pub fn evalset_page(v: EvalSetView) -> String {
                         <dt>"Categories"</dt><dd>{categories_text(&v.categories)}</dd>
                         <dt>"Used by"</dt><dd>{uses(v.used_by, false)}</dd>
                     </dl>
-                    <p class="actions"><a class="button secondary" href=edit_href.clone() id="edit">"Edit as the next version…"</a></p>
+                    <p class="actions">
+                        <a class="button secondary" href=download_href.clone() id="download" download="">"Download (YAML)"</a>
+                        <a class="button secondary" href=edit_href.clone() id="edit">"Edit as the next version…"</a>
+                    </p>
                     {removable.then(|| view! {
                         <form method="post" action=remove_action.clone() data-confirm=remove_question.clone() class="actions">
                             <input type="hidden" name="version" value=v.version.to_string()/>

@@ -371,6 +371,22 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .unwrap();
     assert!(text_of(&c, "main").await.contains("capital"));
     shoot(&c, "evalset").await;
+    // The imported set, which no study pins, is removed from its page after the confirmation.
+    c.goto(&format!("{base}/evalsets/imported")).await.unwrap();
+    shoot(&c, "evalset-removable").await;
+    click(&c, Locator::Id("remove")).await;
+    let question = c.get_alert_text().await.unwrap();
+    assert!(question.starts_with("Remove imported v1"), "{question}");
+    c.accept_alert().await.unwrap();
+    c.wait()
+        .for_url(&format!("{base}/evalsets").parse().unwrap())
+        .await
+        .unwrap();
+    let left = text_of(&c, "main").await;
+    assert!(
+        !left.contains("imported") && left.contains("study-mini"),
+        "{left}"
+    );
 
     // Candidates: both of the study's, with their verdicts; one in full.
     c.goto(&format!("{base}/candidates")).await.unwrap();
@@ -410,13 +426,18 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .await
         .unwrap();
     c.execute(
-        "const s = document.getElementById('f-evalset'); s.selectedIndex = 1;",
+        "const s = document.getElementById('f-evalset'); s.value = Array.from(s.options).find(o => o.text.includes('study-mini')).value;",
         vec![],
     )
     .await
     .unwrap();
     click(&c, Locator::Css("input[name=candidate][value=smol]")).await;
     click(&c, Locator::Css("button[value=check]")).await;
+    // The checked form is a new page: wait for it rather than read the one being left.
+    c.wait()
+        .for_element(Locator::Css("#study-file"))
+        .await
+        .unwrap();
     assert!(
         text_of(&c, "#study-file")
             .await

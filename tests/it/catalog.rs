@@ -1,7 +1,7 @@
 //! What a team keeps besides its studies, from the command line and in the workbench: eval sets
-//! stored, listed and removed (`shortlist eval store|list|remove`), candidates registered,
-//! listed, shown and removed (`shortlist candidate add|list|show|remove`), and the same removals
-//! from the candidate's and the eval set's pages and `DELETE` in the JSON API. What a study
+//! stored, listed, exported and removed (`shortlist eval store|list|export|remove`), candidates
+//! registered, listed, shown and removed (`shortlist candidate add|list|show|remove`), and the
+//! same from the candidate's and the eval set's pages and `DELETE` in the JSON API. What a study
 //! version — a draft included — names or pins is kept, with that study named in the refusal;
 //! once the draft is deleted it can go.
 
@@ -10,17 +10,13 @@ use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::support::{data, shortlist, stderr, stdout};
+use crate::support::{data, on_db, stderr, stdout};
 use crate::web::{Server, form, http};
 
+/// `shortlist ARGS` in `dir` on the SQLite database `shortlist.db` there.
 fn sl(dir: &Path, args: &[&str]) -> Output {
     let url = format!("sqlite://{}?mode=rwc", dir.join("shortlist.db").display());
-    shortlist()
-        .env("DATABASE_URL", url)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the shortlist binary runs")
+    on_db(&url, dir, args)
 }
 
 /// The command's JSON document, after checking it succeeded.
@@ -99,6 +95,28 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
         .collect();
     assert_eq!(versions, [&json!(1), &json!(2)]);
     assert_eq!(list[0]["versions"][0]["cases"], v1["cases"]);
+    // A stored version comes back out exactly as it went in: to stdout, or to a file.
+    let out = sl(d, &["eval", "export", "study-mini", "--version", "1"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out), std::fs::read_to_string(&first).unwrap());
+    let exported = d.join("exported.yaml");
+    let out = sl(
+        d,
+        &[
+            "eval",
+            "export",
+            "study-mini",
+            "-o",
+            exported.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read(&exported).unwrap(),
+        std::fs::read(&changed).unwrap(),
+        "the latest version"
+    );
+
     // A file that is not an eval set is refused with its path.
     let bad = d.join("bad.yaml");
     std::fs::write(&bad, "name: x\ncases: 3\n").unwrap();
@@ -239,6 +257,23 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
         free.contains(r#"action="/evalsets/study-mini/remove""#),
         "{free}"
     );
+
+    // Each version downloads as its file, exactly as stored.
+    let link = r#"href="/evalsets/study-mini/evalset.yaml?version=2""#;
+    assert!(free.contains(link), "{free}");
+    let file = http(
+        a,
+        "GET",
+        "/evalsets/study-mini/evalset.yaml?version=2",
+        &[],
+        b"",
+    );
+    assert_eq!(file.status, 200);
+    assert_eq!(
+        file.header("content-disposition"),
+        Some(r#"attachment; filename="study-mini-v2.evalset.yaml""#)
+    );
+    assert_eq!(file.body, std::fs::read_to_string(&changed).unwrap());
 
     // A stored version's text opens in the import form, to edit into the next version; a
     // candidate's latest configuration fills the register form in.

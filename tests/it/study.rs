@@ -14,7 +14,7 @@ use std::process::{Output, Stdio};
 
 use serde_json::Value;
 
-use crate::support::{data, shortlist, smollm2, stderr, stdout};
+use crate::support::{data, on_db, shortlist, smollm2, stderr, stdout};
 
 /// A study file in `dir` over the mini eval set with candidate `source`, and a database URL.
 fn setup(dir: &Path, source: &str) -> (PathBuf, String) {
@@ -33,12 +33,7 @@ fn setup(dir: &Path, source: &str) -> (PathBuf, String) {
 }
 
 fn sl(url: &str, dir: &Path, args: &[&str]) -> Output {
-    shortlist()
-        .env("DATABASE_URL", url)
-        .current_dir(dir)
-        .args(args)
-        .output()
-        .expect("the shortlist binary runs")
+    on_db(url, dir, args)
 }
 
 /// The study text with `quality.concurrency = n` (cases in flight at once in its quality runs).

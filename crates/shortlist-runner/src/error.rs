@@ -187,6 +187,15 @@ impl ServiceError {
         matches!(self, ServiceError::Store(StoreError::NotFound { .. }))
     }
 
+    /// What was asked for and does not exist ("a record of `x` in study `s` v2"), if that is
+    /// this error.
+    pub fn missing(&self) -> Option<&str> {
+        match self {
+            ServiceError::Store(StoreError::NotFound { what }) => Some(what),
+            _ => None,
+        }
+    }
+
     pub fn invalid(what: impl Into<String>, why: impl Into<String>) -> ServiceError {
         ServiceError::Invalid {
             what: what.into(),

@@ -1,10 +1,11 @@
 //! What a team keeps in the database besides its studies, from the command line — as the
 //! workbench's `/candidates` and `/evalsets` pages do: `shortlist candidate add|list|show|remove`
-//! and `shortlist eval store|list|remove` (the other `eval` subcommands work on files).
+//! and `shortlist eval store|list|export|remove` (the other `eval` subcommands work on files).
 //! Every subcommand calls the application service and prints its view; `--json` prints it whole.
 
 use std::path::PathBuf;
 
+use anyhow::Context as _;
 use serde_json::json;
 use shortlist_runner::config::Config;
 use shortlist_runner::service::views::StudyUse;
@@ -12,7 +13,7 @@ use shortlist_study::record::Verdict;
 
 use super::Outcome;
 use super::app::{existing_service, runtime, service};
-use super::output::{print_json, read_text};
+use super::output::{JsonArgs, print_json, read_text};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum CandidateCommand {
@@ -38,13 +39,6 @@ pub(crate) struct AddArgs {
     /// What one device of its kind costs an hour, for the record's cost section.
     #[arg(long)]
     price_per_device_hour: Option<f64>,
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
-}
-
-#[derive(Debug, clap::Args)]
-pub(crate) struct JsonArgs {
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
@@ -84,15 +78,30 @@ pub(crate) struct EvalRemoveArgs {
     json: bool,
 }
 
-/// What `eval store|list|remove` do: the stored eval sets.
+#[derive(Debug, clap::Args)]
+// `--version` is the eval set's version here, not the program's.
+#[command(disable_version_flag = true)]
+pub(crate) struct EvalExportArgs {
+    /// The eval set's name.
+    name: String,
+    /// The version (default: the latest).
+    #[arg(long)]
+    version: Option<u32>,
+    /// Write the YAML here (default: stdout).
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+}
+
+/// What `eval store|list|export|remove` do: the stored eval sets.
 #[derive(Debug)]
 pub(crate) enum EvalStored {
     Store(EvalStoreArgs),
     List(JsonArgs),
+    Export(EvalExportArgs),
     Remove(EvalRemoveArgs),
 }
 
-/// "study `a` v1 (locked, pass)", one per line, or "no study" when none.
+/// "study a v1 (locked, qualifies); study b v2 (draft)", or "no study" when none.
 fn uses(list: &[StudyUse]) -> String {
     if list.is_empty() {
         return "no study".to_owned();
@@ -237,6 +246,17 @@ pub(crate) fn run_eval(cmd: EvalStored, config: &Config) -> anyhow::Result<Outco
                         }
                         println!("  pinned by {}", uses(&s.used_by));
                     }
+                }
+            }
+            EvalStored::Export(a) => {
+                let (version, yaml) = service.eval_set_text(&a.name, a.version).await?;
+                match &a.output {
+                    Some(path) => {
+                        std::fs::write(path, &yaml)
+                            .with_context(|| format!("{}: cannot write", path.display()))?;
+                        eprintln!("eval set {} v{version}: {}", a.name, path.display());
+                    }
+                    None => print!("{yaml}"),
                 }
             }
             EvalStored::Remove(a) => {

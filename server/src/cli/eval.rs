@@ -1,6 +1,6 @@
 //! `shortlist eval`: import eval sets from other tools, describe a set, score outputs produced
-//! elsewhere, and compare two result sets with the exact McNemar test; `store`, `list` and
-//! `remove` work on the sets kept in the database (`cli/catalog.rs`).
+//! elsewhere, and compare two result sets with the exact McNemar test; `store`, `list`,
+//! `export` and `remove` work on the sets kept in the database (`cli/catalog.rs`).
 //!
 //! Exit status: 0 success; 1 when the command's check failed — `score`: a case failed or had no
 //! output; `compare`: B is significantly worse than A (exact McNemar, p < 0.05); `import`: some
@@ -43,7 +43,10 @@ pub enum Command {
     Store(super::catalog::EvalStoreArgs),
     /// The eval sets stored in the database: every version with its hash and cases, and the
     /// study versions that pin one.
-    List(super::catalog::JsonArgs),
+    List(super::output::JsonArgs),
+    /// Write a stored eval set version (default: the latest) as its YAML file, exactly as
+    /// stored: an imported set kept beside the product's code.
+    Export(super::catalog::EvalExportArgs),
     /// Remove a stored eval set version (default: the latest). Refused while a study version
     /// — a draft included — pins it.
     Remove(super::catalog::EvalRemoveArgs),
@@ -165,6 +168,9 @@ pub fn run(cmd: Command, config: &shortlist_runner::config::Config) -> anyhow::R
         Command::CalibrateJudge(a) => super::quality::calibrate_judge(a),
         Command::Store(a) => super::catalog::run_eval(super::catalog::EvalStored::Store(a), config),
         Command::List(a) => super::catalog::run_eval(super::catalog::EvalStored::List(a), config),
+        Command::Export(a) => {
+            super::catalog::run_eval(super::catalog::EvalStored::Export(a), config)
+        }
         Command::Remove(a) => {
             super::catalog::run_eval(super::catalog::EvalStored::Remove(a), config)
         }

@@ -43,6 +43,14 @@ pub(crate) fn read_text(path: &Path) -> anyhow::Result<String> {
     Ok(text)
 }
 
+/// A subcommand whose only option is `--json` (a listing).
+#[derive(Debug, clap::Args)]
+pub(crate) struct JsonArgs {
+    /// Print one JSON document.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
 /// Print exactly one JSON document on stdout.
 pub(crate) fn print_json<T: serde::Serialize>(value: &T) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();

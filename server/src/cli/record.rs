@@ -6,9 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use shortlist_report::view::amount;
 use shortlist_report::{PaperSize, render_pdf};
-use shortlist_runner::ServiceError;
 use shortlist_runner::config::Config;
-use shortlist_store::StoreError;
 use shortlist_study::cost::CostAt;
 use shortlist_study::record::{Cost, SelectionRecord};
 use shortlist_study::rule::Outcome as RuleOutcome;
@@ -58,10 +56,11 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
         {
             Ok(view) => Ok(view),
             // The candidate is in the locked study, and no run has made its record yet.
-            Err(ServiceError::Store(StoreError::NotFound { what }))
-                if what.starts_with("a record") && a.generation.is_none() =>
+            Err(e)
+                if e.missing().is_some_and(|w| w.starts_with("a record"))
+                    && a.generation.is_none() =>
             {
-                Err(anyhow::Error::from(StoreError::NotFound { what })).with_context(|| {
+                Err(anyhow::Error::from(e)).with_context(|| {
                     format!("no record yet? run `shortlist study run {}` first", a.study)
                 })
             }

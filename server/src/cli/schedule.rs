@@ -17,7 +17,7 @@ use shortlist_runner::service::{ScheduleWhat, StudyService};
 
 use super::Outcome;
 use super::app::{existing_service, runtime};
-use super::output::print_json;
+use super::output::{JsonArgs, print_json};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
@@ -128,13 +128,6 @@ pub(crate) enum WhatArg {
     Quality,
     Load,
     All,
-}
-
-#[derive(Debug, clap::Args)]
-pub(crate) struct JsonArgs {
-    /// Print one JSON document.
-    #[arg(long)]
-    json: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -144,6 +144,10 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/evalsets/{name}", get(catalog::evalset))
         .route("/evalsets/{name}/remove", post(catalog::remove_evalset))
         .route(
+            "/evalsets/{name}/evalset.yaml",
+            get(catalog::download_evalset),
+        )
+        .route(
             "/candidates",
             get(catalog::candidates).post(catalog::register),
         )

@@ -401,7 +401,7 @@ pub(crate) async fn record(
 
 /// A name as part of a file name: letters, digits, `.`, `-` and `_` kept, anything else `_`
 /// (a header's quoted file name cannot hold every character a study name may).
-fn file_name_part(name: &str) -> String {
+pub(crate) fn file_name_part(name: &str) -> String {
     name.chars()
         .map(|c| {
             if c.is_ascii_alphanumeric() || "._-".contains(c) {

@@ -3,10 +3,11 @@
 //! study version pins, removed. What a study names or pins is part of its criteria, so it
 //! stays while a study (a draft included: it may be locked and run) holds it.
 
+use shortlist_store::StoreError;
+
 use super::StudyService;
 use super::views::{CandidateRemoved, EvalSetRemoved, ImportPreview, StudyUse};
 use crate::error::ServiceError;
-use shortlist_store::StoreError;
 
 /// "study `a` v1 (locked), study `b` v2 (draft)".
 fn named_by(uses: &[StudyUse]) -> String {
