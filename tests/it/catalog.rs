@@ -233,6 +233,24 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
     );
     assert!(created.status < 300, "{}", created.body);
 
+    // Registered again with another source, `smol` has a newer version; the study's page
+    // still shows the one its file names, which is what it runs.
+    let newer = json!({"name": "smol", "source": "http://127.0.0.1:9#newer"});
+    let r = http(
+        a,
+        "POST",
+        "/api/candidates",
+        &[("content-type", "application/json")],
+        newer.to_string().as_bytes(),
+    );
+    assert_eq!(r.json()["version"], json!(3), "{}", r.body);
+    let shown = http(a, "GET", "/api/studies/mini", &[], b"").json();
+    assert_eq!(
+        shown["candidates"][0]["stored"]["source"],
+        json!("http://127.0.0.1:9#nothing"),
+        "{shown}"
+    );
+
     // The pages offer Remove only where no study holds the thing, and say why elsewhere.
     let spare = http(a, "GET", "/candidates/spare", &[], b"").body;
     assert!(
@@ -297,18 +315,18 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
             || form_page.contains("becomes the set's next version"),
         "{form_page}"
     );
-    let again = "/candidates?name=smol&amp;source=http%3A%2F%2F127.0.0.1%3A9%23nothing&amp;price=0.05#register";
+    let again = "/candidates?name=smol&amp;source=http%3A%2F%2F127.0.0.1%3A9%23newer&amp;price=0.0#register";
     assert!(smol.contains(&format!(r#"href="{again}""#)), "{smol}");
     // As a browser sends it: without the fragment.
     let (path, _) = again.rsplit_once('#').unwrap();
     let prefilled = http(a, "GET", &path.replace("&amp;", "&"), &[], b"").body;
-    assert!(prefilled.contains(r#"value="0.05""#), "{prefilled}");
+    assert!(prefilled.contains(r#"value="0.0""#), "{prefilled}");
     assert!(
-        prefilled.contains(r#"value="http://127.0.0.1:9#nothing""#),
+        prefilled.contains(r#"value="http://127.0.0.1:9#newer""#),
         "{prefilled}"
     );
     assert!(
-        prefilled.contains("smol is registered (2 versions)"),
+        prefilled.contains("smol is registered (3 versions)"),
         "{prefilled}"
     );
 
@@ -346,11 +364,11 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
     // Once the draft is deleted, the API removes both.
     let del = http(a, "DELETE", "/api/studies/mini", &[], b"");
     assert_eq!(del.status, 200, "{}", del.body);
-    // `smol` has two versions: as registered, and with the study's price.
+    // `smol` has three versions: as registered, with the study's price, and the newer source.
     let c = http(a, "DELETE", "/api/candidates/smol", &[], b"");
     assert_eq!(
         (c.status, c.json()),
-        (200, json!({"name": "smol", "versions": [1, 2]}))
+        (200, json!({"name": "smol", "versions": [1, 2, 3]}))
     );
     let e = http(a, "DELETE", "/api/evalsets/study-mini", &[], b"");
     assert_eq!(e.status, 200, "{}", e.body);

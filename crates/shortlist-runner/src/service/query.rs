@@ -9,6 +9,7 @@ use shortlist_store::progress::ProgressRow;
 use shortlist_store::runs::{Run, RunKind};
 use shortlist_store::studies::StoredStudy;
 use shortlist_study::record::Verdict;
+use shortlist_study::study::CandidateRef;
 
 use super::views::{
     BaselineView, CandidateView, GenerationView, JobView, RunProgress, RunView, StudyState,
@@ -20,6 +21,15 @@ use crate::fingerprint::MachineFingerprint;
 use crate::jobs::JobKind;
 use crate::progress::ProgressEvent;
 use crate::time::rfc3339_ms;
+
+/// Whether a stored candidate configuration is the one a study's candidate makes: the same
+/// source as written, price, fallback and device (its GGUF facts are read from that source).
+fn is_config_of(stored: &serde_json::Value, c: &CandidateRef) -> bool {
+    stored["source"].as_str() == Some(c.source.as_str())
+        && stored["price_per_device_hour"].as_f64() == Some(c.price_per_device_hour)
+        && stored["fallback"].as_str() == c.fallback.as_deref()
+        && stored.get("device").and_then(|d| d.as_str()) == c.device.as_deref()
+}
 
 fn state_of(locked: bool, jobs: &[Job]) -> StudyState {
     if !locked {
@@ -98,7 +108,8 @@ impl StudyService {
         }
     }
 
-    /// A study version as stored, with its candidates' stored configurations and verdicts.
+    /// A study version as stored, with each candidate's stored configuration (the version the
+    /// study's candidate is) and latest verdict.
     pub async fn show(&self, name: &str, version: Option<u32>) -> Result<StudyView, ServiceError> {
         let version = self.version_of(name, version).await?;
         let stored = self.store.study(name, version).await?;
@@ -107,13 +118,24 @@ impl StudyService {
             StoredStudy::Draft(_) => (None, None),
             StoredStudy::Locked(l) => (Some(l.sha256.clone()), Some(l.locked_at.clone())),
         };
+        let registered = self.store.list_candidates().await?;
         let mut candidates = Vec::new();
         for c in &stored.study().file().candidates {
-            let config = match self.store.candidate(&c.name, None).await {
-                Ok(v) => v.config,
-                Err(e) if not_found(&e) => serde_json::Value::Null,
-                Err(e) => return Err(e.into()),
-            };
+            // The version the study's own candidate is, not the name's latest: registering the
+            // name again with another source or price makes a version this study does not run.
+            let mut config = serde_json::Value::Null;
+            for v in registered.iter().rev().filter(|v| v.name == c.name) {
+                let stored = match self.store.candidate(&c.name, Some(v.version)).await {
+                    Ok(v) => v.config,
+                    // Removed since the listing: not this study's version, then.
+                    Err(e) if not_found(&e) => continue,
+                    Err(e) => return Err(e.into()),
+                };
+                if is_config_of(&stored, c) {
+                    config = stored;
+                    break;
+                }
+            }
             candidates.push(CandidateView {
                 name: c.name.clone(),
                 stored: config,
