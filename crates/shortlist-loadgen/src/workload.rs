@@ -137,8 +137,11 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// A workload from arrivals sorted by time. `duration_s` is the arrival window; `None` takes
-    /// the last arrival plus one mean gap, so that `n` evenly spaced requests at rate `r` span `n/r`.
+    /// A workload from arrivals sorted by time. `duration_s` is the arrival window `[0, d)`;
+    /// `None` takes the last arrival plus one mean gap, so that `n` evenly spaced requests at
+    /// rate `r` span `n/r`. A window that ends at or before the last arrival (an imported trace's
+    /// header gives the span of its source, which ends *at* its last request) is taken the same
+    /// way: a request scheduled on the window's end would be outside every measured population.
     pub fn new(
         name: impl Into<String>,
         arrivals: Vec<Arrival>,
@@ -170,7 +173,7 @@ impl Workload {
             last
         };
         let duration_s = match duration_s {
-            Some(d) if d.is_finite() && d >= last && d > 0.0 => d,
+            Some(d) if d.is_finite() && d > last => d,
             _ if natural > 0.0 => natural,
             _ => 1.0,
         };
@@ -393,6 +396,18 @@ mod tests {
         assert_eq!(w.duration_s(), 1.0);
         assert_eq!(w.arrivals()[1].request.prefix().unwrap().group(), "g");
         assert_eq!(w.arrivals()[1].request.prefix().unwrap().tokens(), 80);
+        // A header whose duration ends on the last arrival (an imported trace's span) gets the
+        // last arrival plus one mean gap: every request inside the window [0, d).
+        let w = read(concat!(
+            r#"{"format":"shortlist.trace.v1","name":"x","duration_s":0.5}"#,
+            "\n",
+            r#"{"id":"a","t":0.0,"input_tokens":100,"output_tokens":5}"#,
+            "\n",
+            r#"{"id":"b","t":0.5,"input_tokens":90,"output_tokens":2}"#,
+            "\n"
+        ))
+        .unwrap();
+        assert_eq!(w.duration_s(), 1.0);
     }
 
     #[test]
