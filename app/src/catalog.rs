@@ -12,7 +12,7 @@ use crate::layout::{document, list_table};
 use crate::{encode, verdict_word};
 
 /// The studies that use something, as links.
-fn uses(list: Vec<StudyUse>, show_verdict: bool) -> AnyView {
+pub(crate) fn uses(list: Vec<StudyUse>, show_verdict: bool) -> AnyView {
     if list.is_empty() {
         return view! { <span class="muted">"no study yet"</span> }.into_any();
     }

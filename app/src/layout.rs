@@ -23,6 +23,7 @@ pub fn document<V: IntoView + 'static>(title: &str, body: impl FnOnce() -> V + '
                             <a href="/">"Studies"</a>
                             <a href="/evalsets">"Eval sets"</a>
                             <a href="/candidates">"Candidates"</a>
+                            <a href="/workloads">"Workloads"</a>
                             <a href="/schedules">"Schedules"</a>
                             <a href="/workers">"Workers"</a>
                             <a href="/studies/new">"New study"</a>

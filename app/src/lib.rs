@@ -20,6 +20,7 @@ mod record;
 mod schedules;
 mod study_text;
 mod workers;
+mod workloads;
 
 pub use case::case_page;
 pub use catalog::{
@@ -35,6 +36,7 @@ pub use record::record_page;
 pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
 pub use study_text::{Editing, new_study_page};
 pub use workers::workers_page;
+pub use workloads::{TraceForm, workloads_page};
 
 /// The URL of a study's page: at `version`, or (none) the latest version.
 pub fn study_url(name: &str, version: Option<u32>) -> String {

@@ -26,7 +26,7 @@ const LABELS: [(&str, &str); 25] = [
     ("evalset", "Eval set version"),
     ("candidate", "Candidates"),
     ("fallback", "Declared fallback (optional)"),
-    ("workload", "Workload shape"),
+    ("workload", "Workload"),
     ("requests", "Requests"),
     ("prompt_tokens", "Prompt tokens per request"),
     ("output_tokens", "Output tokens per request"),
@@ -99,6 +99,34 @@ fn input(
 }
 
 /// The eval set choice: every stored version, newest first within a name.
+/// The stored traces as workload options (`trace:SHA256`), newest version first.
+fn trace_options(form: &StudyForm, choices: &FormChoices) -> Option<AnyView> {
+    if choices.traces.is_empty() {
+        return None;
+    }
+    let options = choices
+        .traces
+        .iter()
+        .flat_map(|t| t.versions.iter().rev().map(move |v| (t.name.as_str(), v)))
+        .map(|(name, v)| {
+            let value = format!("trace:{}", v.sha256);
+            let s = &v.facts.stats;
+            let label = format!(
+                "{name} v{}: {} requests over {} s, mean {} req/s",
+                v.version,
+                s.requests,
+                shortlist_report::charts::num(s.duration_s, 1),
+                s.rate_rps
+                    .mean
+                    .map_or("—".to_owned(), |r| shortlist_report::charts::num(r, 3))
+            );
+            let selected = form.workload.eq_ignore_ascii_case(&value);
+            view! { <option value=value selected=selected>{label}</option> }
+        })
+        .collect_view();
+    Some(view! { <optgroup label="Recorded traces (stored)">{options}</optgroup> }.into_any())
+}
+
 fn evalset_choice(form: &StudyForm, choices: &FormChoices, errors: &[FieldError]) -> AnyView {
     let error = error_of(errors, "evalset");
     if choices.evalsets.is_empty() {
@@ -310,6 +338,7 @@ pub fn study_form_page(page: StudyFormPage) -> String {
                 view! { <option value=*value selected=form.workload == *value>{*label}</option> }
             })
             .collect_view();
+        let traces = trace_options(&form, &choices);
         let question_error = error_of(e, "question");
         view! {
             <h1>"New study"</h1>
@@ -345,9 +374,12 @@ pub fn study_form_page(page: StudyFormPage) -> String {
                 <fieldset class="card">
                     <legend>"Workload (open loop)"</legend>
                     <div class="field wide">
-                        <label for="f-workload">"Shape"</label>
-                        <select id="f-workload" name="workload">{shapes}</select>
-                        <span class="hint">"Synthesized from the seed, the same for every candidate. For a recorded trace, write the study file."</span>
+                        <label for="f-workload">"Workload"</label>
+                        <select id="f-workload" name="workload">
+                            <optgroup label="Practice shapes (synthesized)">{shapes}</optgroup>
+                            {traces}
+                        </select>
+                        <span class="hint">"A practice shape is synthesized from the seed, the same for every candidate. A recorded trace replays its own requests: the fields below but the rate are then unused, and a blank rate is the trace's own. "<a href="/workloads#upload">"Upload a trace"</a></span>
                     </div>
                     <div class="fields">
                         {input(e, "requests", &form.requests, None)}

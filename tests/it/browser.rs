@@ -397,6 +397,36 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     assert!(text_of(&c, "main").await.contains("Endpoint model id"));
     shoot(&c, "candidate").await;
 
+    // Workloads: a public trace pasted, previewed with its arrivals chart, then stored.
+    c.goto(&format!("{base}/workloads")).await.unwrap();
+    let azure = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
+        2023-11-16 18:15:46.0000000,120,8\n2023-11-16 18:15:46.5000000,90,12\n\
+        2023-11-16 18:15:47.0000000,200,6\n2023-11-16 18:15:49.2500000,60,10\n\
+        2023-11-16 18:15:52.0000000,150,8\n2023-11-16 18:15:52.5000000,80,9\n";
+    c.execute(
+        "document.getElementById('text').value = arguments[0]; \
+         document.getElementById('name').value = 'support-traffic'; \
+         document.getElementById('format').value = 'azure';",
+        vec![json!(azure)],
+    )
+    .await
+    .unwrap();
+    click(&c, Locator::Css("button[value=preview]")).await;
+    c.wait().for_element(Locator::Id("preview")).await.unwrap();
+    let preview = text_of(&c, "#preview").await;
+    assert!(preview.contains("Preview: support-traffic"), "{preview}");
+    assert!(
+        c.find(Locator::Css("#preview figure[data-chart=arrivals] svg"))
+            .await
+            .is_ok()
+    );
+    shoot(&c, "workloads-preview").await;
+    click(&c, Locator::Css("button[value=store]")).await;
+    c.wait().for_element(Locator::Css(".ok-box")).await.unwrap();
+    c.goto(&format!("{base}/workloads")).await.unwrap();
+    assert!(text_of(&c, "main").await.contains("support-traffic v1"));
+    shoot(&c, "workloads").await;
+
     // The guided form: Check with nothing filled names what is missing at each field; filled
     // in (the stored eval set, one candidate ticked), Check shows the study file, and Save
     // draft stores it as a new study.

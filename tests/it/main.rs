@@ -23,3 +23,4 @@ mod trace;
 mod verdicts;
 mod web;
 mod workers;
+mod workloads;

@@ -919,7 +919,7 @@ fn untrusted_text_is_escaped() {
 }
 
 /// A multipart/form-data body with these text fields (a field named `file` is sent as a file).
-fn multipart(fields: &[(&str, &str)]) -> (String, Vec<u8>) {
+pub(crate) fn multipart(fields: &[(&str, &str)]) -> (String, Vec<u8>) {
     let boundary = "----shortlist-test-boundary-7d1f";
     let mut body = Vec::new();
     for (name, value) in fields {

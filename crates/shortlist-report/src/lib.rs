@@ -35,6 +35,7 @@ pub mod pdf;
 pub mod sample;
 pub mod text;
 pub mod view;
+pub mod workload;
 
 pub use charts::{Charts, charts};
 pub use error::ReportError;

@@ -104,6 +104,9 @@ pub enum ServiceError {
     Run(#[from] RunError),
     #[error(transparent)]
     Eval(#[from] shortlist_evals::EvalError),
+    /// A trace that does not read (its source, line and field named).
+    #[error(transparent)]
+    Workload(#[from] shortlist_workload::WorkloadError),
     /// A file the study names could not be read.
     #[error("{path}: {why}")]
     File { path: PathBuf, why: String },
@@ -153,6 +156,7 @@ impl ServiceError {
             ServiceError::Study(StudyError::Tampered { .. }) => ErrorClass::CheckFailed,
             ServiceError::Study(_)
             | ServiceError::Eval(_)
+            | ServiceError::Workload(_)
             | ServiceError::File { .. }
             | ServiceError::Invalid { .. }
             | ServiceError::Incomparable { .. } => ErrorClass::BadInput,

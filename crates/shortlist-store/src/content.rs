@@ -257,6 +257,44 @@ impl Store {
         Ok(WorkloadVersion { meta, kind, body })
     }
 
+    /// A stored trace by the SHA-256 of its bytes (the hash a study's `workload.sha256` pins);
+    /// a synthesis spec with that hash is not one.
+    pub async fn trace_by_hash(&self, sha256: &ContentHash) -> Result<WorkloadVersion, StoreError> {
+        let (meta, body, kind) = self.get_by_hash(Table::Workloads, sha256).await?;
+        if kind.as_deref() != Some("trace") {
+            return Err(StoreError::NotFound {
+                what: format!("trace with sha256 {sha256}"),
+            });
+        }
+        Ok(WorkloadVersion {
+            meta,
+            kind: WorkloadKind::Trace,
+            body,
+        })
+    }
+
+    /// Every version of every stored trace (workloads of kind trace), by name then version.
+    pub async fn list_traces(&self) -> Result<Vec<Versioned>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, name, version, sha256 FROM workloads WHERE kind = 'trace' \
+             ORDER BY name, version",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .map_err(sql("listing traces".to_owned()))?;
+        rows.iter()
+            .map(|r| Self::meta_row(Table::Workloads, r))
+            .collect()
+    }
+
+    /// Remove one version of a workload (`NotFound` when it is not stored). Studies pin a
+    /// trace by its hash, not by a row; whether one still does is the caller's question.
+    pub async fn delete_workload(&self, name: &str, version: u32) -> Result<(), StoreError> {
+        self.delete_versioned(Table::Workloads, name, Some(version))
+            .await
+            .map(drop)
+    }
+
     /// An SLO by name and version (`None`: the latest).
     pub async fn slo(&self, name: &str, version: Option<u32>) -> Result<SloVersion, StoreError> {
         let (meta, toml, _) = self.get_versioned(Table::Slos, name, version).await?;

@@ -328,6 +328,49 @@ async fn content_is_removed_by_version_or_whole(store: Store) {
         .map(|v| v.name)
         .collect();
     assert_eq!(names, ["other"]);
+
+    // Traces are the workloads of kind trace: listed, found by the hash of their bytes (a
+    // spec never is), and removed version by version.
+    let (t1, t2) = ("{\"t\":0.0}\n", "{\"t\":0.0}\n{\"t\":1.0}\n");
+    store
+        .put_workload("prod", WorkloadKind::Trace, t1)
+        .await
+        .unwrap();
+    store
+        .put_workload("prod", WorkloadKind::Trace, t2)
+        .await
+        .unwrap();
+    let spec = store
+        .put_workload("synth", WorkloadKind::Spec, "kind = \"uniform\"\n")
+        .await
+        .unwrap();
+    let traces: Vec<(String, u32)> = store
+        .list_traces()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|v| (v.name, v.version))
+        .collect();
+    assert_eq!(traces, [("prod".to_owned(), 1), ("prod".to_owned(), 2)]);
+    let found = store
+        .trace_by_hash(&ContentHash::of(t2.as_bytes()))
+        .await
+        .unwrap();
+    assert_eq!((found.meta.version, found.body.as_str()), (2, t2));
+    assert!(matches!(
+        store.trace_by_hash(&spec.sha256).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    store.delete_workload("prod", 1).await.unwrap();
+    assert!(matches!(
+        store.trace_by_hash(&ContentHash::of(t1.as_bytes())).await,
+        Err(StoreError::NotFound { .. })
+    ));
+    assert!(matches!(
+        store.delete_workload("prod", 1).await,
+        Err(StoreError::NotFound { what }) if what == "workload `prod` v1"
+    ));
+    assert_eq!(store.list_traces().await.unwrap().len(), 1);
 }
 contract!(content_is_removed_by_version_or_whole);
 

@@ -125,13 +125,20 @@ pub fn assemble_record(inputs: RecordInputs<'_>) -> SelectionRecord {
 
     let hardware = inputs.machine.clone();
     let slo_name = study.slo().name().to_owned();
-    let workload_label = format!(
-        "{} (seed {})",
-        file.workload.kind,
-        file.workload
-            .seed
-            .map_or_else(|| "-".to_owned(), |s| s.to_string())
-    );
+    let w = &file.workload;
+    let workload_label = match (w.kind, w.sha256.as_deref()) {
+        // A recorded trace is named by its file and the start of the hash the study pins.
+        (crate::study::WorkloadKind::Trace, Some(sha)) => format!(
+            "trace {} (sha256 {})",
+            w.path.as_deref().unwrap_or("-"),
+            &sha[..12.min(sha.len())]
+        ),
+        _ => format!(
+            "{} (seed {})",
+            w.kind,
+            w.seed.map_or_else(|| "-".to_owned(), |s| s.to_string())
+        ),
+    };
     if let Some(m) = &inputs.measured {
         load_metrics(m, study.target_rps(), &mut values);
         if m.client_bound {

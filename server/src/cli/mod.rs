@@ -31,6 +31,7 @@ pub(crate) mod schedule;
 mod study;
 mod study_status;
 mod trace;
+mod trace_store;
 mod worker;
 
 /// Choose the model to put behind a product: quality, latency and goodput, measured honestly.
@@ -48,7 +49,8 @@ enum Command {
     /// Explicit-bucket and HDR histograms: honest merges and bucket-range percentiles.
     #[command(subcommand)]
     Hist(hist::Command),
-    /// Workload traces: synthesize, import, describe, fit (docs/formats.md).
+    /// Workload traces: synthesize, import, describe, fit (docs/formats.md); store them in the
+    /// database for studies to replay.
     #[command(subcommand)]
     Trace(trace::Command),
     /// Replay a workload against a target, open or closed loop, recording every attempt.
@@ -139,7 +141,7 @@ pub(crate) fn main() -> ExitCode {
     let result = match cli.command {
         Command::Analyze(args) => analyze::run(args),
         Command::Hist(cmd) => hist::run(cmd),
-        Command::Trace(cmd) => trace::run(cmd),
+        Command::Trace(cmd) => trace::run(cmd, &config),
         Command::Bench(args) => bench::run(args, &config),
         Command::Capacity(args) => capacity::run(args, &config),
         Command::Mock(cmd) => mock::run(cmd),

@@ -1,5 +1,6 @@
 //! `shortlist trace`: synthesize the practice traces, import public traces, describe a trace and
-//! fit a new one to it (docs/formats.md, "Workload trace" and "The command line").
+//! fit a new one to it (docs/formats.md, "Workload trace" and "The command line"); `store`,
+//! `list`, `export` and `remove` keep traces in the database (`trace_store.rs`).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Write};
@@ -17,6 +18,7 @@ use shortlist_workload::trace::{
 };
 
 use super::Outcome;
+use shortlist_runner::config::Config;
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
@@ -28,6 +30,17 @@ pub enum Command {
     Stats(StatsArgs),
     /// Synthesize a new trace that keeps a source trace's joint structure; prints both side by side.
     Fit(FitArgs),
+    /// Store a trace in the database (a public one converted with `--from`), for studies to
+    /// replay: found there by the SHA-256 a study pins. Changed content under a stored name
+    /// becomes its next version.
+    Store(super::trace_store::StoreArgs),
+    /// Every stored trace: versions, size, hash, the study versions that pin each.
+    List(super::output::JsonArgs),
+    /// A stored trace version's text, byte for byte (the bytes its SHA-256 is of).
+    Export(super::trace_store::ExportArgs),
+    /// Remove a stored trace version. Refused while a study version — a draft included — pins
+    /// it.
+    Remove(super::trace_store::RemoveArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -42,6 +55,16 @@ pub enum FromArg {
     Azure,
     Mooncake,
     Burstgpt,
+}
+
+impl FromArg {
+    pub fn source(self) -> Source {
+        match self {
+            FromArg::Azure => Source::Azure,
+            FromArg::Mooncake => Source::Mooncake,
+            FromArg::Burstgpt => Source::BurstGpt,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -145,12 +168,17 @@ pub struct FitArgs {
     json: bool,
 }
 
-pub fn run(cmd: Command) -> anyhow::Result<Outcome> {
+pub fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
+    use super::trace_store::{Stored, run as stored};
     match cmd {
         Command::Synth(args) => synth(args),
         Command::Import(args) => import(args),
         Command::Stats(args) => stats(args),
         Command::Fit(args) => fit_cmd(args),
+        Command::Store(a) => stored(Stored::Store(a), config),
+        Command::List(a) => stored(Stored::List(a), config),
+        Command::Export(a) => stored(Stored::Export(a), config),
+        Command::Remove(a) => stored(Stored::Remove(a), config),
     }
 }
 
@@ -194,11 +222,7 @@ fn import(args: ImportArgs) -> anyhow::Result<Outcome> {
         &args.output,
         &[("public trace", args.input.as_path())],
     )?;
-    let from = match args.from {
-        FromArg::Azure => Source::Azure,
-        FromArg::Mooncake => Source::Mooncake,
-        FromArg::Burstgpt => Source::BurstGpt,
-    };
+    let from = args.from.source();
     let name = args
         .input
         .file_stem()

@@ -17,7 +17,7 @@ use super::{AppState, html};
 #[derive(Debug, Deserialize)]
 pub(crate) struct VersionQuery {
     #[serde(default)]
-    version: Option<u32>,
+    pub(crate) version: Option<u32>,
 }
 
 pub(crate) async fn evalsets(State(st): State<AppState>) -> Result<Response, PageError> {

@@ -10,6 +10,7 @@ mod new_study;
 mod pages;
 mod schedules;
 mod security;
+mod workloads;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use shortlist_runner::config::Config;
 use shortlist_runner::service::StudyService;
 use shortlist_runner::worker::Worker;
@@ -156,6 +157,9 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/schedules", get(schedules::list).post(schedules::add))
         .route("/schedules/{name}", get(schedules::show))
         .route("/workers", get(pages::workers))
+        .route("/workloads", get(workloads::list).post(workloads::upload))
+        .route("/workloads/{name}/trace.jsonl", get(workloads::download))
+        .route("/workloads/{name}/remove", post(workloads::remove))
         .route("/schedules/{name}/remove", post(schedules::remove))
         .route("/schedules/{name}/pause", post(schedules::pause))
         .route("/schedules/{name}/resume", post(schedules::resume))
@@ -209,6 +213,11 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             post(schedules::api_add_webhook).delete(schedules::api_remove_webhook),
         )
         .route("/api/workers", get(api::workers))
+        .route(
+            "/api/workloads",
+            get(workloads::api::list).post(workloads::api::upload),
+        )
+        .route("/api/workloads/{name}", delete(workloads::api::remove))
         .route("/healthz", get(|| async { "ok" }))
         .route("/metrics", get(security::metrics))
         .route(

@@ -1,6 +1,6 @@
 //! The new-study pages. `/studies/new`: the guided study form. A GET shows it filled with
 //! defaults, or (`?start=NAME[&version=N]`) with a stored study's criteria to start a new study
-//! from; a POST with `action=check` checks it whole and shows the study file it makes, and
+//! from, and (`?workload=trace:SHA256`) a stored trace chosen as its workload; a POST with `action=check` checks it whole and shows the study file it makes, and
 //! `action=save` stores it and goes to the new study's page. A refused form comes back as sent,
 //! each refusal at its field, with nothing stored. `/studies/new?as=file` and `?from=NAME` (the
 //! study page's **Edit criteria…**): a study file's text, posted to `/studies`.
@@ -25,18 +25,38 @@ pub(crate) async fn form(
     st: &AppState,
     start: Option<String>,
     version: Option<u32>,
+    workload: Option<String>,
 ) -> Result<Response, PageError> {
-    let (form, started_from) = match start {
+    let choices = st.service.form_choices().await?;
+    let stored = |w: &str| {
+        choices
+            .traces
+            .iter()
+            .flat_map(|t| &t.versions)
+            .any(|v| w.eq_ignore_ascii_case(&format!("trace:{}", v.sha256)))
+    };
+    let (mut form, started_from) = match start {
         Some(name) => {
             let view = st.service.show(&name, version).await?;
-            let (form, left) = StudyForm::from_file(&view.study);
+            let (mut form, mut left) = StudyForm::from_file(&view.study);
+            if form.workload.starts_with("trace:") && !stored(&form.workload) {
+                left.push(format!(
+                    "the recorded trace {} (not stored in the workbench: upload it on the Workloads page)",
+                    view.study.workload.path.as_deref().unwrap_or_default()
+                ));
+                form.workload = StudyForm::default().workload;
+            }
             (form, Some((view.name, view.version, left)))
         }
         None => (StudyForm::default(), None),
     };
+    // A workload page's "Use in a new study" chooses its trace.
+    if let Some(w) = workload.filter(|w| stored(w)) {
+        form.workload = w;
+    }
     let page = StudyFormPage {
         form,
-        choices: st.service.form_choices().await?,
+        choices,
         errors: Vec::new(),
         checked: None,
         started_from,
@@ -86,6 +106,9 @@ pub(crate) struct NewStudyQuery {
     /// The guided form filled in from this stored study.
     #[serde(default)]
     start: Option<String>,
+    /// The guided form's workload chosen (`trace:SHA256`, a stored trace).
+    #[serde(default)]
+    workload: Option<String>,
 }
 
 pub(crate) async fn new_study(
@@ -95,7 +118,7 @@ pub(crate) async fn new_study(
     let Some(from) = q.from.filter(|f| !f.is_empty()) else {
         if q.as_.as_deref() != Some("file") {
             let start = q.start.filter(|s| !s.is_empty());
-            return form(&st, start, q.version).await;
+            return form(&st, start, q.version, q.workload).await;
         }
         return Ok(html(
             StatusCode::OK,

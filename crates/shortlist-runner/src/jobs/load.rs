@@ -86,7 +86,18 @@ impl<'a> Lazy<'a> {
         let file = locked.study.file();
         let c = ctx.candidate(locked)?;
         let trace = if file.workload.kind == WorkloadKind::Trace {
-            let stored = ctx.block(ctx.store.workload(&format!("{}-workload", file.name), None))?;
+            // By the hash the study pins: the study's own copy or the same trace stored under
+            // another name. (By name, a later version of the study with another trace would
+            // have replaced this one's.)
+            let stored = match file
+                .workload
+                .sha256
+                .as_deref()
+                .and_then(shortlist_store::content::ContentHash::parse)
+            {
+                Some(hash) => ctx.block(ctx.store.trace_by_hash(&hash))?,
+                None => ctx.block(ctx.store.workload(&format!("{}-workload", file.name), None))?,
+            };
             let got = hex::encode(sha2::Sha256::digest(stored.body.as_bytes()));
             if let Some(pinned) = &file.workload.sha256
                 && !pinned.eq_ignore_ascii_case(&got)

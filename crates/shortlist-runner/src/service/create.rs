@@ -32,6 +32,14 @@ fn field_error(source: &str, text: &str, field: &str, why: impl Into<String>) ->
     })
 }
 
+/// What a study pins, given beside its text instead of read from its paths: an eval set's
+/// YAML (an upload, or found stored by its hash) and a trace's text (found stored by its hash).
+#[derive(Debug, Default)]
+pub(super) struct Given {
+    pub(super) evalset: Option<String>,
+    pub(super) trace: Option<String>,
+}
+
 /// Everything a study file names, read and checked, ready to store.
 pub(super) struct Checked {
     study: Study,
@@ -76,29 +84,56 @@ impl StudyService {
         study_path: &Path,
         evalset_yaml: Option<String>,
     ) -> Result<Created, ServiceError> {
-        if evalset_yaml.is_some() {
-            let checked = check(&self.config, source, text, study_path, evalset_yaml)?;
-            return self.store_checked(source, text, checked).await;
-        }
-        // An eval set already stored (imported in the workbench, or pinned by another study)
-        // is found by the hash the study pins when its path is not a file here.
-        let stored_set = match Study::from_toml(source, text) {
-            Ok(study) => {
-                let pinned = &study.file().evalset;
-                let on_disk = self.config.resolve_from(study_path, &pinned.path).is_file();
-                match ContentHash::parse(&pinned.sha256) {
-                    Some(hash) if !on_disk => match self.store.eval_set_by_hash(&hash).await {
-                        Ok(v) => Some(v.yaml),
-                        Err(StoreError::NotFound { .. }) => None,
-                        Err(e) => return Err(e.into()),
-                    },
-                    _ => None,
-                }
-            }
-            Err(_) => None,
+        let stored = self.stored_inputs(source, text, study_path).await?;
+        let set = match evalset_yaml {
+            Some(yaml) => Some(yaml),
+            None => stored.evalset,
         };
-        let checked = check(&self.config, source, text, study_path, stored_set)?;
+        let given = Given {
+            evalset: set,
+            trace: stored.trace,
+        };
+        let checked = check(&self.config, source, text, study_path, given)?;
         self.store_checked(source, text, checked).await
+    }
+
+    /// What a study pins that is not a file beside it but is stored in the workbench (an eval
+    /// set imported there, a trace uploaded there, or either pinned by another study): found by
+    /// the SHA-256 the study pins. A study that does not parse finds nothing (its check says
+    /// why).
+    pub(super) async fn stored_inputs(
+        &self,
+        source: &str,
+        text: &str,
+        study_path: &Path,
+    ) -> Result<Given, ServiceError> {
+        let Ok(study) = Study::from_toml(source, text) else {
+            return Ok(Given::default());
+        };
+        let file = study.file();
+        let on_disk = |path: &str| self.config.resolve_from(study_path, path).is_file();
+        let mut given = Given::default();
+        if let Some(hash) = ContentHash::parse(&file.evalset.sha256)
+            && !on_disk(&file.evalset.path)
+        {
+            given.evalset = match self.store.eval_set_by_hash(&hash).await {
+                Ok(v) => Some(v.yaml),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+        }
+        let w = &file.workload;
+        if let (WorkloadKind::Trace, Some(hash)) =
+            (w.kind, w.sha256.as_deref().and_then(ContentHash::parse))
+            && !on_disk(w.path.as_deref().unwrap_or_default())
+        {
+            given.trace = match self.store.trace_by_hash(&hash).await {
+                Ok(v) => Some(v.body),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            };
+        }
+        Ok(given)
     }
 
     /// Remove a draft version (`None`: the latest). Nothing ever ran on a draft — runs start
@@ -231,9 +266,10 @@ pub(super) fn check(
     source: &str,
     text: &str,
     study_path: &Path,
-    stored_set: Option<String>,
+    inputs: Given,
 ) -> Result<Checked, ServiceError> {
     let study = Study::from_toml(source, text)?;
+    let stored_set = inputs.evalset;
     let file = study.file();
 
     let set_path = config.resolve_from(study_path, &file.evalset.path);
@@ -274,14 +310,19 @@ pub(super) fn check(
         WorkloadKind::Trace => {
             let path = file.workload.path.as_deref().unwrap_or_default();
             let trace_path = config.resolve_from(study_path, path);
-            let body = read(&trace_path).map_err(|why| {
-                field_error(
-                    source,
-                    text,
-                    "workload",
-                    format!("{why} (paths are relative to the study file)"),
-                )
-            })?;
+            let body = match inputs.trace {
+                Some(body) => body,
+                None => read(&trace_path).map_err(|why| {
+                    field_error(
+                        source,
+                        text,
+                        "workload",
+                        format!(
+                            "{why} (paths are relative to the study file; a trace stored in the workbench is found by its sha256)"
+                        ),
+                    )
+                })?,
+            };
             let got = hex::encode(sha2::Sha256::digest(body.as_bytes()));
             if let Some(pinned) = &file.workload.sha256
                 && !pinned.eq_ignore_ascii_case(&got)

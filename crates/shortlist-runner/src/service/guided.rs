@@ -5,10 +5,12 @@
 use shortlist_store::StoreError;
 use shortlist_store::content::ContentHash;
 use shortlist_study::StudyError;
-use shortlist_study::form::{FieldError, StudyForm};
+use shortlist_study::form::{FieldError, StudyForm, TraceRef};
 use shortlist_study::study::{CandidateRef, EvalSetRef};
 
 use super::StudyService;
+use super::create::Given;
+use super::traces::TraceSummary;
 use super::views::{CandidateSummary, Created, EvalSetSummary};
 use crate::error::ServiceError;
 
@@ -17,6 +19,8 @@ use crate::error::ServiceError;
 pub struct FormChoices {
     pub evalsets: Vec<EvalSetSummary>,
     pub candidates: Vec<CandidateSummary>,
+    /// Stored traces, offered as workloads beside the practice shapes.
+    pub traces: Vec<TraceSummary>,
 }
 
 /// What a sent form came to.
@@ -32,11 +36,12 @@ pub enum FormOutcome {
 const SOURCE: &str = "the form";
 
 impl StudyService {
-    /// The stored eval sets and registered candidates, for the form's choices.
+    /// The stored eval sets, registered candidates and stored traces, for the form's choices.
     pub async fn form_choices(&self) -> Result<FormChoices, ServiceError> {
         Ok(FormChoices {
             evalsets: self.list_eval_sets().await?,
             candidates: self.list_candidates().await?,
+            traces: self.list_traces().await?,
         })
     }
 
@@ -71,7 +76,23 @@ impl StudyService {
             path: format!("{}.yaml", v.meta.name),
             sha256: v.meta.sha256.to_string(),
         });
-        let study = form.to_study(evalset, candidates);
+        let trace = match form
+            .workload
+            .strip_prefix("trace:")
+            .and_then(|h| ContentHash::parse(h.trim()))
+        {
+            Some(hash) => match self.store.trace_by_hash(&hash).await {
+                Ok(v) => Some(v),
+                Err(StoreError::NotFound { .. }) => None,
+                Err(e) => return Err(e.into()),
+            },
+            None => None,
+        };
+        let trace_ref = trace.as_ref().map(|v| TraceRef {
+            path: format!("{}.trace.jsonl", v.meta.name),
+            sha256: v.meta.sha256.to_string(),
+        });
+        let study = form.to_study_with(evalset, candidates, trace_ref);
         let mut errors = study.as_ref().err().cloned().unwrap_or_default();
         if !missing.is_empty() {
             errors.push(FieldError {
@@ -108,7 +129,11 @@ impl StudyService {
                 .await
                 .map(FormOutcome::Saved)
         } else {
-            super::create::check(&self.config, SOURCE, &toml, &base, Some(set.yaml))
+            let given = Given {
+                evalset: Some(set.yaml),
+                trace: trace.map(|v| v.body),
+            };
+            super::create::check(&self.config, SOURCE, &toml, &base, given)
                 .map(|_| FormOutcome::Checked { toml })
         };
         match outcome {

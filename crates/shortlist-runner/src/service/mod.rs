@@ -14,6 +14,7 @@ mod query;
 mod queue;
 mod register;
 pub mod schedule;
+pub mod traces;
 pub mod views;
 
 use std::sync::Arc;

@@ -10,7 +10,7 @@ use super::views::{CandidateRemoved, EvalSetRemoved, ImportPreview, StudyUse};
 use crate::error::ServiceError;
 
 /// "study `a` v1 (locked), study `b` v2 (draft)".
-fn named_by(uses: &[StudyUse]) -> String {
+pub(super) fn named_by(uses: &[StudyUse]) -> String {
     uses.iter()
         .map(|u| {
             format!(

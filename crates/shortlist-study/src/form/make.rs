@@ -1,7 +1,7 @@
 //! The form made into a study: each field parsed, every refusal named at its field, then the
 //! whole checked by [`Study::from_file`].
 
-use super::{FieldError, OPS, StudyForm, op_of};
+use super::{FieldError, OPS, StudyForm, TraceRef, op_of};
 use crate::rule::{Op, Rule, RuleFile};
 use crate::study::{
     CandidateRef, CostAssumptions, EvalSetRef, LoadLoop, MemoryBudget, STUDY_FORMAT, Study,
@@ -16,6 +16,17 @@ impl StudyForm {
         &self,
         evalset: Option<EvalSetRef>,
         candidates: Vec<CandidateRef>,
+    ) -> Result<Study, Vec<FieldError>> {
+        self.to_study_with(evalset, candidates, None)
+    }
+
+    /// [`Self::to_study`] where the form's workload may be a stored trace (`trace:SHA256`):
+    /// `trace` is the one the service found by that hash (`None`: not stored).
+    pub fn to_study_with(
+        &self,
+        evalset: Option<EvalSetRef>,
+        candidates: Vec<CandidateRef>,
+        trace: Option<TraceRef>,
     ) -> Result<Study, Vec<FieldError>> {
         let mut errors = Vec::new();
         let mut err = |field: &str, why: String| {
@@ -55,23 +66,73 @@ impl StudyForm {
         if self.candidates.is_empty() {
             err("candidate", "tick at least one candidate".to_owned());
         }
-        let kind = match self.workload.as_str() {
-            "uniform" => Some(WorkloadKind::Uniform),
-            "bursts" => Some(WorkloadKind::Bursts),
-            "prefix-groups" => Some(WorkloadKind::PrefixGroups),
-            other => {
-                err(
-                    "workload",
-                    format!("`{other}`: choose uniform, bursts or prefix-groups"),
-                );
-                None
+        let workload = if self.workload.starts_with("trace:") {
+            // A recorded trace replays its own requests; a rate, when given, replays it faster
+            // or slower with its shape kept.
+            let rate = number(&mut err, "rate_rps", &self.rate_rps, false);
+            match trace {
+                Some(t) => Some(WorkloadRef {
+                    kind: WorkloadKind::Trace,
+                    path: Some(t.path),
+                    sha256: Some(t.sha256),
+                    requests: None,
+                    input_tokens: None,
+                    output_tokens: None,
+                    rate_rps: rate,
+                    seed: None,
+                    load_loop: LoadLoop::Open,
+                }),
+                None => {
+                    err(
+                        "workload",
+                        "that trace is not stored in the workbench: choose another workload"
+                            .to_owned(),
+                    );
+                    None
+                }
+            }
+        } else {
+            let kind = match self.workload.as_str() {
+                "uniform" => Some(WorkloadKind::Uniform),
+                "bursts" => Some(WorkloadKind::Bursts),
+                "prefix-groups" => Some(WorkloadKind::PrefixGroups),
+                other => {
+                    err(
+                        "workload",
+                        format!(
+                            "`{other}`: choose uniform, bursts, prefix-groups or a stored trace"
+                        ),
+                    );
+                    None
+                }
+            };
+            let requests = whole(&mut err, "requests", &self.requests, true);
+            let prompt = whole(&mut err, "prompt_tokens", &self.prompt_tokens, true);
+            let output = whole(&mut err, "output_tokens", &self.output_tokens, true);
+            let rate = number(&mut err, "rate_rps", &self.rate_rps, true);
+            let seed = whole(&mut err, "seed", &self.seed, true);
+            match (kind, requests, prompt, output, rate, seed) {
+                (
+                    Some(kind),
+                    Some(requests),
+                    Some(prompt),
+                    Some(output),
+                    Some(rate),
+                    Some(seed),
+                ) => Some(WorkloadRef {
+                    kind,
+                    path: None,
+                    sha256: None,
+                    requests: Some(requests),
+                    input_tokens: Some(prompt.saturating_mul(requests)),
+                    output_tokens: Some(output.saturating_mul(requests)),
+                    rate_rps: Some(rate),
+                    seed: Some(seed),
+                    load_loop: LoadLoop::Open,
+                }),
+                _ => None,
             }
         };
-        let requests = whole(&mut err, "requests", &self.requests, true);
-        let prompt = whole(&mut err, "prompt_tokens", &self.prompt_tokens, true);
-        let output = whole(&mut err, "output_tokens", &self.output_tokens, true);
-        let rate = number(&mut err, "rate_rps", &self.rate_rps, true);
-        let seed = whole(&mut err, "seed", &self.seed, true);
         let mut slo = toml::Table::new();
         if self.slo_name.trim().is_empty() {
             err("slo_name", "name the SLO (e.g. interactive)".to_owned());
@@ -168,12 +229,7 @@ impl StudyForm {
         let (
             false,
             Some(evalset),
-            Some(kind),
-            Some(requests),
-            Some(prompt),
-            Some(output),
-            Some(rate),
-            Some(seed),
+            Some(workload),
             Some(ordinary),
             Some(peak),
             Some(context),
@@ -182,12 +238,7 @@ impl StudyForm {
         ) = (
             !errors.is_empty(),
             evalset,
-            kind,
-            requests,
-            prompt,
-            output,
-            rate,
-            seed,
+            workload,
             ordinary,
             peak,
             context,
@@ -212,17 +263,7 @@ impl StudyForm {
             version: 1,
             question: self.question.trim().to_owned(),
             evalset,
-            workload: WorkloadRef {
-                kind,
-                path: None,
-                sha256: None,
-                requests: Some(requests),
-                input_tokens: Some(prompt.saturating_mul(requests)),
-                output_tokens: Some(output.saturating_mul(requests)),
-                rate_rps: Some(rate),
-                seed: Some(seed),
-                load_loop: LoadLoop::Open,
-            },
+            workload,
             slo,
             traffic: Traffic {
                 ordinary_rps: ordinary,

@@ -2,8 +2,8 @@
 //! study file — or into errors that name the form's own fields.
 //!
 //! The form covers what most studies need (a stored eval set version, registered candidates, a
-//! practice workload, the SLO, traffic, the memory budget and disqualifier rows); what it does
-//! not cover (a recorded trace, a capacity sweep's own rates) is written in the study file
+//! practice workload or a stored trace, the SLO, traffic, the memory budget and disqualifier
+//! rows); what it does not cover (a capacity sweep's own rates, …) is written in the study file
 //! itself. The file it makes is an ordinary `shortlist.study.v1` file, checked by
 //! [`Study::from_file`](crate::study::Study::from_file) like any other; [`StudyForm::field_of`] says which form field an error of
 //! that check is about, so the page can show it beside the field.
@@ -39,7 +39,9 @@ pub struct StudyForm {
     pub candidates: Vec<String>,
     /// The declared fallback of every candidate (blank: none declared).
     pub fallback: String,
-    /// `uniform`, `bursts` or `prefix-groups`.
+    /// `uniform`, `bursts`, `prefix-groups`, or `trace:SHA256` for a stored trace (whose own
+    /// requests are replayed: the request and token fields are then unused, and a blank rate
+    /// is the trace's own).
     pub workload: String,
     pub requests: String,
     /// Prompt tokens per request, on average (the file stores the total).
@@ -64,6 +66,15 @@ pub struct StudyForm {
     pub currency: String,
     /// Always [`RULE_ROWS`] rows.
     pub rules: Vec<RuleRow>,
+}
+
+/// A stored trace the form's workload names (`trace:SHA256`), as the study file will pin it:
+/// a path (a name for people; the workbench finds the trace by its hash) and the SHA-256 of
+/// its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceRef {
+    pub path: String,
+    pub sha256: String,
 }
 
 /// A form field and what is wrong with it.

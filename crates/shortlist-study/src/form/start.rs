@@ -6,24 +6,31 @@ use crate::study::{StudyFile, WorkloadKind};
 impl StudyForm {
     /// A stored study's criteria as the form's fields, to start a new study from: everything
     /// but the name (a new study needs its own). Also returns what the form cannot hold and so
-    /// does not carry over, in words (a recorded trace, the sweep's rates, SLO clauses beyond
-    /// the four bounds, …); the workload's per-request means are its totals divided by its
-    /// requests, rounded.
+    /// does not carry over, in words (the sweep's rates, SLO clauses beyond the four bounds, …);
+    /// the workload's per-request means are its totals divided by its requests, rounded. A
+    /// recorded trace becomes `trace:SHA256`, with the practice fields at their defaults.
     pub fn from_file(file: &StudyFile) -> (StudyForm, Vec<String>) {
         let mut left = Vec::new();
         let text = |v: Option<f64>| v.map(|v| v.to_string()).unwrap_or_default();
         let whole = |v: Option<u64>| v.map(|v| v.to_string()).unwrap_or_default();
         let defaults = StudyForm::default();
         let w = &file.workload;
-        let workload = match w.kind {
-            WorkloadKind::Trace => {
+        // A recorded trace is named by its hash; whether the workbench holds it is the
+        // caller's question (the form offers the stored ones).
+        let trace = (w.kind == WorkloadKind::Trace).then_some(w.sha256.as_deref());
+        let or_default = |v: String, default: &String| {
+            if trace.is_some() { default.clone() } else { v }
+        };
+        let workload = match trace {
+            Some(Some(sha)) => Some(format!("trace:{}", sha.to_ascii_lowercase())),
+            Some(None) => {
                 left.push(format!(
-                    "the recorded trace {} (the form offers the synthesized shapes)",
+                    "the recorded trace {} (it pins no sha256)",
                     w.path.as_deref().unwrap_or("")
                 ));
                 None
             }
-            kind => Some(kind.as_str().to_owned()),
+            None => Some(w.kind.as_str().to_owned()),
         };
         let requests = w.requests.unwrap_or(0);
         let mean = |total: Option<u64>| match total {
@@ -112,12 +119,13 @@ impl StudyForm {
                 .first()
                 .map(|f| (*f).to_owned())
                 .unwrap_or_default(),
-            workload: workload.unwrap_or(defaults.workload),
-            requests: whole(w.requests),
-            prompt_tokens: mean(w.input_tokens),
-            output_tokens: mean(w.output_tokens),
+            workload: workload.unwrap_or_else(|| defaults.workload.clone()),
+            // A trace has none of these: the defaults stand, should the shape be changed.
+            requests: or_default(whole(w.requests), &defaults.requests),
+            prompt_tokens: or_default(mean(w.input_tokens), &defaults.prompt_tokens),
+            output_tokens: or_default(mean(w.output_tokens), &defaults.output_tokens),
             rate_rps: text(w.rate_rps),
-            seed: whole(w.seed),
+            seed: or_default(whole(w.seed), &defaults.seed),
             slo_name: file
                 .slo
                 .get("name")

@@ -294,3 +294,73 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_stored_trace_is_a_workload_and_a_study_on_one_starts_the_form_again() {
+    let sha = "cd".repeat(32);
+    let trace = TraceRef {
+        path: "prod.trace.jsonl".to_owned(),
+        sha256: sha.clone(),
+    };
+    // The practice fields are not needed (here: cleared) and a blank rate is the trace's own.
+    let form = StudyForm {
+        workload: format!("trace:{sha}"),
+        requests: String::new(),
+        prompt_tokens: String::new(),
+        rate_rps: String::new(),
+        ..filled()
+    };
+    let study = form
+        .to_study_with(Some(set()), vec![candidate("small")], Some(trace.clone()))
+        .unwrap();
+    let w = &study.file().workload;
+    assert_eq!(w.kind, crate::study::WorkloadKind::Trace);
+    assert_eq!(
+        (w.path.as_deref(), w.sha256.as_deref()),
+        (Some("prod.trace.jsonl"), Some(sha.as_str()))
+    );
+    assert_eq!(
+        (w.requests, w.input_tokens, w.rate_rps, w.seed),
+        (None, None, None, None)
+    );
+    // A rate replays it faster; a bad one is named at its field.
+    let faster = StudyForm {
+        rate_rps: "4".to_owned(),
+        ..form.clone()
+    };
+    let s = faster
+        .to_study_with(Some(set()), vec![candidate("small")], Some(trace.clone()))
+        .unwrap();
+    assert_eq!(s.file().workload.rate_rps, Some(4.0));
+    let bad = StudyForm {
+        rate_rps: "fast".to_owned(),
+        ..form.clone()
+    };
+    let errors = bad
+        .to_study_with(Some(set()), vec![candidate("small")], Some(trace.clone()))
+        .unwrap_err();
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert_eq!(errors[0].field, "rate_rps");
+    // A trace the workbench does not hold is refused at the workload field.
+    let errors = form
+        .to_study_with(Some(set()), vec![candidate("small")], None)
+        .unwrap_err();
+    assert_eq!(errors[0].field, "workload", "{errors:?}");
+    // Started from that study, the form chooses the trace again and keeps the practice
+    // fields at their defaults, with nothing left behind.
+    let (again, left) = StudyForm::from_file(study.file());
+    assert_eq!(again.workload, format!("trace:{sha}"));
+    assert!(left.is_empty(), "{left:?}");
+    let defaults = StudyForm::default();
+    assert_eq!(
+        (&again.requests, &again.prompt_tokens, &again.rate_rps),
+        (&defaults.requests, &defaults.prompt_tokens, &String::new())
+    );
+    let made = StudyForm {
+        name: "support".to_owned(),
+        ..again
+    }
+    .to_study_with(Some(set()), vec![candidate("small")], Some(trace))
+    .unwrap();
+    assert_eq!(made.file().workload, study.file().workload);
+}
