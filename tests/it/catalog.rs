@@ -6,32 +6,13 @@
 //! once the draft is deleted it can go.
 
 use std::path::Path;
-use std::process::Output;
 
 use serde_json::{Value, json};
 
-use crate::support::{data, on_db, stderr, stdout};
+use crate::support::{
+    data, in_dir as sl, json_in_dir as ok_json, refused_in_dir as refused, stderr, stdout,
+};
 use crate::web::{Server, form, http};
-
-/// `shortlist ARGS` in `dir` on the SQLite database `shortlist.db` there.
-fn sl(dir: &Path, args: &[&str]) -> Output {
-    let url = format!("sqlite://{}?mode=rwc", dir.join("shortlist.db").display());
-    on_db(&url, dir, args)
-}
-
-/// The command's JSON document, after checking it succeeded.
-fn ok_json(dir: &Path, args: &[&str]) -> Value {
-    let out = sl(dir, args);
-    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
-}
-
-/// The command's stderr, after checking it was refused as bad input (exit 2).
-fn refused(dir: &Path, args: &[&str]) -> String {
-    let out = sl(dir, args);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
-    stderr(&out)
-}
 
 /// The mini eval set and a changed copy of it (one case's text: another hash), in `dir`.
 fn mini_sets(dir: &Path) -> (String, String, String) {

@@ -48,6 +48,26 @@ pub fn ok_on_db(url: &str, dir: &std::path::Path, args: &[&str]) -> Output {
     out
 }
 
+/// `shortlist ARGS` in `dir` on the SQLite database `shortlist.db` there.
+pub fn in_dir(dir: &std::path::Path, args: &[&str]) -> Output {
+    let url = format!("sqlite://{}?mode=rwc", dir.join("shortlist.db").display());
+    on_db(&url, dir, args)
+}
+
+/// [`in_dir`]'s JSON document, after checking that the command succeeded.
+pub fn json_in_dir(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    let out = in_dir(dir, args);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
+}
+
+/// [`in_dir`]'s stderr, after checking that the command was refused as bad input (exit 2).
+pub fn refused_in_dir(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = in_dir(dir, args);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
+    stderr(&out)
+}
+
 /// Stdout as text.
 pub fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()

@@ -5,13 +5,14 @@
 //! study pins it.
 
 use std::path::Path;
-use std::process::Output;
 
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use shortlist_study::study::{Study, WorkloadKind};
 
-use crate::support::{Mock, data, on_db, stderr, stdout};
+use crate::support::{
+    Mock, data, in_dir as sl, json_in_dir as ok_json, refused_in_dir as refused, stderr,
+};
 use crate::web::{Server, form, http, multipart, status_when_done};
 
 /// Six requests over 2.5 s in Azure's public format.
@@ -25,24 +26,6 @@ const AZURE: &str = "TIMESTAMP,ContextTokens,GeneratedTokens\n\
 
 fn sha256(bytes: &[u8]) -> String {
     hex::encode(Sha256::digest(bytes))
-}
-
-/// `shortlist ARGS` in `dir` on the SQLite database `shortlist.db` there.
-fn sl(dir: &Path, args: &[&str]) -> Output {
-    let url = format!("sqlite://{}?mode=rwc", dir.join("shortlist.db").display());
-    on_db(&url, dir, args)
-}
-
-fn ok_json(dir: &Path, args: &[&str]) -> Value {
-    let out = sl(dir, args);
-    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
-    serde_json::from_str(&stdout(&out)).unwrap_or_else(|e| panic!("{e}: {}", stdout(&out)))
-}
-
-fn refused(dir: &Path, args: &[&str]) -> String {
-    let out = sl(dir, args);
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stdout(&out));
-    stderr(&out)
 }
 
 /// The mini study's file in `dir`, its workload the trace `path` pinned by `sha`.
@@ -388,6 +371,10 @@ fn a_trace_uploaded_in_the_workbench_is_chosen_in_the_form_and_replayed() {
             None
         )
     );
+
+    // The study pins the stored trace itself: no copy of it is stored beside.
+    let traces = http(a, "GET", "/api/workloads", &[], b"").json();
+    assert_eq!(traces.as_array().map(Vec::len), Some(1), "{traces}");
 
     // Pinned, the trace stays; the refusal names the study.
     let kept = http(a, "DELETE", "/api/workloads/prod", &[], b"");

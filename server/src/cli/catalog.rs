@@ -5,7 +5,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use serde_json::json;
 use shortlist_runner::config::Config;
 use shortlist_runner::service::views::StudyUse;
@@ -13,7 +12,7 @@ use shortlist_study::record::Verdict;
 
 use super::Outcome;
 use super::app::{existing_service, runtime, service};
-use super::output::{JsonArgs, print_json, read_text};
+use super::output::{JsonArgs, print_json, read_text, write_out};
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum CandidateCommand {
@@ -250,14 +249,8 @@ pub(crate) fn run_eval(cmd: EvalStored, config: &Config) -> anyhow::Result<Outco
             }
             EvalStored::Export(a) => {
                 let (version, yaml) = service.eval_set_text(&a.name, a.version).await?;
-                match &a.output {
-                    Some(path) => {
-                        std::fs::write(path, &yaml)
-                            .with_context(|| format!("{}: cannot write", path.display()))?;
-                        eprintln!("eval set {} v{version}: {}", a.name, path.display());
-                    }
-                    None => print!("{yaml}"),
-                }
+                let what = format!("eval set {} v{version}", a.name);
+                write_out(a.output.as_deref(), &yaml, &what)?;
             }
             EvalStored::Remove(a) => {
                 let done = service.remove_eval_set(&a.name, a.version).await?;

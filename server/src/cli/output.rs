@@ -6,6 +6,20 @@ use std::path::Path;
 
 use anyhow::Context as _;
 
+/// A stored text written out exactly: to `output` (its path and `what` said on stderr), or to
+/// stdout.
+pub(crate) fn write_out(output: Option<&Path>, text: &str, what: &str) -> anyhow::Result<()> {
+    match output {
+        Some(path) => {
+            std::fs::write(path, text)
+                .with_context(|| format!("{}: cannot write", path.display()))?;
+            eprintln!("{what}: {}", path.display());
+        }
+        None => print!("{text}"),
+    }
+    Ok(())
+}
+
 /// Open a file for streaming, with its path in the error.
 pub(crate) fn open(path: &Path) -> anyhow::Result<BufReader<File>> {
     let file = File::open(path).with_context(|| format!("{}: cannot open", path.display()))?;

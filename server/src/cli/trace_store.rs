@@ -4,7 +4,6 @@
 
 use std::path::PathBuf;
 
-use anyhow::Context as _;
 use clap::Args;
 use shortlist_runner::config::Config;
 use shortlist_runner::service::traces::TraceFormat;
@@ -12,7 +11,7 @@ use shortlist_runner::service::views::StudyUse;
 
 use super::Outcome;
 use super::app::{existing_service, runtime, service};
-use super::output::{JsonArgs, print_json, read_text};
+use super::output::{JsonArgs, print_json, read_text, write_out};
 use super::trace::FromArg;
 
 #[derive(Debug, Args)]
@@ -145,14 +144,8 @@ pub fn run(cmd: Stored, config: &Config) -> anyhow::Result<Outcome> {
             }
             Stored::Export(a) => {
                 let (version, text) = service.trace_text(&a.name, a.version).await?;
-                match &a.output {
-                    Some(path) => {
-                        std::fs::write(path, &text)
-                            .with_context(|| format!("{}: cannot write", path.display()))?;
-                        eprintln!("trace {} v{version}: {}", a.name, path.display());
-                    }
-                    None => print!("{text}"),
-                }
+                let what = format!("trace {} v{version}", a.name);
+                write_out(a.output.as_deref(), &text, &what)?;
             }
             Stored::Remove(a) => {
                 let done = service.remove_trace(&a.name, a.version).await?;

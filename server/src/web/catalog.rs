@@ -3,7 +3,7 @@
 
 use axum::Form;
 use axum::extract::{Multipart, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
 use shortlist_app::{ImportForm, RegisterForm, encode};
@@ -11,7 +11,7 @@ use shortlist_runner::ServiceError;
 use shortlist_runner::service::ImportFormat;
 use shortlist_runner::service::views::ImportPreview;
 
-use super::pages::{PageError, file_name_part, status_of};
+use super::pages::{PageError, attachment, file_name_part, status_of};
 use super::{AppState, html};
 
 #[derive(Debug, Deserialize)]
@@ -224,20 +224,7 @@ pub(crate) async fn download_evalset(
 ) -> Result<Response, PageError> {
     let (version, yaml) = st.service.eval_set_text(&name, q.version).await?;
     let file = format!("{}-v{version}.evalset.yaml", file_name_part(&name));
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                "application/yaml; charset=utf-8".to_owned(),
-            ),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{file}\""),
-            ),
-        ],
-        yaml,
-    )
-        .into_response())
+    Ok(attachment("application/yaml; charset=utf-8", &file, yaml))
 }
 
 /// **Remove this version**: an eval set version that no study pins; the set's page (its

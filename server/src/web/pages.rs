@@ -401,6 +401,21 @@ pub(crate) async fn record(
 
 /// A name as part of a file name: letters, digits, `.`, `-` and `_` kept, anything else `_`
 /// (a header's quoted file name cannot hold every character a study name may).
+/// A download: `body` as the file `file` (its name made of [`file_name_part`]s).
+pub(crate) fn attachment(content_type: &str, file: &str, body: String) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type.to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{file}\""),
+            ),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 pub(crate) fn file_name_part(name: &str) -> String {
     name.chars()
         .map(|c| {

@@ -4,14 +4,14 @@
 
 use axum::Form;
 use axum::extract::{Multipart, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use shortlist_app::TraceForm;
 use shortlist_runner::ServiceError;
 use shortlist_runner::service::traces::{TraceFormat, TracePreview};
 
 use super::catalog::VersionQuery;
-use super::pages::{PageError, file_name_part, status_of};
+use super::pages::{PageError, attachment, file_name_part, status_of};
 use super::{AppState, html};
 
 /// The most text a previewed upload sends back in the form, to be stored with the next press.
@@ -120,20 +120,7 @@ pub(crate) async fn download(
 ) -> Result<Response, PageError> {
     let (version, text) = st.service.trace_text(&name, q.version).await?;
     let file = format!("{}-v{version}.trace.jsonl", file_name_part(&name));
-    Ok((
-        [
-            (
-                header::CONTENT_TYPE,
-                "application/jsonl; charset=utf-8".to_owned(),
-            ),
-            (
-                header::CONTENT_DISPOSITION,
-                format!("attachment; filename=\"{file}\""),
-            ),
-        ],
-        text,
-    )
-        .into_response())
+    Ok(attachment("application/jsonl; charset=utf-8", &file, text))
 }
 
 /// **Remove this version**: a trace version that no study pins; back to the list.

@@ -66,8 +66,9 @@ impl ImportFormat {
     }
 }
 
-/// An eval set name: what the store accepts, said before anything is parsed.
-fn check_set_name(name: &str) -> Result<(), ServiceError> {
+/// A stored thing's name (an eval set's, a trace's): what the store accepts, said before
+/// anything is parsed.
+pub(super) fn check_name(name: &str) -> Result<(), ServiceError> {
     let ok = !name.is_empty()
         && name.len() <= 100
         && name
@@ -268,7 +269,7 @@ impl StudyService {
     ) -> Result<ImportPreview, ServiceError> {
         let file = "the uploaded file";
         if format != ImportFormat::Shortlist {
-            check_set_name(name)?;
+            check_name(name)?;
         }
         let imported: Imported = match format {
             ImportFormat::Shortlist => {
@@ -341,7 +342,7 @@ impl StudyService {
         store: bool,
     ) -> Result<ImportPreview, ServiceError> {
         let set = EvalSet::from_yaml(what, yaml)?;
-        check_set_name(set.name())?;
+        check_name(set.name())?;
         if !name.is_empty() && name != set.name() {
             return Err(ServiceError::invalid(
                 "name",

@@ -181,18 +181,29 @@ impl StudyService {
         self.store.put_slo(slo.name(), &slo_text).await?;
         let workload_name = format!("{}-workload", file.name);
         match &checked.trace {
-            Some(body) => {
-                self.store
-                    .put_workload(&workload_name, StoredKind::Trace, body)
-                    .await?
-            }
+            // A trace already stored (uploaded, or another study's) is found by its hash, as
+            // the load run finds it; it is kept while this study pins it. A trace read from a
+            // file beside the study is stored as the study's workload.
+            Some(body) => match self
+                .store
+                .trace_by_hash(&ContentHash::of(body.as_bytes()))
+                .await
+            {
+                Ok(_) => {}
+                Err(StoreError::NotFound { .. }) => {
+                    self.store
+                        .put_workload(&workload_name, StoredKind::Trace, body)
+                        .await?;
+                }
+                Err(e) => return Err(e.into()),
+            },
             None => {
                 let body = serde_json::to_string(&file.workload).unwrap_or_default();
                 self.store
                     .put_workload(&workload_name, StoredKind::Spec, &body)
-                    .await?
+                    .await?;
             }
-        };
+        }
         for (name, config) in &checked.candidates {
             self.store.put_candidate(name, config).await?;
         }

@@ -14,6 +14,7 @@ use shortlist_workload::stats::{StatsBuilder, TraceStats};
 use shortlist_workload::{TraceReader, TraceWriter};
 
 use super::StudyService;
+use super::catalog::check_name;
 use super::register::named_by;
 use super::views::StudyUse;
 use crate::error::ServiceError;
@@ -159,23 +160,6 @@ pub struct TraceRemoved {
     pub sha256: String,
     /// The trace's latest version left (`None`: the trace is gone with it).
     pub remaining: Option<u32>,
-}
-
-/// A trace name: what the store accepts, said before anything is read.
-fn check_name(name: &str) -> Result<(), ServiceError> {
-    let ok = !name.is_empty()
-        && name.len() <= 100
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-_.".contains(&b));
-    if ok {
-        Ok(())
-    } else {
-        Err(ServiceError::invalid(
-            "name",
-            format!("`{name}`: use 1–100 letters, digits, `-`, `_` or `.`"),
-        ))
-    }
 }
 
 /// Read a `shortlist.trace.v1` text through (every line checked, errors naming `what` and the
