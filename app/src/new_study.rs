@@ -20,7 +20,7 @@ fn error_of(errors: &[FieldError], field: &str) -> Option<String> {
 }
 
 /// Each form field's label, by its name.
-const LABELS: [(&str, &str); 25] = [
+const LABELS: [(&str, &str); 26] = [
     ("name", "Study name"),
     ("question", "The question it answers"),
     ("evalset", "Eval set version"),
@@ -32,6 +32,7 @@ const LABELS: [(&str, &str); 25] = [
     ("output_tokens", "Output tokens per request"),
     ("rate_rps", "Rate (req/s)"),
     ("seed", "Seed"),
+    ("replay_rps", "Replay rate (req/s)"),
     ("slo_name", "SLO name"),
     ("ttft_ms", "Time to first token (ms)"),
     ("max_itl_ms", "Worst token gap (ms)"),
@@ -98,7 +99,6 @@ fn input(
     }
 }
 
-/// The eval set choice: every stored version, newest first within a name.
 /// The stored traces as workload options (`trace:SHA256`), newest version first.
 fn trace_options(form: &StudyForm, choices: &FormChoices) -> Option<AnyView> {
     if choices.traces.is_empty() {
@@ -127,6 +127,7 @@ fn trace_options(form: &StudyForm, choices: &FormChoices) -> Option<AnyView> {
     Some(view! { <optgroup label="Recorded traces (stored)">{options}</optgroup> }.into_any())
 }
 
+/// The eval set choice: every stored version, newest first within a name.
 fn evalset_choice(form: &StudyForm, choices: &FormChoices, errors: &[FieldError]) -> AnyView {
     let error = error_of(errors, "evalset");
     if choices.evalsets.is_empty() {
@@ -379,14 +380,19 @@ pub fn study_form_page(page: StudyFormPage) -> String {
                             <optgroup label="Practice shapes (synthesized)">{shapes}</optgroup>
                             {traces}
                         </select>
-                        <span class="hint">"A practice shape is synthesized from the seed, the same for every candidate. A recorded trace replays its own requests: the fields below but the rate are then unused, and a blank rate is the trace's own. "<a href="/workloads#upload">"Upload a trace"</a></span>
+                        <span class="hint">"A practice shape is synthesized from the seed below, the same for every candidate. A recorded trace replays its own requests at the replay rate. "<a href="/workloads#upload">"Upload a trace"</a></span>
                     </div>
+                    <p class="small muted">"For a practice shape:"</p>
                     <div class="fields">
                         {input(e, "requests", &form.requests, None)}
                         {input(e, "prompt_tokens", &form.prompt_tokens, Some("On average"))}
                         {input(e, "output_tokens", &form.output_tokens, Some("On average; generated exactly"))}
                         {input(e, "rate_rps", &form.rate_rps, Some("Mean arrival rate"))}
                         {input(e, "seed", &form.seed, None)}
+                    </div>
+                    <p class="small muted">"For a recorded trace:"</p>
+                    <div class="fields">
+                        {input(e, "replay_rps", &form.replay_rps, Some("Blank: the trace's own; a rate rescales it, its shape kept"))}
                     </div>
                 </fieldset>
                 <fieldset class="card">

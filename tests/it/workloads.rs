@@ -318,8 +318,9 @@ fn a_trace_uploaded_in_the_workbench_is_chosen_in_the_form_and_replayed() {
         ("prompt_tokens", "400"),
         ("output_tokens", "64"),
         ("seed", "1"),
-        // Blank: the trace's own rate.
-        ("rate_rps", ""),
+        // The practice rate, left at its default, is not the trace's: blank replay rate, its own.
+        ("rate_rps", "0.25"),
+        ("replay_rps", ""),
         ("slo_name", "interactive"),
         ("ttft_ms", "2000"),
         ("max_itl_ms", "500"),

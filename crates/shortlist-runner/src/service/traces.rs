@@ -236,10 +236,9 @@ fn trace_uses(studies: &[(StudySummary, StudyFile)], sha256: &str) -> Vec<StudyU
 
 impl StudyService {
     /// An uploaded trace (`what` names it in errors, with the line) read, converted to ours
-    /// when it is a public format, and described;
-    /// with `store`, stored under `name` (blank: the name in our file's header) as a new
-    /// version when the name holds other content. Nothing is stored unless the whole trace
-    /// reads.
+    /// when it is a public format, and described; with `store`, stored under `name` (blank: the
+    /// name in our file's header) as a new version when the name holds other content. Nothing
+    /// is stored unless the whole trace reads.
     pub async fn import_trace(
         &self,
         format: TraceFormat,

@@ -69,7 +69,7 @@ impl StudyForm {
         let workload = if self.workload.starts_with("trace:") {
             // A recorded trace replays its own requests; a rate, when given, replays it faster
             // or slower with its shape kept.
-            let rate = number(&mut err, "rate_rps", &self.rate_rps, false);
+            let rate = number(&mut err, "replay_rps", &self.replay_rps, false);
             match trace {
                 Some(t) => Some(WorkloadRef {
                     kind: WorkloadKind::Trace,

@@ -40,8 +40,7 @@ pub struct StudyForm {
     /// The declared fallback of every candidate (blank: none declared).
     pub fallback: String,
     /// `uniform`, `bursts`, `prefix-groups`, or `trace:SHA256` for a stored trace (whose own
-    /// requests are replayed: the request and token fields are then unused, and a blank rate
-    /// is the trace's own).
+    /// requests are replayed at [`Self::replay_rps`]: the practice fields are then unused).
     pub workload: String,
     pub requests: String,
     /// Prompt tokens per request, on average (the file stores the total).
@@ -50,6 +49,8 @@ pub struct StudyForm {
     pub output_tokens: String,
     pub rate_rps: String,
     pub seed: String,
+    /// A stored trace's replay rate (blank: its own rate; a rate rescales it, its shape kept).
+    pub replay_rps: String,
     pub slo_name: String,
     pub ttft_ms: String,
     pub max_itl_ms: String,
@@ -141,6 +142,7 @@ impl Default for StudyForm {
             output_tokens: s("64"),
             rate_rps: s("0.25"),
             seed: s("1"),
+            replay_rps: String::new(),
             slo_name: s("interactive"),
             ttft_ms: s("2000"),
             max_itl_ms: s("250"),
@@ -238,6 +240,7 @@ impl StudyForm {
                 "output_tokens" => &mut f.output_tokens,
                 "rate_rps" => &mut f.rate_rps,
                 "seed" => &mut f.seed,
+                "replay_rps" => &mut f.replay_rps,
                 "slo_name" => &mut f.slo_name,
                 "ttft_ms" => &mut f.ttft_ms,
                 "max_itl_ms" => &mut f.max_itl_ms,

@@ -124,7 +124,12 @@ impl StudyForm {
             requests: or_default(whole(w.requests), &defaults.requests),
             prompt_tokens: or_default(mean(w.input_tokens), &defaults.prompt_tokens),
             output_tokens: or_default(mean(w.output_tokens), &defaults.output_tokens),
-            rate_rps: text(w.rate_rps),
+            rate_rps: or_default(text(w.rate_rps), &defaults.rate_rps),
+            replay_rps: if trace.is_some() {
+                text(w.rate_rps)
+            } else {
+                String::new()
+            },
             seed: or_default(whole(w.seed), &defaults.seed),
             slo_name: file
                 .slo

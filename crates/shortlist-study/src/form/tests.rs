@@ -302,14 +302,18 @@ fn a_stored_trace_is_a_workload_and_a_study_on_one_starts_the_form_again() {
         path: "prod.trace.jsonl".to_owned(),
         sha256: sha.clone(),
     };
-    // The practice fields are not needed (here: cleared) and a blank rate is the trace's own.
+    // The practice fields are not needed (here: cleared, but for the practice rate left at its
+    // default, which a trace does not take) and a blank replay rate is the trace's own.
     let form = StudyForm {
         workload: format!("trace:{sha}"),
         requests: String::new(),
         prompt_tokens: String::new(),
-        rate_rps: String::new(),
         ..filled()
     };
+    assert_eq!(
+        (form.rate_rps.as_str(), form.replay_rps.as_str()),
+        ("0.25", "")
+    );
     let study = form
         .to_study_with(Some(set()), vec![candidate("small")], Some(trace.clone()))
         .unwrap();
@@ -325,7 +329,7 @@ fn a_stored_trace_is_a_workload_and_a_study_on_one_starts_the_form_again() {
     );
     // A rate replays it faster; a bad one is named at its field.
     let faster = StudyForm {
-        rate_rps: "4".to_owned(),
+        replay_rps: "4".to_owned(),
         ..form.clone()
     };
     let s = faster
@@ -333,14 +337,14 @@ fn a_stored_trace_is_a_workload_and_a_study_on_one_starts_the_form_again() {
         .unwrap();
     assert_eq!(s.file().workload.rate_rps, Some(4.0));
     let bad = StudyForm {
-        rate_rps: "fast".to_owned(),
+        replay_rps: "fast".to_owned(),
         ..form.clone()
     };
     let errors = bad
         .to_study_with(Some(set()), vec![candidate("small")], Some(trace.clone()))
         .unwrap_err();
     assert_eq!(errors.len(), 1, "{errors:?}");
-    assert_eq!(errors[0].field, "rate_rps");
+    assert_eq!(errors[0].field, "replay_rps");
     // A trace the workbench does not hold is refused at the workload field.
     let errors = form
         .to_study_with(Some(set()), vec![candidate("small")], None)
@@ -353,9 +357,21 @@ fn a_stored_trace_is_a_workload_and_a_study_on_one_starts_the_form_again() {
     assert!(left.is_empty(), "{left:?}");
     let defaults = StudyForm::default();
     assert_eq!(
-        (&again.requests, &again.prompt_tokens, &again.rate_rps),
-        (&defaults.requests, &defaults.prompt_tokens, &String::new())
+        (
+            &again.requests,
+            &again.prompt_tokens,
+            &again.rate_rps,
+            &again.replay_rps
+        ),
+        (
+            &defaults.requests,
+            &defaults.prompt_tokens,
+            &defaults.rate_rps,
+            &String::new()
+        )
     );
+    let (started_faster, _) = StudyForm::from_file(s.file());
+    assert_eq!(started_faster.replay_rps, "4");
     let made = StudyForm {
         name: "support".to_owned(),
         ..again
