@@ -257,11 +257,7 @@ pub(crate) fn run_eval(cmd: EvalStored, config: &Config) -> anyhow::Result<Outco
                 if a.json {
                     print_json(&done)?;
                 } else {
-                    let left = match done.remaining {
-                        Some(v) => format!("its latest version is now v{v}"),
-                        None => "the set is gone with it".to_owned(),
-                    };
-                    println!("eval set {} v{} removed; {left}", done.name, done.version);
+                    println!("{}", done.sentence("eval set"));
                 }
             }
         }

@@ -152,11 +152,7 @@ pub fn run(cmd: Stored, config: &Config) -> anyhow::Result<Outcome> {
                 if a.json {
                     print_json(&done)?;
                 } else {
-                    let left = match done.remaining {
-                        Some(v) => format!("its latest version is now v{v}"),
-                        None => "the trace is gone with it".to_owned(),
-                    };
-                    println!("trace {} v{} removed; {left}", done.name, done.version);
+                    println!("{}", done.sentence("trace"));
                 }
             }
         }

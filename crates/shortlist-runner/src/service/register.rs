@@ -6,7 +6,7 @@
 use shortlist_store::StoreError;
 
 use super::StudyService;
-use super::views::{CandidateRemoved, EvalSetRemoved, ImportPreview, StudyUse};
+use super::views::{CandidateRemoved, ImportPreview, StudyUse, VersionRemoved};
 use crate::error::ServiceError;
 
 /// "study `a` v1 (locked), study `b` v2 (draft)".
@@ -164,7 +164,7 @@ impl StudyService {
         &self,
         name: &str,
         version: Option<u32>,
-    ) -> Result<EvalSetRemoved, ServiceError> {
+    ) -> Result<VersionRemoved, ServiceError> {
         let stored = self.store.eval_set(name, version).await?;
         let version = stored.meta.version;
         let uses = self
@@ -191,7 +191,7 @@ impl StudyService {
             Err(e) => return Err(e.into()),
         };
         tracing::info!(eval_set = name, version, "eval set version removed");
-        Ok(EvalSetRemoved {
+        Ok(VersionRemoved {
             name: name.to_owned(),
             version,
             sha256: stored.meta.sha256.to_string(),

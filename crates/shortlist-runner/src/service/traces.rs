@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 use shortlist_store::StoreError;
-use shortlist_store::content::WorkloadKind;
+use shortlist_store::content::{WorkloadKind, WorkloadVersion};
 use shortlist_store::studies::StudySummary;
 use shortlist_study::study::StudyFile;
 use shortlist_workload::import::{Importer, Source};
@@ -16,7 +16,7 @@ use shortlist_workload::{TraceReader, TraceWriter};
 use super::StudyService;
 use super::catalog::check_name;
 use super::register::named_by;
-use super::views::StudyUse;
+use super::views::{StudyUse, VersionRemoved};
 use crate::error::ServiceError;
 
 /// A format a trace is uploaded in.
@@ -150,16 +150,6 @@ pub struct TraceVersionView {
 pub struct TraceSummary {
     pub name: String,
     pub versions: Vec<TraceVersionView>,
-}
-
-/// A trace version removed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct TraceRemoved {
-    pub name: String,
-    pub version: u32,
-    pub sha256: String,
-    /// The trace's latest version left (`None`: the trace is gone with it).
-    pub remaining: Option<u32>,
 }
 
 /// Read a `shortlist.trace.v1` text through (every line checked, errors naming `what` and the
@@ -324,18 +314,28 @@ impl StudyService {
         Ok(out)
     }
 
-    /// A stored trace version's text (`None`: the latest) and its version.
-    pub async fn trace_text(
+    /// A stored trace version (`None`: the latest); a synthesis spec of that name is not one.
+    async fn stored_trace(
         &self,
         name: &str,
         version: Option<u32>,
-    ) -> Result<(u32, String), ServiceError> {
+    ) -> Result<WorkloadVersion, ServiceError> {
         let stored = self.store.workload(name, version).await?;
         if stored.kind != WorkloadKind::Trace {
             return Err(ServiceError::Store(StoreError::NotFound {
                 what: format!("trace `{name}` v{}", stored.meta.version),
             }));
         }
+        Ok(stored)
+    }
+
+    /// A stored trace version's text (`None`: the latest) and its version.
+    pub async fn trace_text(
+        &self,
+        name: &str,
+        version: Option<u32>,
+    ) -> Result<(u32, String), ServiceError> {
+        let stored = self.stored_trace(name, version).await?;
         Ok((stored.meta.version, stored.body))
     }
 
@@ -345,9 +345,9 @@ impl StudyService {
         &self,
         name: &str,
         version: Option<u32>,
-    ) -> Result<TraceRemoved, ServiceError> {
-        let (version, text) = self.trace_text(name, version).await?;
-        let sha256 = shortlist_store::content::ContentHash::of(text.as_bytes()).to_string();
+    ) -> Result<VersionRemoved, ServiceError> {
+        let stored = self.stored_trace(name, version).await?;
+        let (version, sha256) = (stored.meta.version, stored.meta.sha256.to_string());
         let uses = trace_uses(&self.study_files().await?, &sha256);
         if !uses.is_empty() {
             return Err(ServiceError::invalid(
@@ -369,7 +369,7 @@ impl StudyService {
             .map(|v| v.version)
             .max();
         tracing::info!(trace = name, version, "trace version removed");
-        Ok(TraceRemoved {
+        Ok(VersionRemoved {
             name: name.to_owned(),
             version,
             sha256,

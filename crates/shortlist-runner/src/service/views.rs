@@ -52,14 +52,25 @@ pub struct CandidateRemoved {
     pub versions: Vec<u32>,
 }
 
-/// An eval set version removed, and what is left of the set.
+/// One version of a stored eval set or trace removed, and what is left of it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct EvalSetRemoved {
+pub struct VersionRemoved {
     pub name: String,
     pub version: u32,
     pub sha256: String,
-    /// The set's latest version left (`None`: the set is gone with it).
+    /// The latest version left (`None`: the name is gone with it).
     pub remaining: Option<u32>,
+}
+
+impl VersionRemoved {
+    /// "eval set `x` v2 removed; its latest version is now v1", with `what` the kind of thing.
+    pub fn sentence(&self, what: &str) -> String {
+        let left = match self.remaining {
+            Some(v) => format!("its latest version is now v{v}"),
+            None => format!("the {what} is gone with it"),
+        };
+        format!("{what} {} v{} removed; {left}", self.name, self.version)
+    }
 }
 
 /// A lock, made now or found.
