@@ -632,7 +632,12 @@ fn queued_jobs_without_a_live_worker_are_named_and_a_worker_is_seen() {
         "{solo}"
     );
     assert_eq!(solo["beat_ms"], 500, "a quarter of --stale-after 2: {solo}");
-    let page = http(&serve.addr, "GET", "/workers", &[], b"").body;
+    // The page is read in its own moment: the worker may be between two jobs (idle for an
+    // instant) there, so it is read until it shows the worker at one.
+    let page = wait_for(60, "the page to show the worker working", || {
+        let page = http(&serve.addr, "GET", "/workers", &[], b"").body;
+        page.contains(">working<").then_some(page)
+    });
     assert!(
         page.contains(">solo<") && page.contains(">working<") && !page.contains("id=\"stranded\""),
         "{page}"
