@@ -68,17 +68,19 @@
         e.load.finished + "/" + e.load.total + " requests");
     }
     if (e.eta_s != null && e.phase === "running") parts.push("ETA " + duration(e.eta_s));
-    const state = { started: "running", running: "running", done: "done", failed: e.retry ? "queued" : "failed" }[e.phase];
+    const failed = e.retry ? "queued" : e.cancelled ? "cancelled" : "failed";
+    const state = { started: "running", running: "running", done: "done", failed: failed }[e.phase];
     if (e.phase === "done") fraction = 1;
     const badge = text(row, "state", state);
-    if (badge) badge.className = "badge " + ({ done: "good", failed: "bad", running: "info" }[state] || "none");
+    if (badge) badge.className = "badge " + ({ done: "good", failed: "bad", cancelled: "warn", running: "info" }[state] || "none");
     if (fraction != null) {
       const bar = row.querySelector('[data-field="bar"]');
       if (bar) bar.value = fraction;
       text(row, "percent", Math.round(fraction * 100) + " %");
     }
     if (parts.length || e.phase === "done" || e.phase === "failed") text(row, "text", parts.join(" · "));
-    if (e.message) text(row, "message", e.message);
+    // A finished quality job's closing message restates the counts of its progress line.
+    if (e.message && !(e.phase === "done" && e.cases)) text(row, "message", e.message);
   });
   source.addEventListener("state", function (message) {
     const badge = document.getElementById("study-state");

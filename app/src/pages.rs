@@ -92,18 +92,22 @@ fn job_row(job: JobView) -> impl IntoView {
         Some(p) if job.state == "done" && p.cases.is_none() => String::new(),
         p => progress_text(p),
     };
-    // A failure's message is its last error, shown in its own cell: not twice.
+    // A failure's message is its last error, shown in its own cell: not twice. A finished
+    // quality job's closing message restates the counts its progress line shows.
     let message = job
         .progress
         .as_ref()
+        .filter(|p| !(job.state == "done" && p.cases.is_some()))
         .and_then(|p| p.message.clone())
         .filter(|m| job.last_error.as_deref() != Some(m.as_str()))
         .unwrap_or_default();
+    let state = job.state_in_words().to_owned();
     let state_class = format!(
         "badge {}",
-        match job.state.as_str() {
+        match state.as_str() {
             "done" => "good",
             "failed" => "bad",
+            "cancelled" => "warn",
             "running" => "info",
             _ => "none",
         }
@@ -121,7 +125,7 @@ fn job_row(job: JobView) -> impl IntoView {
         <tr data-job=id.clone()>
             <td data-label=JOB_COLUMNS[0] class="inline">{job.candidate}</td>
             <td data-label=JOB_COLUMNS[1] class="inline">{job.kind.as_str()}</td>
-            <td data-label=JOB_COLUMNS[2] class="inline"><span class=state_class data-field="state">{job.state.clone()}</span></td>
+            <td data-label=JOB_COLUMNS[2] class="inline"><span class=state_class data-field="state">{state}</span></td>
             <td data-label=JOB_COLUMNS[3] class="progress-cell">
                 <progress max="1" value=value data-field="bar"></progress>
                 <span data-field="percent">{percent}</span>
@@ -314,18 +318,32 @@ pub fn study_page(
         let run_action = format!("{path}/runs");
         let cancel_action = format!("{path}/cancel");
         let retry_action = format!("{path}/retry");
-        // The newest generation finished with failures: they can be retried in place.
-        let failed_now = progress
-            .generations
-            .first()
-            .map_or(0, |g| g.jobs.iter().filter(|j| j.state == "failed").count());
+        // The newest generation finished with failed or cancelled jobs: they can be retried in
+        // place.
+        let ended_early: Vec<&str> = progress.generations.first().map_or_else(Vec::new, |g| {
+            g.jobs
+                .iter()
+                .filter(|j| j.state == "failed")
+                .map(|j| j.state_in_words())
+                .collect()
+        });
+        let failed_now = ended_early.len();
+        let retry_label = {
+            let cancelled = ended_early.iter().filter(|s| **s == "cancelled").count();
+            let which = match (cancelled, failed_now - cancelled) {
+                (0, _) => "failed",
+                (_, 0) => "cancelled",
+                _ => "failed and cancelled",
+            };
+            format!("Retry {which} jobs ({failed_now})")
+        };
         // Something left to cancel: a queued job, or a running one not yet told to stop.
         let cancellable =
             progress.generations.iter().flat_map(|g| &g.jobs).any(|j| {
                 j.state == "queued" || (j.state == "running" && j.cancel_reason.is_none())
             });
         let cancel_question = format!(
-            "Cancel the run of {} v{}? Its queued jobs fail now; running ones stop at the end of their current case or load step. What was stored so far stays.",
+            "Cancel the run of {} v{}? Its queued jobs are cancelled now; running ones stop at the end of their current case or load step. What was stored so far stays.",
             v.name, v.version
         );
         let delete_action = format!("{path}/delete");
@@ -461,7 +479,7 @@ pub fn study_page(
                     {(locked && done && failed_now > 0).then(|| view! {
                         <form method="post" action=retry_action.clone()>
                             <input type="hidden" name="version" value=shown.clone()/>
-                            <button type="submit" class="secondary" id="retry">{format!("Retry failed jobs ({failed_now})")}</button>
+                            <button type="submit" class="secondary" id="retry">{retry_label.clone()}</button>
                         </form>
                     })}
                     {(locked && done).then(|| view! {

@@ -789,6 +789,28 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
             && !page.contains("id=\"cancel\""),
         "{page}"
     );
+    // Cancelled, not failed, in words: each job's badge, the retry button, the event that
+    // pages following the run saw, and `study status`.
+    assert_eq!(
+        page.matches("data-field=\"state\" class=\"badge warn\">cancelled<")
+            .count(),
+        cancelled.len(),
+        "{page}"
+    );
+    assert!(
+        page.contains(&format!("Retry cancelled jobs ({})", cancelled.len())),
+        "{page}"
+    );
+    for j in &cancelled {
+        assert_eq!(j["progress"]["cancelled"], true, "{j}");
+    }
+    let status = crate::support::on_db(url, d, &["study", "status", "mini"]);
+    let said = String::from_utf8_lossy(&status.stdout).into_owned();
+    assert_eq!(
+        said.lines().filter(|l| l.contains(" cancelled ")).count(),
+        cancelled.len(),
+        "{said}"
+    );
     // Nothing left to cancel.
     let out = crate::support::on_db(url, d, &["study", "cancel", "mini"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

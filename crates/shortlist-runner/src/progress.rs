@@ -87,6 +87,9 @@ pub struct ProgressEvent {
     /// For a failed job: whether it was requeued for another attempt.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry: Option<bool>,
+    /// For a failed job: it was cancelled (`message` says by whom and when), not broken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cancelled: Option<bool>,
 }
 
 impl ProgressEvent {
@@ -181,6 +184,7 @@ impl ProgressSink {
             eta_s: None,
             message: None,
             retry: None,
+            cancelled: None,
         }
     }
 
@@ -288,6 +292,7 @@ mod tests {
             eta_s: None,
             message: None,
             retry: None,
+            cancelled: None,
         }
     }
 

@@ -273,6 +273,7 @@ impl Worker {
             let mut event = progress.event(Phase::Failed);
             event.message = Some(reason.clone());
             event.retry = Some(false);
+            event.cancelled = Some(true);
             progress.emit_async(event).await;
             return Ok(Outcome::Cancelled { id: job.id, reason });
         }

@@ -188,11 +188,11 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
                 )
             });
             println!(
-                "    job {:>4} {:<8} {:<12} {:<8} attempt {}/{}{}{}",
+                "    job {:>4} {:<8} {:<12} {:<9} attempt {}/{}{}{}",
                 j.id,
                 j.kind.as_str(),
                 j.candidate,
-                j.state,
+                j.state_in_words(),
                 j.attempts,
                 j.max_attempts,
                 progress,

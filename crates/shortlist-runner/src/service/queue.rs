@@ -363,6 +363,7 @@ impl StudyService {
                 eta_s: None,
                 message: Some(reason.clone()),
                 retry: Some(false),
+                cancelled: Some(true),
             };
             let json = serde_json::to_value(&event)
                 .map_err(|e| ServiceError::invalid("progress event", e.to_string()))?;

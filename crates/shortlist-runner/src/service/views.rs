@@ -160,6 +160,18 @@ pub struct JobView {
     pub cancel_reason: Option<String>,
 }
 
+impl JobView {
+    /// The state in a person's words: a failed job that was cancelled is `cancelled` (stored as
+    /// failed: it ended without its result), the others as stored.
+    pub fn state_in_words(&self) -> &str {
+        if self.state == "failed" && self.cancel_reason.is_some() {
+            "cancelled"
+        } else {
+            &self.state
+        }
+    }
+}
+
 /// One generation of a study version: its jobs and the records made from it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GenerationView {
