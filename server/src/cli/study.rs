@@ -231,7 +231,7 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
                     print_json(&done)?;
                 } else {
                     println!(
-                        "study {} v{} generation {}: {} queued job{} failed now, {} running stop at the end of the current case or load step ({})",
+                        "study {} v{} generation {}: {} job{} cancelled now (queued, or its worker gone), {} running stop at the end of the current case or load step ({})",
                         done.study,
                         done.version,
                         done.generation,
