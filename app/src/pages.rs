@@ -2,7 +2,7 @@
 //! list: `home.rs`).
 
 use leptos::prelude::*;
-use shortlist_runner::progress::ProgressEvent;
+use shortlist_runner::progress::{Phase, ProgressEvent};
 use shortlist_runner::service::views::{
     BaselineView, GenerationView, JobView, QueueView, RunProgress, StudyState, StudyVersionView,
     StudyView,
@@ -72,7 +72,10 @@ pub(crate) fn progress_text(p: Option<&ProgressEvent>) -> String {
             l.label, l.offered_rps, l.finished, l.total
         ));
     }
-    if let Some(eta) = p.eta_s {
+    // An estimate of the time left, while the job goes on (events stored before ended jobs
+    // stopped carrying one may still hold one).
+    let going = matches!(p.phase, Phase::Started | Phase::Running);
+    if let Some(eta) = p.eta_s.filter(|_| going) {
         parts.push(format!("ETA {}", duration_in_words(eta)));
     }
     parts.join(" · ")

@@ -885,6 +885,20 @@ fn study_cancel_fails_a_queued_run_at_once() {
         "{js:?}"
     );
     assert_eq!(workers_view(url, d)["queue"]["queued"], 0);
+    // Retried, they wait again as they did before anyone started them: their cancellation is
+    // their earlier attempt's, not their progress now.
+    assert!(
+        js.iter().all(|j| j["progress"]["cancelled"] == true),
+        "{js:?}"
+    );
+    json(url, d, &["study", "retry", "mini", "--json"]);
+    let again = jobs(url, d);
+    assert!(
+        again
+            .iter()
+            .all(|j| j["state"] == "queued" && j["progress"].is_null()),
+        "{again:?}"
+    );
 }
 
 /// A run whose worker was killed in the middle of a job: nobody is left to hear of a cancel, so

@@ -143,6 +143,8 @@ struct SinkState {
     start_fraction: Option<f64>,
     /// The last counts reported, carried into the final event.
     last_cases: Option<CaseCounts>,
+    /// The last load step reported, carried into a failure's event (where it stopped).
+    last_load: Option<LoadStepProgress>,
 }
 
 impl ProgressSink {
@@ -163,6 +165,7 @@ impl ProgressSink {
                 started: Instant::now(),
                 start_fraction: None,
                 last_cases: None,
+                last_load: None,
             }),
         }
     }
@@ -238,10 +241,25 @@ impl ProgressSink {
                 None if event.phase != Phase::Running => event.cases = state.last_cases,
                 None => {}
             }
+            // A finished load job's closing message says what it did; a failed (or cancelled)
+            // one keeps the step it stopped in.
+            match &event.load {
+                Some(l) => state.last_load = Some(l.clone()),
+                None if event.phase == Phase::Failed => event.load = state.last_load.clone(),
+                None => {}
+            }
             if let Some(fraction) = event.fraction() {
                 let start = *state.start_fraction.get_or_insert(fraction);
                 let elapsed = state.started.elapsed().as_secs_f64();
-                if event.eta_s.is_none() && fraction > start && fraction < 1.0 && elapsed > 1.0 {
+                // An estimate of the time left, while there is time left: not on a job that
+                // ended.
+                let going = matches!(event.phase, Phase::Started | Phase::Running);
+                if going
+                    && event.eta_s.is_none()
+                    && fraction > start
+                    && fraction < 1.0
+                    && elapsed > 1.0
+                {
                     event.eta_s = Some(elapsed * (1.0 - fraction) / (fraction - start));
                 }
             }
@@ -317,5 +335,78 @@ mod tests {
             total: 40,
         });
         assert_eq!(load.fraction(), Some(0.375));
+    }
+
+    /// A job that ends says where it stopped and estimates no time left: a failed quality run
+    /// keeps its counts, a failed (or cancelled) load run its step, and neither an ETA.
+    #[test]
+    fn an_ended_job_keeps_where_it_stopped_and_no_estimate() {
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}?mode=rwc", dir.path().join("p.db").display());
+        let store = rt.block_on(Store::connect(&url)).unwrap();
+        let job = |kind| JobRef {
+            job: 1,
+            attempt: 1,
+            study: "s".into(),
+            version: 1,
+            generation: 1,
+            candidate: "c".into(),
+            kind,
+        };
+        let sink = |kind| {
+            let sink = ProgressSink::new(store.clone(), rt.handle().clone(), job(kind), None);
+            // The attempt started a while ago, so that an estimate can be made.
+            sink.state.lock().unwrap().started = Instant::now() - Duration::from_secs(10);
+            sink
+        };
+        let json_of = |sink: &ProgressSink, e: ProgressEvent| sink.prepare(e).unwrap().2;
+
+        let quality = sink(JobKind::Quality);
+        let mut first = quality.event(Phase::Running);
+        first.cases = Some(CaseCounts {
+            done: 1,
+            total: 4,
+            ..CaseCounts::default()
+        });
+        json_of(&quality, first);
+        let mut later = quality.event(Phase::Running);
+        later.cases = Some(CaseCounts {
+            done: 2,
+            total: 4,
+            ..CaseCounts::default()
+        });
+        later.message = Some("stored".into());
+        let running = json_of(&quality, later);
+        assert!(running["eta_s"].as_f64().unwrap() > 0.0, "{running}");
+        let failed = json_of(&quality, quality.event(Phase::Failed));
+        assert_eq!(failed["cases"]["done"], 2, "{failed}");
+        assert!(failed.get("eta_s").is_none(), "{failed}");
+
+        let load = sink(JobKind::Load);
+        let step = |finished| LoadStepProgress {
+            label: "target".into(),
+            offered_rps: 0.25,
+            index: 0,
+            steps: 2,
+            finished,
+            failed: 0,
+            total: 40,
+        };
+        for finished in [4, 12] {
+            let mut e = load.event(Phase::Running);
+            e.load = Some(step(finished));
+            e.message = Some("step".into());
+            json_of(&load, e);
+        }
+        let mut cancelled = load.event(Phase::Failed);
+        cancelled.cancelled = Some(true);
+        let stopped = json_of(&load, cancelled);
+        assert_eq!(stopped["load"]["finished"], 12, "{stopped}");
+        assert_eq!(stopped["cancelled"], true, "{stopped}");
+        assert!(stopped.get("eta_s").is_none(), "{stopped}");
+        // A finished load job says what it did in its message, not its last step's counts.
+        let done = json_of(&load, load.event(Phase::Done));
+        assert!(done.get("load").is_none(), "{done}");
     }
 }

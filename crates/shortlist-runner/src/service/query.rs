@@ -19,7 +19,7 @@ use super::{StudyService, not_found};
 use crate::error::ServiceError;
 use crate::fingerprint::MachineFingerprint;
 use crate::jobs::JobKind;
-use crate::progress::ProgressEvent;
+use crate::progress::{Phase, ProgressEvent};
 use crate::time::rfc3339_ms;
 
 /// Whether a stored candidate configuration is the one a study's candidate makes: the same
@@ -60,6 +60,12 @@ fn job_view(job: &Job, progress: Option<ProgressEvent>) -> Result<JobView, Servi
         what: format!("table `jobs`, row {}", job.id),
         why: format!("unknown job kind `{}`", job.kind),
     })?;
+    // A queued job whose latest event says it ended for good was queued again since (`study
+    // retry`): that event is its earlier attempt's, not its progress now. (A failure that was
+    // requeued for another attempt says so, `retry`, and stays: it is why the job waits.)
+    let progress = progress.filter(|p| {
+        !(job.state.as_str() == "queued" && p.phase == Phase::Failed && p.retry != Some(true))
+    });
     Ok(JobView {
         id: job.id,
         kind,
