@@ -180,10 +180,12 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
                             .map_or_else(String::new, |s| format!(" (ETA {:.0} s)", s))
                     )
                 });
+                // A failure's message is its last error, printed after: not twice.
                 format!(
                     "{done}{}",
                     p.message
                         .as_ref()
+                        .filter(|m| j.last_error.as_ref() != Some(*m))
                         .map_or_else(String::new, |m| format!(" — {m}"))
                 )
             });
