@@ -464,7 +464,7 @@ impl Store {
         }
         // The kinds to redo are few and the store's own names: bound, one placeholder each.
         let kinds = (0..redo.len())
-            .map(|i| format!("${}", i + 4))
+            .map(|i| format!("${}", i + 5))
             .collect::<Vec<_>>()
             .join(", ");
         let redo_clause = if redo.is_empty() {
@@ -475,13 +475,16 @@ impl Store {
         let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "UPDATE jobs SET state = 'queued', attempts = 0, claimed_by = NULL, \
              claimed_at_ms = NULL, heartbeat_ms = NULL, last_error = NULL, finished_at_ms = NULL, \
-             not_before_ms = NULL, cancel_requested_at_ms = NULL, cancel_reason = NULL \
+             not_before_ms = $4, cancel_requested_at_ms = NULL, cancel_reason = NULL \
              WHERE study = $1 AND study_version = $2 AND generation = $3 \
              AND (state = 'failed'{redo_clause}) RETURNING id"
         )))
         .bind(study)
         .bind(i64::from(version))
-        .bind(i64::from(generation));
+        .bind(i64::from(generation))
+        // Claimable from now: the queue counts its wait from here, not from the generation's
+        // start.
+        .bind(now_ms());
         for kind in redo {
             query = query.bind(*kind);
         }

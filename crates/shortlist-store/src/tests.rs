@@ -1325,11 +1325,20 @@ async fn retrying_a_generation_queues_its_failures_and_its_records(store: Store)
         .cancel_jobs("support", 1, 1, "cancelled")
         .await
         .unwrap();
+    let created = store.job(quality).await.unwrap().created_at_ms;
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let retried_at = crate::now_ms();
     let again = store
         .retry_failed_jobs("support", 1, 1, &["record"])
         .await
         .unwrap();
     assert_eq!(again, vec![quality, load, record]);
+    // The queue counts their wait from the retry, not from when the generation was made.
+    let oldest = store.queue_counts().await.unwrap().oldest_queued_at_ms;
+    assert!(
+        oldest.is_some_and(|t| t >= retried_at && t > created),
+        "{oldest:?} against a retry at {retried_at} of jobs made at {created}"
+    );
     for id in [quality, load, record] {
         let j = store.job(id).await.unwrap();
         assert_eq!(

@@ -47,7 +47,8 @@ pub struct QueueCounts {
     pub running: u64,
     pub done: u64,
     pub failed: u64,
-    /// When the oldest queued job was queued (Unix milliseconds).
+    /// When the oldest queued job was queued (Unix milliseconds): queued again (`study retry`)
+    /// or held back (a retry's backoff), from when it may be claimed.
     pub oldest_queued_at_ms: Option<i64>,
 }
 
@@ -162,7 +163,8 @@ impl Store {
     /// How many jobs are in each state, counted by the database (not loaded).
     pub async fn queue_counts(&self) -> Result<QueueCounts, StoreError> {
         let rows = sqlx::query(
-            "SELECT state, COUNT(*) AS n, MIN(created_at_ms) AS oldest FROM jobs GROUP BY state",
+            "SELECT state, COUNT(*) AS n, MIN(CASE WHEN not_before_ms > created_at_ms \
+             THEN not_before_ms ELSE created_at_ms END) AS oldest FROM jobs GROUP BY state",
         )
         .fetch_all(&self.pool)
         .await
