@@ -125,6 +125,29 @@ pub struct JobRef {
     pub kind: JobKind,
 }
 
+impl JobRef {
+    /// An event of this job in `phase`, now, with nothing filled in.
+    pub fn event(&self, phase: Phase) -> ProgressEvent {
+        ProgressEvent {
+            job: self.job,
+            attempt: self.attempt,
+            study: self.study.clone(),
+            version: self.version,
+            generation: self.generation,
+            candidate: self.candidate.clone(),
+            kind: self.kind,
+            phase,
+            at_ms: now_ms(),
+            cases: None,
+            load: None,
+            eta_s: None,
+            message: None,
+            retry: None,
+            cancelled: None,
+        }
+    }
+}
+
 /// Writes one job's events to the store (rate-limited) and to in-process subscribers.
 #[derive(Debug)]
 pub struct ProgressSink {
@@ -172,23 +195,7 @@ impl ProgressSink {
 
     /// An event of this job in `phase`, to fill in and [`ProgressSink::emit`].
     pub fn event(&self, phase: Phase) -> ProgressEvent {
-        ProgressEvent {
-            job: self.job.job,
-            attempt: self.job.attempt,
-            study: self.job.study.clone(),
-            version: self.job.version,
-            generation: self.job.generation,
-            candidate: self.job.candidate.clone(),
-            kind: self.job.kind,
-            phase,
-            at_ms: now_ms(),
-            cases: None,
-            load: None,
-            eta_s: None,
-            message: None,
-            retry: None,
-            cancelled: None,
-        }
+        self.job.event(phase)
     }
 
     /// Report `event` from a job's own thread (not from async code: see
@@ -290,28 +297,27 @@ impl ProgressSink {
 mod tests {
     use super::*;
 
-    fn event() -> ProgressEvent {
-        ProgressEvent {
+    fn job(kind: JobKind) -> JobRef {
+        JobRef {
             job: 1,
             attempt: 1,
             study: "s".into(),
             version: 1,
             generation: 1,
             candidate: "c".into(),
-            kind: JobKind::Quality,
-            phase: Phase::Running,
-            at_ms: 0,
-            cases: Some(CaseCounts {
-                done: 3,
-                total: 4,
-                ..CaseCounts::default()
-            }),
-            load: None,
-            eta_s: None,
-            message: None,
-            retry: None,
-            cancelled: None,
+            kind,
         }
+    }
+
+    fn event() -> ProgressEvent {
+        let mut e = job(JobKind::Quality).event(Phase::Running);
+        e.at_ms = 0;
+        e.cases = Some(CaseCounts {
+            done: 3,
+            total: 4,
+            ..CaseCounts::default()
+        });
+        e
     }
 
     #[test]
@@ -345,15 +351,6 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let url = format!("sqlite://{}?mode=rwc", dir.path().join("p.db").display());
         let store = rt.block_on(Store::connect(&url)).unwrap();
-        let job = |kind| JobRef {
-            job: 1,
-            attempt: 1,
-            study: "s".into(),
-            version: 1,
-            generation: 1,
-            candidate: "c".into(),
-            kind,
-        };
         let sink = |kind| {
             let sink = ProgressSink::new(store.clone(), rt.handle().clone(), job(kind), None);
             // The attempt started a while ago, so that an estimate can be made.

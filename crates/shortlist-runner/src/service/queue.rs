@@ -10,7 +10,7 @@ use super::StudyService;
 use crate::error::ServiceError;
 use crate::fingerprint::MachineFingerprint;
 use crate::jobs::JobKind;
-use crate::progress::{Phase, ProgressEvent};
+use crate::progress::{JobRef, Phase};
 use crate::time::rfc3339_ms;
 
 /// The job queue as a whole: how many jobs in each state, how long the oldest queued one has
@@ -348,7 +348,7 @@ impl StudyService {
             let Some(kind) = JobKind::parse(&job.kind) else {
                 continue;
             };
-            let event = ProgressEvent {
+            let mut event = JobRef {
                 job: job.id,
                 attempt: job.attempts,
                 study: name.to_owned(),
@@ -356,15 +356,11 @@ impl StudyService {
                 generation,
                 candidate: job.candidate.clone().unwrap_or_default(),
                 kind,
-                phase: Phase::Failed,
-                at_ms: crate::time::now_ms(),
-                cases: None,
-                load: None,
-                eta_s: None,
-                message: Some(reason.clone()),
-                retry: Some(false),
-                cancelled: Some(true),
-            };
+            }
+            .event(Phase::Failed);
+            event.message = Some(reason.clone());
+            event.retry = Some(false);
+            event.cancelled = Some(true);
             let json = serde_json::to_value(&event)
                 .map_err(|e| ServiceError::invalid("progress event", e.to_string()))?;
             self.store.put_progress(job.id, event.at_ms, &json).await?;
