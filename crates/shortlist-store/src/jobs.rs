@@ -499,7 +499,7 @@ impl Store {
     }
 
     /// Hand back to the queue every running job whose heartbeat is older than `stale_after`
-    /// (its worker died); a job out of attempts fails instead. Returns how many were requeued
+    /// (its worker died), claimable from now; a job out of attempts fails instead. Returns how many were requeued
     /// and how many failed.
     pub async fn requeue_stale_jobs(
         &self,
@@ -522,10 +522,12 @@ impl Store {
         .map_err(sql(op))?
         .rows_affected();
         let requeued = sqlx::query(
+            // Claimable from now: the queue counts its wait from the hand-back.
             "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_at_ms = NULL, \
-             heartbeat_ms = NULL WHERE state = 'running' AND heartbeat_ms < $1",
+             heartbeat_ms = NULL, not_before_ms = $2 WHERE state = 'running' AND heartbeat_ms < $1",
         )
         .bind(cutoff)
+        .bind(now_ms())
         .execute(&mut *tx)
         .await
         .map_err(sql(op))?
@@ -538,7 +540,8 @@ impl Store {
     }
 
     /// Hand a running job back to the queue without counting the attempt (a worker asked to
-    /// stop between cases) — or, when it was cancelled meanwhile, fail it with the reason.
+    /// stop between cases), claimable from now — or, when it was cancelled meanwhile, fail it
+    /// with the reason.
     pub async fn release_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
         let done = sqlx::query(
             "UPDATE jobs SET claimed_by = NULL, claimed_at_ms = NULL, heartbeat_ms = NULL, \
@@ -547,7 +550,8 @@ impl Store {
                  ELSE cancel_reason END, \
              finished_at_ms = CASE WHEN cancel_requested_at_ms IS NULL THEN NULL ELSE $3 END, \
              attempts = CASE WHEN attempts > 0 AND cancel_requested_at_ms IS NULL \
-                 THEN attempts - 1 ELSE attempts END \
+                 THEN attempts - 1 ELSE attempts END, \
+             not_before_ms = CASE WHEN cancel_requested_at_ms IS NULL THEN $3 ELSE NULL END \
              WHERE id = $1 AND state = 'running' AND claimed_by = $2",
         )
         .bind(id)

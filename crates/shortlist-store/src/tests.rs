@@ -733,6 +733,14 @@ async fn job_failures_and_stale_claims(store: Store) {
             .unwrap(),
         (1, 0)
     );
+    // Its wait counts from the hand-back, and it is claimable at once.
+    let requeued = store.job(id2).await.unwrap();
+    assert!(
+        requeued
+            .not_before_ms
+            .is_some_and(|t| t > requeued.created_at_ms + 10),
+        "{requeued:?}"
+    );
     let taken = store.claim_next_job("d").await.unwrap().unwrap();
     assert_eq!((taken.id, taken.attempts), (id2, 2));
     // The dead worker's late completion is refused.
@@ -1200,10 +1208,19 @@ async fn workers_are_seen_and_the_queue_counted(store: Store) {
         (0, 1, 1, 1)
     );
     assert_eq!(counts.oldest_queued_at_ms, None);
+    // A job handed back waits from the hand-back, not from its creation.
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let released_at = crate::now_ms();
     store.release_job(third.id, "w1").await.unwrap();
     let counts = store.queue_counts().await.unwrap();
     assert_eq!((counts.queued, counts.running), (1, 0));
-    assert!(counts.oldest_queued_at_ms.is_some_and(|t| t >= oldest));
+    assert!(
+        counts
+            .oldest_queued_at_ms
+            .is_some_and(|t| t >= released_at && t > oldest),
+        "{:?} against a hand-back at {released_at} of jobs made from {oldest}",
+        counts.oldest_queued_at_ms
+    );
     assert_eq!(counts.of(JobState::Done), 1);
 }
 contract!(workers_are_seen_and_the_queue_counted);
