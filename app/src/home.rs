@@ -46,6 +46,7 @@ pub fn home_page(data: HomeData) -> String {
                 let href = crate::study_url(&r.study, Some(r.version));
                 let (tone, word) = match r.state.as_str() {
                     "done" => ("good", "done"),
+                    "failed" if r.cancelled => ("warn", "cancelled"),
                     "failed" => ("bad", "failed"),
                     "running" => ("warn", "running"),
                     other => ("none", if other == "pending" { "pending" } else { "queued" }),

@@ -229,11 +229,12 @@ fn generation(
                     .into_iter()
                     .map(|r| {
                         let what = format!("{} {}", r.kind, r.label);
+                        let state = r.state_in_words().to_owned();
                         view! {
                             <tr>
                                 <td data-label=RUN_COLUMNS[0] class="inline">{what}</td>
                                 <td data-label=RUN_COLUMNS[1] class="inline">{r.candidate}</td>
-                                <td data-label=RUN_COLUMNS[2] class="inline">{r.state}</td>
+                                <td data-label=RUN_COLUMNS[2] class="inline">{state}</td>
                                 <td data-label=RUN_COLUMNS[3] class="small">{r.machine.unwrap_or_default()}</td>
                                 <td data-label=RUN_COLUMNS[4] class="small inline">{r.worker.unwrap_or_default()}</td>
                                 <td data-label=RUN_COLUMNS[5] class="small inline">{r.started_at.unwrap_or_default()}</td>

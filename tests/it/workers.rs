@@ -804,11 +804,40 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     for j in &cancelled {
         assert_eq!(j["progress"]["cancelled"], true, "{j}");
     }
+    // The run the running job held ended with it: the home page's recent runs say cancelled,
+    // and nothing there is still running.
+    let home = http(&serve.addr, "GET", "/", &[], b"").body;
+    let runs = &home[home.find("Recent runs").expect("the recent runs")..];
+    assert!(runs.contains("class=\"badge warn\">cancelled<"), "{runs}");
+    assert!(!runs.contains(">running<"), "{runs}");
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    let runs = status["generations"][0]["runs"].as_array().unwrap().clone();
+    let ended_runs: Vec<&Value> = runs.iter().filter(|r| r["cancelled"] == true).collect();
+    assert_eq!(ended_runs.len(), 1, "the held job's quality run: {runs:?}");
+    assert_eq!(
+        (
+            &ended_runs[0]["state"],
+            &ended_runs[0]["kind"],
+            &ended_runs[0]["error"]
+        ),
+        (
+            &Value::from("failed"),
+            &Value::from("quality"),
+            &stopped["cancel_reason"]
+        ),
+        "{runs:?}"
+    );
+    assert!(runs.iter().all(|r| r["state"] != "running"), "{runs:?}");
     let status = crate::support::on_db(url, d, &["study", "status", "mini"]);
     let said = String::from_utf8_lossy(&status.stdout).into_owned();
+    let lines = |what: &str| {
+        said.lines()
+            .filter(|l| l.trim_start().starts_with(what) && l.contains(" cancelled "))
+            .count()
+    };
     assert_eq!(
-        said.lines().filter(|l| l.contains(" cancelled ")).count(),
-        cancelled.len(),
+        (lines("job "), lines("run ")),
+        (cancelled.len(), 1),
         "{said}"
     );
     // Nothing left to cancel.
@@ -845,6 +874,13 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     );
     let again = finished.iter().find(|j| j["id"] == held["id"]).unwrap();
     assert_eq!(again["attempts"], 1, "{again}");
+    // Its run started again and finished: no run reads cancelled any more.
+    let home = http(&serve.addr, "GET", "/", &[], b"").body;
+    let runs = &home[home.find("Recent runs").expect("the recent runs")..];
+    assert!(
+        !runs.contains(">cancelled<") && !runs.contains(">running<") && runs.contains(">done<"),
+        "{runs}"
+    );
     for candidate in ["smol", "twin"] {
         let record = json(url, d, &["record", candidate, "--study", "mini", "--json"]);
         assert_eq!(

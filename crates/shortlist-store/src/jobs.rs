@@ -169,6 +169,39 @@ const CLAIMABLE: &str = "SELECT j.id FROM jobs j WHERE j.state = 'queued' \
           WHERE g.grp = j.waits_for_grp AND g.state NOT IN ('done', 'failed'))) \
      ORDER BY j.priority DESC, j.id LIMIT 1";
 
+/// Fail the unfinished runs of job `$2`, when the job failed (for good, or cancelled): with the
+/// job's error, stamped cancelled when it was. A job's runs are its study version's, generation's
+/// and candidate's of its kind (a load job's: `load` and `sweep`); `$1` is now.
+const END_RUNS: &str = "UPDATE runs SET state = 'failed', finished_at_ms = $1, \
+     error = (SELECT j.last_error FROM jobs j WHERE j.id = $2), \
+     cancelled_at_ms = (SELECT j.cancel_requested_at_ms FROM jobs j WHERE j.id = $2) \
+     WHERE state IN ('pending', 'running') AND EXISTS (SELECT 1 FROM jobs j \
+         JOIN studies s ON s.name = j.study AND s.version = j.study_version \
+         WHERE j.id = $2 AND j.state = 'failed' AND s.id = runs.study_id \
+         AND j.generation = runs.generation AND j.candidate = runs.candidate \
+         AND (j.kind = runs.kind OR (j.kind = 'load' AND runs.kind = 'sweep')))";
+
+/// [`END_RUNS`] for each of `ids`, in the transaction that failed them; returns how many runs
+/// ended.
+async fn end_runs_of(
+    tx: &mut sqlx::AnyConnection,
+    ids: &[i64],
+    now: i64,
+    op: &str,
+) -> Result<u64, StoreError> {
+    let mut ended = 0;
+    for id in ids {
+        ended += sqlx::query(END_RUNS)
+            .bind(now)
+            .bind(*id)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql(op))?
+            .rows_affected();
+    }
+    Ok(ended)
+}
+
 impl Store {
     /// Queue a job; returns its id.
     pub async fn enqueue_job(
@@ -335,7 +368,8 @@ impl Store {
     /// Cancel the unfinished jobs of generation `generation` of study `study` v`version`:
     /// queued ones fail now with `reason`; running ones are marked, and their workers fail them
     /// with it at the end of the unit in hand (a cancelled job is never queued again, whatever
-    /// its worker does). Jobs already cancelled are left as they are.
+    /// its worker does). Jobs already cancelled are left as they are. A job that fails ends its
+    /// unfinished runs with it (failed, stamped cancelled), here and wherever a job fails.
     pub async fn cancel_jobs(
         &self,
         study: &str,
@@ -372,6 +406,8 @@ impl Store {
                 .map_err(sql(&op))?;
             *ids_of = ids(rows)?;
         }
+        // A queued job may hold a run it started before it was handed back.
+        end_runs_of(&mut tx, &found[0], now, &op).await?;
         tx.commit().await.map_err(sql(&op))?;
         let [mut failed, mut stopping] = found;
         failed.sort_unstable();
@@ -397,7 +433,7 @@ impl Store {
 
     /// Record a failure. With [`Retry::After`] and attempts left, the job goes back to the
     /// queue, claimable after the backoff; otherwise — or when it was cancelled — it fails for
-    /// good.
+    /// good, and so do its unfinished runs.
     pub async fn fail_job(
         &self,
         id: i64,
@@ -410,6 +446,8 @@ impl Store {
             Retry::After(d) => (1, i64::try_from(d.as_millis()).unwrap_or(i64::MAX / 2)),
         };
         let now = now_ms();
+        let op = format!("failing job {id}");
+        let mut tx = self.write_tx(&op).await?;
         let done = sqlx::query(
             "UPDATE jobs SET last_error = $1, claimed_by = NULL, claimed_at_ms = NULL, \
              heartbeat_ms = NULL, \
@@ -427,9 +465,13 @@ impl Store {
         .bind(id)
         .bind(worker)
         .bind(now.saturating_add(backoff_ms))
-        .execute(&self.pool)
+        .execute(&mut *tx)
         .await
-        .map_err(sql(format!("failing job {id}")))?;
+        .map_err(sql(&op))?;
+        if done.rows_affected() == 1 {
+            end_runs_of(&mut tx, &[id], now, &op).await?;
+        }
+        tx.commit().await.map_err(sql(&op))?;
         self.held_or_error(id, worker, done.rows_affected()).await?;
         Ok(self.job(id).await?.state)
     }
@@ -505,7 +547,8 @@ impl Store {
         &self,
         stale_after: Duration,
     ) -> Result<(u64, u64), StoreError> {
-        let cutoff = now_ms() - i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        let cutoff = now - i64::try_from(stale_after.as_millis()).unwrap_or(i64::MAX);
         let op = "requeueing stale jobs";
         let mut tx = self.write_tx(op).await?;
         let failed = sqlx::query(
@@ -513,21 +556,25 @@ impl Store {
              last_error = COALESCE(cancel_reason, last_error, \
                  'worker stopped answering (stale heartbeat)') \
              WHERE state = 'running' AND heartbeat_ms < $2 \
-             AND (attempts >= max_attempts OR cancel_requested_at_ms IS NOT NULL)",
+             AND (attempts >= max_attempts OR cancel_requested_at_ms IS NOT NULL) RETURNING id",
         )
-        .bind(now_ms())
+        .bind(now)
         .bind(cutoff)
-        .execute(&mut *tx)
+        .fetch_all(&mut *tx)
         .await
         .map_err(sql(op))?
-        .rows_affected();
+        .iter()
+        .map(|r| col(r, "jobs", &"?", "id"))
+        .collect::<Result<Vec<i64>, _>>()?;
+        end_runs_of(&mut tx, &failed, now, op).await?;
+        let failed = failed.len() as u64;
         let requeued = sqlx::query(
             // Claimable from now: the queue counts its wait from the hand-back.
             "UPDATE jobs SET state = 'queued', claimed_by = NULL, claimed_at_ms = NULL, \
              heartbeat_ms = NULL, not_before_ms = $2 WHERE state = 'running' AND heartbeat_ms < $1",
         )
         .bind(cutoff)
-        .bind(now_ms())
+        .bind(now)
         .execute(&mut *tx)
         .await
         .map_err(sql(op))?
@@ -543,6 +590,9 @@ impl Store {
     /// stop between cases), claimable from now — or, when it was cancelled meanwhile, fail it
     /// with the reason.
     pub async fn release_job(&self, id: i64, worker: &str) -> Result<(), StoreError> {
+        let op = format!("releasing job {id}");
+        let now = now_ms();
+        let mut tx = self.write_tx(&op).await?;
         let done = sqlx::query(
             "UPDATE jobs SET claimed_by = NULL, claimed_at_ms = NULL, heartbeat_ms = NULL, \
              state = CASE WHEN cancel_requested_at_ms IS NULL THEN 'queued' ELSE 'failed' END, \
@@ -556,10 +606,14 @@ impl Store {
         )
         .bind(id)
         .bind(worker)
-        .bind(now_ms())
-        .execute(&self.pool)
+        .bind(now)
+        .execute(&mut *tx)
         .await
-        .map_err(sql(format!("releasing job {id}")))?;
+        .map_err(sql(&op))?;
+        if done.rows_affected() == 1 {
+            end_runs_of(&mut tx, &[id], now, &op).await?;
+        }
+        tx.commit().await.map_err(sql(&op))?;
         self.held_or_error(id, worker, done.rows_affected()).await
     }
 

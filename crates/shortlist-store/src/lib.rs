@@ -159,6 +159,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0010_cancel.sql"),
         false,
     ),
+    (
+        11,
+        "run_ends",
+        include_str!("../../../migrations/sqlite/0011_run_ends.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -219,6 +225,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         10,
         "cancel",
         include_str!("../../../migrations/postgres/0010_cancel.sql"),
+        false,
+    ),
+    (
+        11,
+        "run_ends",
+        include_str!("../../../migrations/postgres/0011_run_ends.sql"),
         false,
     ),
 ];

@@ -112,6 +112,8 @@ pub struct Run {
     pub label: String,
     pub state: RunState,
     pub error: Option<String>,
+    /// When its job was cancelled, for a run that ended with it (`Failed`, `error` the reason).
+    pub cancelled_at_ms: Option<i64>,
     /// Who executed it last (`None` before it started).
     pub executor: Option<Executor>,
     /// Unix milliseconds.
@@ -162,7 +164,8 @@ pub struct LoadResult {
 }
 
 const RUN_COLUMNS: &str = "id, study_id, generation, run_trigger, candidate, kind, label, state, \
-     error, worker, machine_json, code_version, created_at_ms, started_at_ms, finished_at_ms";
+     error, cancelled_at_ms, worker, machine_json, code_version, created_at_ms, started_at_ms, \
+     finished_at_ms";
 
 fn run_row(row: &sqlx::any::AnyRow) -> Result<Run, StoreError> {
     let id: i64 = col(row, "runs", &"?", "id")?;
@@ -218,6 +221,7 @@ fn run_row(row: &sqlx::any::AnyRow) -> Result<Run, StoreError> {
             why: format!("unknown state `{state}`"),
         })?,
         error: col(row, "runs", &id, "error")?,
+        cancelled_at_ms: col(row, "runs", &id, "cancelled_at_ms")?,
         started_at_ms: col(row, "runs", &id, "started_at_ms")?,
         finished_at_ms: col(row, "runs", &id, "finished_at_ms")?,
     })
@@ -394,7 +398,8 @@ impl Store {
     /// executor is the last one that worked on it).
     pub async fn start_run(&self, id: i64, executor: &Executor) -> Result<(), StoreError> {
         let done = sqlx::query(
-            "UPDATE runs SET state = 'running', error = NULL, \
+            "UPDATE runs SET state = 'running', error = NULL, cancelled_at_ms = NULL, \
+             finished_at_ms = NULL, \
              started_at_ms = COALESCE(started_at_ms, $1), worker = $2, machine_json = $3, \
              code_version = $4 WHERE id = $5",
         )

@@ -1301,6 +1301,119 @@ async fn a_cancelled_generation_never_runs_again(store: Store) {
 }
 contract!(a_cancelled_generation_never_runs_again);
 
+/// A job that fails for good ends its unfinished runs with it — failed with its error, stamped
+/// when it was cancelled — however it failed: its worker gave up, it was cancelled and handed
+/// back, its worker died. A failure meant for a retry, other generations' runs and finished
+/// runs are left as they are; a run started again loses the stamp.
+async fn a_job_that_fails_ends_its_runs(store: Store) {
+    locked_study(&store).await;
+    let reason = "cancelled from the test at 2026-12-06T10:00:00Z";
+    let spec = |generation: u32, kind: RunKind, label: &str| RunSpec {
+        study: "support".to_owned(),
+        study_version: 1,
+        generation,
+        candidate: "small".to_owned(),
+        kind,
+        label: label.to_owned(),
+    };
+    let job = |kind: &str, generation: u32, max_attempts: u32| NewJob {
+        generation,
+        max_attempts,
+        ..new_job(kind, None, None, 0)
+    };
+    let started = |spec: RunSpec| {
+        let store = store.clone();
+        async move {
+            let run = store.open_run(&spec).await.unwrap();
+            store.start_run(run.id, &executor()).await.unwrap();
+            run.id
+        }
+    };
+    let state = |id: i64| {
+        let store = store.clone();
+        async move {
+            let r = store.run(id).await.unwrap();
+            (
+                r.state,
+                r.error,
+                r.cancelled_at_ms.is_some(),
+                r.finished_at_ms.is_some(),
+            )
+        }
+    };
+
+    // Generation 1's quality job: a retryable failure keeps its run going; the last one ends it.
+    let quality = store.enqueue(&job("quality", 1, 2)).await.unwrap();
+    let other = started(spec(9, RunKind::Quality, "quality")).await;
+    store.claim_next_job("w").await.unwrap().unwrap();
+    let q1 = started(spec(1, RunKind::Quality, "quality")).await;
+    store
+        .fail_job(quality, "w", "reset", Retry::After(Duration::ZERO))
+        .await
+        .unwrap();
+    assert_eq!(state(q1).await, (RunState::Running, None, false, false));
+    store.claim_next_job("w").await.unwrap().unwrap();
+    store
+        .fail_job(quality, "w", "boom", Retry::Never)
+        .await
+        .unwrap();
+    assert_eq!(
+        state(q1).await,
+        (RunState::Failed, Some("boom".to_owned()), false, true)
+    );
+    assert_eq!(state(other).await, (RunState::Running, None, false, false));
+
+    // Generation 2's load job, cancelled while its sweep runs: its target run stays done.
+    let load = store.enqueue(&job("load", 2, 3)).await.unwrap();
+    store.claim_next_job("w").await.unwrap().unwrap();
+    let target = started(spec(2, RunKind::Load, "target")).await;
+    store.finish_run(target, Ok(())).await.unwrap();
+    let sweep = started(spec(2, RunKind::Sweep, "sweep")).await;
+    store.cancel_jobs("support", 1, 2, reason).await.unwrap();
+    assert_eq!(
+        state(sweep).await.0,
+        RunState::Running,
+        "until its worker stops"
+    );
+    store.release_job(load, "w").await.unwrap();
+    assert_eq!(
+        state(sweep).await,
+        (RunState::Failed, Some(reason.to_owned()), true, true)
+    );
+    assert_eq!(state(target).await, (RunState::Done, None, false, true));
+    // Retried, it starts again: running, no error, no stamp, not finished.
+    store.start_run(sweep, &executor()).await.unwrap();
+    assert_eq!(state(sweep).await, (RunState::Running, None, false, false));
+
+    // Generation 3's fit job, its worker gone: out of attempts, it fails and so does its run.
+    store.enqueue(&job("fit", 3, 1)).await.unwrap();
+    store.claim_next_job("dead").await.unwrap().unwrap();
+    let fit = started(spec(3, RunKind::Fit, "memory")).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    assert_eq!(
+        store.requeue_stale_jobs(Duration::ZERO).await.unwrap(),
+        (0, 1)
+    );
+    let (s, error, cancelled, finished) = state(fit).await;
+    assert_eq!((s, cancelled, finished), (RunState::Failed, false, true));
+    assert!(error.is_some_and(|e| e.contains("stale heartbeat")));
+
+    // Generation 4's job, cancelled while queued (handed back with its run started before).
+    let queued = store.enqueue(&job("quality", 4, 3)).await.unwrap();
+    store.claim_next_job("w").await.unwrap().unwrap();
+    let q4 = started(spec(4, RunKind::Quality, "quality")).await;
+    store.release_job(queued, "w").await.unwrap();
+    assert_eq!(state(q4).await.0, RunState::Running);
+    let done = store.cancel_jobs("support", 1, 4, reason).await.unwrap();
+    assert_eq!(done.failed, vec![queued]);
+    assert_eq!(
+        state(q4).await,
+        (RunState::Failed, Some(reason.to_owned()), true, true)
+    );
+    assert_eq!(state(other).await.0, RunState::Running);
+}
+contract!(a_job_that_fails_ends_its_runs);
+
 /// Retrying a generation queues its failed jobs (cancelled ones too) as new, and its finished
 /// records to be made again; what finished otherwise, and other generations, stay.
 async fn retrying_a_generation_queues_its_failures_and_its_records(store: Store) {

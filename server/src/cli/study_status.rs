@@ -205,11 +205,11 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
         }
         for r in &g.runs {
             println!(
-                "    run {:>4} {:<8} {:<10} {:<8} on {} ({})",
+                "    run {:>4} {:<8} {:<10} {:<9} on {} ({})",
                 r.id,
                 r.kind,
                 r.candidate,
-                r.state,
+                r.state_in_words(),
                 r.machine.as_deref().unwrap_or("-"),
                 r.worker.as_deref().unwrap_or("-")
             );

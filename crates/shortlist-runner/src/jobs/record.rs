@@ -357,6 +357,7 @@ mod tests {
             label: String::new(),
             state: RunState::Done,
             error: None,
+            cancelled_at_ms: None,
             executor: machine.map(|machine| Executor {
                 worker: "w".to_owned(),
                 machine,

@@ -446,6 +446,7 @@ impl StudyService {
                 candidate: r.candidate,
                 kind: r.kind.as_str().to_owned(),
                 state: r.state.as_str().to_owned(),
+                cancelled: r.cancelled_at_ms.is_some(),
                 error: r.error,
                 finished_at: r.finished_at_ms.map(rfc3339_ms),
             })

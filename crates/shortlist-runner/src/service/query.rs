@@ -88,6 +88,7 @@ fn run_view(run: &Run) -> RunView {
         kind: run.kind.as_str().to_owned(),
         label: run.label.clone(),
         state: run.state.as_str().to_owned(),
+        cancelled: run.cancelled_at_ms.is_some(),
         error: run.error.clone(),
         worker: executor.map(|e| e.worker.clone()),
         machine: executor.map(|e| {

@@ -197,6 +197,9 @@ pub struct RunView {
     pub kind: String,
     pub label: String,
     pub state: String,
+    /// Whether it ended because its job was cancelled (`state` is then `failed`, `error` the
+    /// reason).
+    pub cancelled: bool,
     pub error: Option<String>,
     pub worker: Option<String>,
     /// The machine fingerprint, in words.
@@ -204,6 +207,18 @@ pub struct RunView {
     pub code_version: Option<String>,
     pub started_at: Option<String>,
     pub finished_at: Option<String>,
+}
+
+impl RunView {
+    /// The state in a person's words: a run that ended with its cancelled job is `cancelled`,
+    /// the others as stored.
+    pub fn state_in_words(&self) -> &str {
+        if self.cancelled {
+            "cancelled"
+        } else {
+            &self.state
+        }
+    }
 }
 
 /// Where a study version's runs stand.
@@ -474,6 +489,9 @@ pub struct RecentRun {
     pub candidate: String,
     pub kind: String,
     pub state: String,
+    /// Whether it ended because its job was cancelled (`state` is then `failed`, `error` the
+    /// reason).
+    pub cancelled: bool,
     pub error: Option<String>,
     /// RFC 3339, when finished.
     pub finished_at: Option<String>,
