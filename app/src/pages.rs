@@ -117,10 +117,10 @@ fn job_row(job: JobView) -> impl IntoView {
     );
     let id = job.id.to_string();
     let attempts = format!("{}/{}", job.attempts, job.max_attempts);
-    // Cancelled while it runs: it stops at the end of the unit in hand.
+    // Cancelled while it runs: it stops when its worker next hears from the database.
     let last_error = match (&job.cancel_reason, job.state.as_str()) {
         (Some(reason), "running") => Some(format!(
-            "Stopping at the end of its current case or load step: {reason}"
+            "Stopping at its worker's next heartbeat, keeping what it stored: {reason}"
         )),
         _ => job.last_error.filter(|e| !e.is_empty()),
     };
@@ -347,7 +347,7 @@ pub fn study_page(
                 j.state == "queued" || (j.state == "running" && j.cancel_reason.is_none())
             });
         let cancel_question = format!(
-            "Cancel the run of {} v{}? Its queued jobs are cancelled now; running ones stop at the end of their current case or load step. What was stored so far stays.",
+            "Cancel the run of {} v{}? Its queued jobs are cancelled now; running ones stop at their worker's next heartbeat, dropping the cases and load step under way. What was stored so far stays.",
             v.name, v.version
         );
         let delete_action = format!("{path}/delete");

@@ -892,6 +892,88 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     assert_eq!(nothing.status, 400, "{}", nothing.body);
 }
 
+/// `study cancel` while a load step is under way: the step ends at once — its requests in flight
+/// cancelled, its later arrivals never sent — instead of at its last arrival, and nothing of it
+/// is stored: the job and its load run read cancelled with the step's last progress.
+#[test]
+fn a_cancel_ends_a_load_step_at_once() {
+    // The target step: eight requests at 0.25 req/s, its last arrival 28 s after its first.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    let mock = Mock::start_for(
+        "127.0.0.1:0",
+        600,
+        &[
+            "--answers",
+            data("study/mini.answers.jsonl").to_str().unwrap(),
+            "--ttft-ms",
+            "100",
+        ],
+    );
+    let study = crate::web::study_text(d, &format!("{}#mock", mock.url))
+        .replace("rate_rps = 8.0", "rate_rps = 0.25")
+        .replace("peak_rps = 8.0", "peak_rps = 0.25");
+    std::fs::write(d.join("mini.study.toml"), study).unwrap();
+    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
+    json(url, d, &["study", "lock", "mini", "--json"]);
+    let _serve = crate::web::Server::start_on(
+        url,
+        d,
+        &[
+            "--workers",
+            "1",
+            "--schedule-every",
+            "0",
+            "--stale-after",
+            "2",
+        ],
+    );
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let load = wait_for(120, "a load step under way", || {
+        jobs(url, d).into_iter().find(|j| {
+            j["kind"] == "load"
+                && j["state"] == "running"
+                && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
+        })
+    });
+    json(url, d, &["study", "cancel", "mini", "--json"]);
+    let ended = wait_for(60, "the load job ended", || {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| j["id"] == load["id"] && j["state"] != "running")
+    });
+    assert_eq!(ended["state"], "failed", "{ended}");
+    assert_eq!(ended["progress"]["cancelled"], true, "{ended}");
+    let step = &ended["progress"]["load"];
+    let (finished, failed, total) = (
+        step["finished"].as_u64().unwrap(),
+        step["failed"].as_u64().unwrap(),
+        step["total"].as_u64().unwrap(),
+    );
+    assert!(
+        finished + failed < total,
+        "the step ended before its last arrival: {ended}"
+    );
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    let runs = status["generations"][0]["runs"].as_array().unwrap();
+    let run = runs
+        .iter()
+        .find(|r| r["kind"] == "load" && r["candidate"] == load["candidate"])
+        .unwrap_or_else(|| panic!("the load run: {runs:?}"));
+    assert_eq!(
+        (&run["state"], &run["cancelled"]),
+        (&Value::from("failed"), &Value::from(true)),
+        "{run}"
+    );
+    // Nothing of the step was stored: no record can be made from it.
+    assert!(
+        !runs.iter().any(|r| r["kind"] == "sweep"),
+        "no sweep began: {runs:?}"
+    );
+}
+
 /// `study cancel` on a run that no worker has started: every queued job fails at once, and the
 /// JSON says how many.
 #[test]

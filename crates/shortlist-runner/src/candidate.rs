@@ -113,17 +113,25 @@ pub trait Generator {
     /// Ask every request, keeping up to `concurrency` in flight, each under `policy`.
     /// `on_answer(i, asked)` hears request `i` as it finishes, in the order they finish, on the
     /// calling thread; it returns `false` to ask no more (those in flight still finish and are
-    /// heard), or an error that ends the whole call. The default asks one after the other.
+    /// heard), or an error that ends the whole call. `abandon()`, asked before each request and
+    /// — where a generator computes in steps — between its steps, returns `true` to stop now:
+    /// nothing more is asked and what a local engine has in flight is dropped unanswered (a
+    /// cancelled or stopping job; a resumed run asks those again). The default asks one after
+    /// the other.
     fn ask_all(
         &mut self,
         requests: &[ChatRequest],
         decoding: &Decoding,
         concurrency: usize,
         policy: AskPolicy,
+        abandon: &dyn Fn() -> bool,
         on_answer: &mut dyn FnMut(usize, Asked) -> Result<bool, RunError>,
     ) -> Result<(), RunError> {
         let _ = concurrency;
         for (i, request) in requests.iter().enumerate() {
+            if abandon() {
+                break;
+            }
             let asked = ask(self, request, decoding, policy)?;
             if !on_answer(i, asked)? {
                 break;
@@ -337,13 +345,15 @@ impl Generator for EndpointGenerator {
     }
 
     /// Over HTTP: `concurrency` threads, each asking the next request not yet taken (one
-    /// shared connection pool).
+    /// shared connection pool). Requests already sent when `abandon()` turns true still finish
+    /// and are heard (they are paid for, and bounded by the request timeout).
     fn ask_all(
         &mut self,
         requests: &[ChatRequest],
         decoding: &Decoding,
         concurrency: usize,
         policy: AskPolicy,
+        abandon: &dyn Fn() -> bool,
         on_answer: &mut dyn FnMut(usize, Asked) -> Result<bool, RunError>,
     ) -> Result<(), RunError> {
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -374,6 +384,9 @@ impl Generator for EndpointGenerator {
             for (i, asked) in rx {
                 if outcome.is_err() {
                     continue;
+                }
+                if abandon() {
+                    stop.store(true, Ordering::Relaxed);
                 }
                 match asked.and_then(|asked| on_answer(i, asked)) {
                     Ok(true) => {}

@@ -258,6 +258,7 @@ pub fn run_quality_on(
         decoding,
         concurrency,
         AskPolicy::default(),
+        &|| false,
         &mut |k, asked| {
             let (index, case) = (pending[k], chosen[pending[k]]);
             finished += 1;

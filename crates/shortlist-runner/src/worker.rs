@@ -46,8 +46,8 @@ pub enum Outcome {
     },
     /// The worker was asked to stop: the job went back to the queue as it was.
     Released { id: i64 },
-    /// The job was cancelled while it ran: it stopped at the end of the unit in hand and
-    /// failed with the reason (what it stored so far stays stored).
+    /// The job was cancelled while it ran: it stopped and failed with the reason (what it
+    /// stored so far stays stored).
     Cancelled { id: i64, reason: String },
 }
 
@@ -367,11 +367,11 @@ impl Worker {
                     self.beat().await;
                     match store.heartbeat_job(job.id, &self.name).await {
                         Ok(None) => {}
-                        // Cancelled: finish the unit in hand, then stop.
+                        // Cancelled: stop now.
                         Ok(Some(_)) => cancel.store(true, Ordering::Relaxed),
                         Err(e) => {
                             // Another worker took the job over (our heartbeat went stale):
-                            // finish the unit in hand and let go.
+                            // stop and let go.
                             tracing::warn!(job = job.id, error = %e, "heartbeat refused");
                             self.stop.store(true, Ordering::Relaxed);
                         }

@@ -53,6 +53,7 @@ fn answers(
         &decoding,
         concurrency,
         AskPolicy::default(),
+        &|| false,
         &mut |i, asked| {
             match asked {
                 Asked::Answered(a) => out[i] = Some(a),
@@ -143,4 +144,63 @@ fn smollm2_answers_do_not_depend_on_the_batch() {
 #[test]
 fn gemma3_answers_do_not_depend_on_the_batch() {
     check("gemma3-270m", "gemma3_answers_do_not_depend_on_the_batch");
+}
+
+/// A run abandoned mid-flight (its job cancelled, or its worker stopping) returns at the next
+/// step without hearing the cases in flight, and leaves the engine as it was: the same cases
+/// asked again on the same generator — its prefix cache holding what the abandoned run put
+/// there — answer exactly as on an engine that never saw them.
+#[test]
+fn an_abandoned_run_drops_its_cases_and_leaves_the_engine_as_it_was() {
+    let Some(path) = common::model("smollm2-135m-instruct") else {
+        return;
+    };
+    let requests: Vec<ChatRequest> = demo_requests().into_iter().take(16).collect();
+    let mut fresh = EngineGenerator::open(&path).expect("model loads");
+    let reference = keys(&answers(&mut fresh, &requests, 8));
+    drop(fresh);
+
+    let mut g = EngineGenerator::open(&path).expect("model loads");
+    let decoding = Decoding {
+        max_tokens: MAX_TOKENS,
+        sampling: None,
+    };
+    // Abandoned three steps after the first eight cases were heard: the next eight are in
+    // flight then, their prompts computed or being computed.
+    let heard = std::cell::Cell::new(0usize);
+    let asked = std::cell::Cell::new(0u32);
+    let abandon = || {
+        if heard.get() >= 8 {
+            asked.set(asked.get() + 1);
+        }
+        asked.get() > 3
+    };
+    g.ask_all(
+        &requests,
+        &decoding,
+        8,
+        AskPolicy::default(),
+        &abandon,
+        &mut |_, _| {
+            heard.set(heard.get() + 1);
+            Ok(true)
+        },
+    )
+    .expect("an abandoned run is not an error");
+    let heard = heard.get();
+    assert!(
+        (8..requests.len()).contains(&heard),
+        "abandoned with cases in flight, yet {heard} of {} were heard",
+        requests.len()
+    );
+    let again = keys(&answers(&mut g, &requests, 8));
+    assert_eq!(
+        again, reference,
+        "after an abandoned run the engine answers otherwise"
+    );
+    eprintln!(
+        "smollm2: abandoned after {heard} of {} cases heard; the {} cases then answered as on a fresh engine",
+        requests.len(),
+        requests.len()
+    );
 }

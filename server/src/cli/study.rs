@@ -32,8 +32,8 @@ pub(crate) enum Command {
     /// stopped, `--again` runs a complete study again as a new generation.
     Run(RunArgs),
     /// Cancel a study version's unfinished run: its queued jobs fail now, its running ones stop
-    /// at the end of their current case or load step (wherever their workers run) and fail;
-    /// what was stored stays.
+    /// at their workers' next heartbeat (wherever they run) and fail — cases a local model has
+    /// in flight and a load step under way are dropped; what was stored stays.
     Cancel(NameArgs),
     /// Queue again the failed (or cancelled) jobs of the newest generation, in place: quality
     /// runs go on from the cases they stored, and the generation's records are made again.
@@ -231,7 +231,7 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
                     print_json(&done)?;
                 } else {
                     println!(
-                        "study {} v{} generation {}: {} job{} cancelled now (queued, or its worker gone), {} running stop at the end of the current case or load step ({})",
+                        "study {} v{} generation {}: {} job{} cancelled now (queued, or its worker gone), {} running stop at their worker's next heartbeat, keeping what they stored ({})",
                         done.study,
                         done.version,
                         done.generation,

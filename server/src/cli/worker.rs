@@ -1,8 +1,9 @@
 //! `shortlist worker`: a worker process with no web server, for other hosts — it claims queued
 //! jobs from the database DATABASE_URL names (PostgreSQL hands them out with `FOR UPDATE SKIP
 //! LOCKED`), keeps their heartbeats, and takes over jobs of workers that died once their lease
-//! expired. SIGTERM or Ctrl-C: the job in hand finishes its current case or load step, goes back
-//! to the queue, and the process exits.
+//! expired. SIGTERM or Ctrl-C: the job in hand stops (cases a local model has in flight and a
+//! load step under way are dropped, to be asked again), goes back to the queue, and the process
+//! exits.
 
 use std::time::Duration;
 

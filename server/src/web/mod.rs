@@ -356,7 +356,7 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
         }
         if !workers.is_empty() {
             eprintln!(
-                "stopping: jobs in hand finish their current case or load step and go back to the queue (Ctrl-C again leaves now)"
+                "stopping: jobs in hand stop and go back to the queue, keeping what they stored (Ctrl-C again leaves now)"
             );
         }
         let loops = futures_util::future::join_all(workers.iter_mut().map(|(_, h)| h));

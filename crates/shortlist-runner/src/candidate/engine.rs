@@ -201,6 +201,7 @@ impl Generator for EngineGenerator {
             decoding,
             1,
             AskPolicy::default(),
+            &|| false,
             &mut |_, asked| {
                 answer = Some(asked);
                 Ok(true)
@@ -222,6 +223,7 @@ impl Generator for EngineGenerator {
         decoding: &Decoding,
         concurrency: usize,
         _policy: AskPolicy,
+        abandon: &dyn Fn() -> bool,
         on_answer: &mut dyn FnMut(usize, Asked) -> Result<bool, RunError>,
     ) -> Result<(), RunError> {
         let concurrency = concurrency.clamp(1, MAX_CONCURRENCY);
@@ -229,6 +231,13 @@ impl Generator for EngineGenerator {
         let mut asking = true;
         let mut flight: Vec<InFlight> = Vec::new();
         loop {
+            if abandon() {
+                // Dropping the receivers ends the requests: the scheduler frees their sequences
+                // at its next step (a closed channel is a gone client).
+                flight.clear();
+                self.scheduler.step();
+                return Ok(());
+            }
             while asking && next < requests.len() && flight.len() < concurrency {
                 let index = next;
                 next += 1;

@@ -167,8 +167,9 @@ impl<'a> Lazy<'a> {
     }
 
     /// Run one step of run `run` with progress events: whole, or split across the payload's
-    /// workers when the candidate is an endpoint. `None`: the job gave way to another and goes
-    /// back to the queue, the step not sent.
+    /// workers when the candidate is an endpoint. `None`: the job gave way to another, or was
+    /// cancelled or asked to stop mid-step, and goes back to the queue (or fails, cancelled)
+    /// with the step not stored.
     fn step(
         &mut self,
         run: i64,
@@ -199,8 +200,13 @@ impl<'a> Lazy<'a> {
                 None => return Ok(None),
             },
             None => {
-                let (_keep, stop) = stop_signal();
-                sweep.step(rate, label, stop, observe)?
+                let step = ctx.with_stop_signal(|stop| sweep.step(rate, label, stop, observe))?;
+                // Cut short by a cancel or a stopping worker: not a measurement of the step,
+                // which a resumed job sends again from its start.
+                if step.stopped {
+                    return Ok(None);
+                }
+                step
             }
         };
         if step.report.checks.unreachable.is_some() {

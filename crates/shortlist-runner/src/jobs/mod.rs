@@ -165,10 +165,11 @@ pub(crate) struct JobContext {
     pub payload: JobPayload,
     pub executor: Executor,
     pub progress: ProgressSink,
-    /// Set when the worker is asked to stop: finish the unit in hand, then release the job.
+    /// Set when the worker is asked to stop: drop what is under way (cases a local model has in
+    /// flight, a load step), then release the job.
     pub stop: Arc<AtomicBool>,
-    /// Set when the job was cancelled: finish the unit in hand, then stop the same way (the
-    /// worker fails the job with the reason instead of releasing it).
+    /// Set when the job was cancelled: stop the same way (the worker fails the job with the
+    /// reason instead of releasing it).
     pub cancel: Arc<AtomicBool>,
 }
 
@@ -181,6 +182,32 @@ impl JobContext {
     /// Whether the worker was asked to stop, or the job was cancelled.
     pub fn stopping(&self) -> bool {
         self.stop.load(Ordering::Relaxed) || self.cancel.load(Ordering::Relaxed)
+    }
+
+    /// Run `f` with a load generator's stop signal that turns true once the job is cancelled or
+    /// its worker asked to stop (looked at every 100 ms): a load step ends then, not minutes
+    /// later at its last arrival.
+    pub fn with_stop_signal<T>(
+        &self,
+        f: impl FnOnce(shortlist_loadgen::run::StopReceiver) -> T,
+    ) -> T {
+        let (send, stop) = shortlist_loadgen::run::stop_signal();
+        let (worker_stop, cancel) = (Arc::clone(&self.stop), Arc::clone(&self.cancel));
+        let done = AtomicBool::new(false);
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                while !done.load(Ordering::Relaxed) {
+                    if worker_stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed) {
+                        let _ = send.send(true);
+                        return;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+            });
+            let out = f(stop);
+            done.store(true, Ordering::Relaxed);
+            out
+        })
     }
 
     /// A name for messages: "quality job 12 of smollm2 (study s v1 generation 2)".

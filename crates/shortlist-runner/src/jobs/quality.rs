@@ -93,7 +93,6 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         .filter(|case| mine.contains(case.id()) && !done.contains(case.id()))
         .collect();
     let mut errors = Vec::new();
-    let mut released = false;
     if !pending.is_empty() {
         let concurrency = quality_concurrency(&locked, &spec, &c.name, &c.source);
         let device = placement.map_or(Device::Cpu, |p| p.device);
@@ -114,13 +113,21 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         // A quality run has no load generator beside it: the engine computes on the threads
         // `Config::quality_threads` gives it (both cores of two), as its run's fingerprint says.
         let threads = ctx.config.quality_threads;
+        // Cases heard, answered or failed: fewer than asked when the job stopped for a cancel or
+        // a stopping worker.
+        let mut heard = 0;
         let outcome = shortlist_engine::pool::with_threads(threads, || {
             generator.ask_all(
                 &requests,
                 &decoding,
                 concurrency,
                 AskPolicy::default(),
+                // Cancelled or stopping: a local engine drops the cases in flight at once
+                // instead of finishing up to `concurrency` of them (a resumed run asks them
+                // again).
+                &|| ctx.stopping(),
                 &mut |k, asked| {
+                    heard += 1;
                     let case = pending[k];
                     match asked {
                         Asked::Answered(generated) => {
@@ -187,11 +194,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
                             }
                         }
                     }
-                    if ctx.stopping() {
-                        released = true;
-                        return Ok(false);
-                    }
-                    Ok(true)
+                    Ok(!ctx.stopping())
                 },
             )
         });
@@ -199,6 +202,8 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
             return Err(e.into());
         }
         outcome?;
+        // Stopped before every case was heard; one that heard them all finishes as any other.
+        let released = heard < requests.len() && unreachable.is_none() && ctx.stopping();
         if let Some(why) = unreachable {
             ctx.block(ctx.store.finish_run(run.id, Err(&why)))?;
             return Err(ServiceError::Unreachable {

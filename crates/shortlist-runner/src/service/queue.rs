@@ -187,8 +187,8 @@ pub struct RunCancelled {
     pub reason: String,
     /// Jobs failed at once: the queued ones, and running ones whose worker is gone or stopped.
     pub failed: usize,
-    /// Running jobs: each stops at the end of its current case or load step and fails with the
-    /// reason; what it stored so far stays stored.
+    /// Running jobs: each stops at its worker's next heartbeat and fails with the reason; what
+    /// it stored so far stays stored.
     pub stopping: usize,
 }
 
@@ -268,9 +268,10 @@ impl StudyService {
     }
 
     /// Cancel the unfinished generation of study `name` v`version` (default: the latest
-    /// version): its queued jobs fail now, its running ones stop at the end of their current
-    /// case or load step and fail (those whose worker is gone or stopped fail now); every one's error is `cancelled {by} at {now}` (`by`: "from
-    /// the workbench", "through the API", …). What was stored stays; records already made stay.
+    /// version): its queued jobs fail now, its running ones stop at their worker's next
+    /// heartbeat and fail (those whose worker is gone or stopped fail now); every one's error is
+    /// `cancelled {by} at {now}` (`by`: "from the workbench", "through the API", …). What was
+    /// stored stays; records already made stay.
     /// Refused when nothing of it is queued or running.
     pub async fn cancel_run(
         &self,
@@ -301,7 +302,7 @@ impl StudyService {
             return Err(ServiceError::invalid(
                 "run",
                 format!(
-                    "the run of study `{name}` v{version} is being cancelled already: {} at the end of the current case or load step",
+                    "the run of study `{name}` v{version} is being cancelled already: {} at its worker's next heartbeat",
                     if open.len() == 1 {
                         "its running job stops".to_owned()
                     } else {
