@@ -124,6 +124,16 @@ fn quality_of(record: &Value) -> Value {
 /// A mock answering from the canned answers after `ttft_ms` (up for ten minutes), and the
 /// two-candidate study created and locked on `url` from `dir`.
 fn locked_study(url: &str, dir: &Path, ttft_ms: &str) -> Mock {
+    locked_study_edited(url, dir, ttft_ms, |text| text)
+}
+
+/// [`locked_study`] with the study file's text changed by `edit` first.
+fn locked_study_edited(
+    url: &str,
+    dir: &Path,
+    ttft_ms: &str,
+    edit: impl FnOnce(String) -> String,
+) -> Mock {
     let mock = Mock::start_for(
         "127.0.0.1:0",
         600,
@@ -134,10 +144,31 @@ fn locked_study(url: &str, dir: &Path, ttft_ms: &str) -> Mock {
             ttft_ms,
         ],
     );
-    std::fs::write(dir.join("mini.study.toml"), two_candidate_study(dir, &mock)).unwrap();
+    std::fs::write(
+        dir.join("mini.study.toml"),
+        edit(two_candidate_study(dir, &mock)),
+    )
+    .unwrap();
     json(url, dir, &["study", "create", "mini.study.toml", "--json"]);
     json(url, dir, &["study", "lock", "mini", "--json"]);
     mock
+}
+
+/// The workbench with one worker that beats every half second (a quarter of its
+/// `--stale-after`): it hears of a cancel within that.
+fn workbench_with_a_quick_worker(url: &str, dir: &Path) -> crate::web::Server {
+    crate::web::Server::start_on(
+        url,
+        dir,
+        &[
+            "--workers",
+            "1",
+            "--schedule-every",
+            "0",
+            "--stale-after",
+            "2",
+        ],
+    )
 }
 
 /// The records on `url` say what a one-worker run of the same study on its own SQLite database
@@ -171,7 +202,9 @@ fn three_workers_on_postgres_finish_a_run_through_a_kill_and_a_stop() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let url = pg.url.as_str();
-    let mock = locked_study(url, d, "700");
+    // One case at a time, so that a stop seen with one to three cases stored comes before the
+    // run's last case is asked.
+    let mock = locked_study_edited(url, d, "700", |text| with_quality_concurrency(&text, 1));
     // The workbench serves pages only; the three workers do the work.
     let serve = crate::web::Server::start_on(url, d, &["--workers", "0", "--schedule-every", "0"]);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
@@ -535,12 +568,24 @@ fn load_steps_sent_from_two_workers_are_merged_from_both_parts() {
 }
 
 /// A fresh SQLite database in a temporary folder with the two-candidate study locked on it,
-/// answered after `ttft_ms`: the folder (removed when dropped), the database URL and the mock.
+/// answered after `ttft_ms`, a quality run's cases asked one at a time: the folder (removed when
+/// dropped), the database URL and the mock.
 fn sqlite_study(ttft_ms: &str) -> (tempfile::TempDir, String, Mock) {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}?mode=rwc", dir.path().join("w.db").display());
-    let mock = locked_study(&url, dir.path(), ttft_ms);
+    let mock = locked_study_edited(&url, dir.path(), ttft_ms, |text| {
+        with_quality_concurrency(&text, 1)
+    });
     (dir, url, mock)
+}
+
+/// A study file's text with `n` cases of its quality runs in flight at once.
+fn with_quality_concurrency(text: &str, n: u32) -> String {
+    text.replacen(
+        "memory = {",
+        &format!("quality = {{ concurrency = {n} }}\nmemory = {{"),
+        1,
+    )
 }
 
 /// A running quality job that has stored a case (waited for up to 90 s).
@@ -668,8 +713,8 @@ fn queued_jobs_without_a_live_worker_are_named_and_a_worker_is_seen() {
 /// its worker is listed as stopped, and another worker finishes the run from the stored cases.
 #[test]
 fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
-    // Three seconds a case, four in flight: the last two cases are still out when the first
-    // four are stored, so the stop lands between cases.
+    // Three seconds a case, one at a time: a stop seen once a case is stored comes twelve
+    // seconds before the run's last case is asked.
     let (dir, url, _mock) = sqlite_study("3000");
     let (d, url) = (dir.path(), url.as_str());
     let mut serve =
@@ -717,23 +762,11 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     use crate::web::http;
     const FORM: (&str, &str) = ("content-type", "application/x-www-form-urlencoded");
 
-    // Three seconds a case, four in flight: the last two cases are still out when the first
-    // four are stored; the worker beats every half second (a quarter of --stale-after), so it
-    // hears of the cancel before they come back.
+    // Three seconds a case, one at a time: a cancel seen once a case is stored comes twelve
+    // seconds before the run's last case is asked; the worker beats every half second.
     let (dir, url, _mock) = sqlite_study("3000");
     let (d, url) = (dir.path(), url.as_str());
-    let serve = crate::web::Server::start_on(
-        url,
-        d,
-        &[
-            "--workers",
-            "1",
-            "--schedule-every",
-            "0",
-            "--stale-after",
-            "2",
-        ],
-    );
+    let serve = workbench_with_a_quick_worker(url, d);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
     let held = quality_job_under_way(url, d);
     let page = http(&serve.addr, "GET", "/studies/mini", &[], b"").body;
@@ -902,34 +935,11 @@ fn a_cancel_ends_a_load_step_at_once() {
     let d = dir.path();
     let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
     let url = url.as_str();
-    let mock = Mock::start_for(
-        "127.0.0.1:0",
-        600,
-        &[
-            "--answers",
-            data("study/mini.answers.jsonl").to_str().unwrap(),
-            "--ttft-ms",
-            "100",
-        ],
-    );
-    let study = crate::web::study_text(d, &format!("{}#mock", mock.url))
-        .replace("rate_rps = 8.0", "rate_rps = 0.25")
-        .replace("peak_rps = 8.0", "peak_rps = 0.25");
-    std::fs::write(d.join("mini.study.toml"), study).unwrap();
-    json(url, d, &["study", "create", "mini.study.toml", "--json"]);
-    json(url, d, &["study", "lock", "mini", "--json"]);
-    let _serve = crate::web::Server::start_on(
-        url,
-        d,
-        &[
-            "--workers",
-            "1",
-            "--schedule-every",
-            "0",
-            "--stale-after",
-            "2",
-        ],
-    );
+    let _mock = locked_study_edited(url, d, "100", |text| {
+        text.replace("rate_rps = 8.0", "rate_rps = 0.25")
+            .replace("peak_rps = 8.0", "peak_rps = 0.25")
+    });
+    let _serve = workbench_with_a_quick_worker(url, d);
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
     let load = wait_for(120, "a load step under way", || {
         jobs(url, d).into_iter().find(|j| {

@@ -131,8 +131,9 @@ impl Worker {
         &self.service
     }
 
-    /// Ask the worker to stop: the job in hand finishes its current unit (a case, a load step)
-    /// and goes back to the queue; no new job is claimed.
+    /// Ask the worker to stop: the job in hand stops — the cases a local model has in flight and
+    /// a load step under way are dropped, an endpoint's requests in flight awaited — and goes
+    /// back to the queue; no new job is claimed.
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
     }

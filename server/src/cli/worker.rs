@@ -83,7 +83,7 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
                 _ = tokio::signal::ctrl_c() => {}
             }
             eprintln!(
-                "worker {}: stopping — the job in hand finishes its current unit and goes back to the queue",
+                "worker {}: stopping — the job in hand stops, keeping what it stored, and goes back to the queue",
                 stopper.name()
             );
             stopper.stop();

@@ -348,8 +348,9 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             },
         )
         .await;
-        // Jobs in hand finish their current unit and go back to the queue (their attempt not
-        // counted) before the process ends; a second Ctrl-C leaves at once, and those jobs are
+        // Jobs in hand stop — dropping the cases a local model has in flight and a load step
+        // under way — and go back to the queue (their attempt not counted) before the process
+        // ends; a second Ctrl-C leaves at once, and those jobs are
         // taken over once their heartbeat is stale, as a dead worker's are.
         for (w, _) in &workers {
             w.stop();
