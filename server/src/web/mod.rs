@@ -323,6 +323,14 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
                 args.notify.clone(),
             ));
         }
+        // The stored traces described in the background: the trace list and the study form then
+        // answer at once from their first visit (reading long traces takes seconds).
+        let warm = service.clone();
+        tokio::spawn(async move {
+            if let Err(e) = warm.list_traces().await {
+                tracing::warn!(error = %e, "describing the stored traces");
+            }
+        });
         let progress = progress_announcements(&service).await;
         let state = AppState {
             service,

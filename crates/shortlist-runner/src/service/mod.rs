@@ -103,6 +103,8 @@ pub struct StudyService {
     requests: Arc<tokio::sync::Mutex<()>>,
     /// Comparisons of sealed records, built once.
     comparisons: Arc<compare::CompareCache>,
+    /// Stored traces described, by the SHA-256 of their bytes (a version's bytes never change).
+    trace_facts: Arc<traces::FactsCache>,
 }
 
 /// How long a run request holds its lease at most (a holder that died loses it then).
@@ -126,6 +128,7 @@ impl StudyService {
             events,
             requests: Arc::new(tokio::sync::Mutex::new(())),
             comparisons: Arc::default(),
+            trace_facts: Arc::default(),
         }
     }
 

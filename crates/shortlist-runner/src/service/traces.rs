@@ -109,6 +109,32 @@ impl Arrivals {
     }
 }
 
+/// Stored traces' descriptions by the SHA-256 of their bytes: the workbench's trace list and
+/// study form describe every stored version at each render, and reading a long trace through
+/// takes seconds. Bounded: past [`CACHED_TRACES`] descriptions it starts again empty.
+#[derive(Debug, Default)]
+pub(crate) struct FactsCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, TraceFacts>>,
+}
+
+/// Trace descriptions kept at most (each a few kilobytes).
+const CACHED_TRACES: usize = 1024;
+
+impl FactsCache {
+    fn get(&self, sha256: &str) -> Option<TraceFacts> {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        entries.get(sha256).cloned()
+    }
+
+    fn put(&self, sha256: &str, facts: &TraceFacts) {
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        if entries.len() >= CACHED_TRACES {
+            entries.clear();
+        }
+        entries.insert(sha256.to_owned(), facts.clone());
+    }
+}
+
 /// A trace read through: what `trace stats` says of it and its arrivals.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TraceFacts {
@@ -271,6 +297,7 @@ impl StudyService {
                 .put_workload(&name, WorkloadKind::Trace, &text)
                 .await?;
             tracing::info!(trace = name, version = v.version, "trace stored");
+            self.trace_facts.put(v.sha256.as_str(), &facts);
             Some((v.version, v.inserted))
         } else {
             None
@@ -286,17 +313,25 @@ impl StudyService {
     }
 
     /// Every stored trace with its versions (oldest first), each described, with the study
-    /// versions that pin it.
+    /// versions that pin it. A version is read and described once per process: its bytes never
+    /// change, so its description is kept by their hash ([`FactsCache`]).
     pub async fn list_traces(&self) -> Result<Vec<TraceSummary>, ServiceError> {
         let studies = self.study_files().await?;
         let mut out: Vec<TraceSummary> = Vec::new();
         for v in self.store.list_traces().await? {
-            let body = self.store.workload(&v.name, Some(v.version)).await?.body;
-            let what = format!("trace `{}` v{}", v.name, v.version);
-            let facts = describe(&what, &body).map_err(|e| ServiceError::Corrupt {
-                what: what.clone(),
-                why: e.to_string(),
-            })?;
+            let facts = match self.trace_facts.get(v.sha256.as_str()) {
+                Some(facts) => facts,
+                None => {
+                    let body = self.store.workload(&v.name, Some(v.version)).await?.body;
+                    let what = format!("trace `{}` v{}", v.name, v.version);
+                    let facts = describe(&what, &body).map_err(|e| ServiceError::Corrupt {
+                        what: what.clone(),
+                        why: e.to_string(),
+                    })?;
+                    self.trace_facts.put(v.sha256.as_str(), &facts);
+                    facts
+                }
+            };
             let view = TraceVersionView {
                 version: v.version,
                 sha256: v.sha256.to_string(),
@@ -381,6 +416,46 @@ impl StudyService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A stored trace is described once per process: the upload leaves its description in the
+    /// cache under its hash, the listings answer from it, and a service that has not seen the
+    /// trace (another process) reads it from the database to the same description.
+    #[tokio::test]
+    async fn a_stored_trace_is_described_once_per_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = crate::config::Config::from_env(Some(1));
+        config.database_url = format!("sqlite://{}?mode=rwc", dir.path().join("t.db").display());
+        let service = super::super::StudyService::connect(config.clone())
+            .await
+            .unwrap();
+        let text = "{\"format\": \"shortlist.trace.v1\", \"name\": \"prod\", \"mode\": \"online\", \"duration_s\": 1.0}\n\
+                    {\"id\": \"a\", \"t\": 0.0, \"input_tokens\": 30, \"output_tokens\": 8}\n\
+                    {\"id\": \"b\", \"t\": 0.5, \"input_tokens\": 40, \"output_tokens\": 9}\n";
+        let stored = service
+            .import_trace(TraceFormat::Shortlist, "upload", "", text, true)
+            .await
+            .unwrap();
+        assert_eq!(stored.stored, Some((1, true)));
+        let cached = service.trace_facts.get(&stored.sha256);
+        assert_eq!(cached.as_ref(), Some(&stored.facts), "kept at the upload");
+        let listed = service.list_traces().await.unwrap();
+        assert_eq!(listed.len(), 1);
+        assert_eq!(listed[0].versions[0].facts, stored.facts);
+        assert_eq!(listed[0].versions[0].facts.stats.requests, 2);
+        // Another process: nothing cached, the same description from the stored bytes.
+        let other = super::super::StudyService::connect(config).await.unwrap();
+        assert!(other.trace_facts.get(&stored.sha256).is_none());
+        assert_eq!(other.list_traces().await.unwrap(), listed);
+        assert!(other.trace_facts.get(&stored.sha256).is_some());
+
+        // Bounded: past the limit the cache starts again.
+        let cache = FactsCache::default();
+        for i in 0..=CACHED_TRACES {
+            cache.put(&format!("{i:064x}"), &stored.facts);
+        }
+        assert_eq!(cache.entries.lock().unwrap().len(), 1);
+        assert!(cache.get(&format!("{CACHED_TRACES:064x}")).is_some());
+    }
 
     #[test]
     fn arrivals_fall_in_round_intervals() {
