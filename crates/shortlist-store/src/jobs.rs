@@ -181,25 +181,27 @@ const END_RUNS: &str = "UPDATE runs SET state = 'failed', finished_at_ms = $1, \
          AND j.generation = runs.generation AND j.candidate = runs.candidate \
          AND (j.kind = runs.kind OR (j.kind = 'load' AND runs.kind = 'sweep')))";
 
-/// [`END_RUNS`] for each of `ids`, in the transaction that failed them; returns how many runs
-/// ended.
+/// [`END_RUNS`] for each of `ids`, in the transaction that failed them.
 async fn end_runs_of(
     tx: &mut sqlx::AnyConnection,
     ids: &[i64],
     now: i64,
     op: &str,
-) -> Result<u64, StoreError> {
-    let mut ended = 0;
+) -> Result<(), StoreError> {
     for id in ids {
-        ended += sqlx::query(END_RUNS)
+        sqlx::query(END_RUNS)
             .bind(now)
             .bind(*id)
             .execute(&mut *tx)
             .await
-            .map_err(sql(op))?
-            .rows_affected();
+            .map_err(sql(op))?;
     }
-    Ok(ended)
+    Ok(())
+}
+
+/// The `id` column of rows an update returned.
+fn ids_of(rows: &[sqlx::any::AnyRow]) -> Result<Vec<i64>, StoreError> {
+    rows.iter().map(|r| col(r, "jobs", &"?", "id")).collect()
 }
 
 impl Store {
@@ -367,8 +369,8 @@ impl Store {
 
     /// Cancel the unfinished jobs of generation `generation` of study `study` v`version`:
     /// queued ones fail now with `reason`; running ones are marked, and their workers fail them
-    /// with it at the end of the unit in hand (a cancelled job is never queued again, whatever
-    /// its worker does). Jobs already cancelled are left as they are. A job that fails ends its
+    /// with it once they hear of it with their next heartbeat (a cancelled job is never queued
+    /// again, whatever its worker does). Jobs already cancelled are left as they are. A job that fails ends its
     /// unfinished runs with it (failed, stamped cancelled), here and wherever a job fails.
     pub async fn cancel_jobs(
         &self,
@@ -379,9 +381,6 @@ impl Store {
     ) -> Result<Cancelled, StoreError> {
         let op = format!("cancelling generation {generation} of study `{study}` v{version}");
         let now = now_ms();
-        let ids = |rows: Vec<sqlx::any::AnyRow>| -> Result<Vec<i64>, StoreError> {
-            rows.iter().map(|r| col(r, "jobs", &"?", "id")).collect()
-        };
         // Queued jobs fail now; running ones are told (once) through their next heartbeat.
         let statements = [
             "UPDATE jobs SET state = 'failed', last_error = $1, finished_at_ms = $2, \
@@ -394,7 +393,7 @@ impl Store {
         ];
         let mut tx = self.write_tx(&op).await?;
         let mut found: [Vec<i64>; 2] = Default::default();
-        for (statement, ids_of) in statements.into_iter().zip(&mut found) {
+        for (statement, ids) in statements.into_iter().zip(&mut found) {
             let rows = sqlx::query(statement)
                 .bind(reason)
                 .bind(now)
@@ -404,7 +403,7 @@ impl Store {
                 .fetch_all(&mut *tx)
                 .await
                 .map_err(sql(&op))?;
-            *ids_of = ids(rows)?;
+            *ids = ids_of(&rows)?;
         }
         // A queued job may hold a run it started before it was handed back.
         end_runs_of(&mut tx, &found[0], now, &op).await?;
@@ -532,17 +531,14 @@ impl Store {
         }
         let rows = query.fetch_all(&mut *tx).await.map_err(sql(&op))?;
         tx.commit().await.map_err(sql(&op))?;
-        let mut ids = rows
-            .iter()
-            .map(|r| col(r, "jobs", &"?", "id"))
-            .collect::<Result<Vec<i64>, _>>()?;
+        let mut ids = ids_of(&rows)?;
         ids.sort_unstable();
         Ok(ids)
     }
 
     /// Hand back to the queue every running job whose heartbeat is older than `stale_after`
-    /// (its worker died), claimable from now; a job out of attempts fails instead. Returns how many were requeued
-    /// and how many failed.
+    /// (its worker died), claimable from now; a job out of attempts fails instead. Returns how
+    /// many were requeued and how many failed.
     pub async fn requeue_stale_jobs(
         &self,
         stale_after: Duration,
@@ -562,10 +558,8 @@ impl Store {
         .bind(cutoff)
         .fetch_all(&mut *tx)
         .await
-        .map_err(sql(op))?
-        .iter()
-        .map(|r| col(r, "jobs", &"?", "id"))
-        .collect::<Result<Vec<i64>, _>>()?;
+        .map_err(sql(op))?;
+        let failed = ids_of(&failed)?;
         end_runs_of(&mut tx, &failed, now, op).await?;
         let failed = failed.len() as u64;
         let requeued = sqlx::query(
