@@ -984,6 +984,141 @@ fn a_cancel_ends_a_load_step_at_once() {
     );
 }
 
+/// A load step split across two workers stops on both when either is stopped or cancelled: a
+/// part whose worker stops calls the step off (its records are not stored) and the load job
+/// sends the step again with another worker; a cancel then ends the load job and its part at
+/// once, the step cut short on both.
+#[test]
+fn a_split_load_step_stops_on_every_worker() {
+    // Eight requests at 0.25 req/s: each part's last arrival 24 s or more after the start.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    let _mock = locked_study_edited(url, d, "100", |text| {
+        text.replace("rate_rps = 8.0", "rate_rps = 0.25")
+            .replace("peak_rps = 8.0", "peak_rps = 0.25")
+    });
+    json(
+        url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--queue-only",
+            "--load-workers",
+            "2",
+            "--gather-wait",
+            "60",
+            "--json",
+        ],
+    );
+    let mut w = vec![worker(url, d, "w1"), worker(url, d, "w2")];
+    // A part under way: it has heard back from its first request.
+    let part_under_way = |not: Value| {
+        move || {
+            jobs(url, d).into_iter().find(|j| {
+                j["kind"] == "load_part"
+                    && j["state"] == "running"
+                    && j["id"] != not
+                    && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
+            })
+        }
+    };
+    let first = wait_for(
+        120,
+        "a part of a split step under way",
+        part_under_way(Value::Null),
+    );
+    let leader_of = |part: &Value| {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| {
+                j["kind"] == "load"
+                    && j["candidate"] == part["candidate"]
+                    && j["state"] == "running"
+            })
+            .unwrap_or_else(|| panic!("the load job leading {part}"))
+    };
+    let leader = leader_of(&first);
+    assert_ne!(leader["worker"], first["worker"], "{leader} {first}");
+    // Stop the part's worker alone: its part ends at once, not at its last arrival, and the
+    // step is called off, not stored.
+    let stopped = ["w1", "w2"]
+        .iter()
+        .position(|n| first["worker"] == *n)
+        .unwrap();
+    let pid = i32::try_from(w[stopped].id()).unwrap();
+    // SAFETY: sending a signal to a child process this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let ended = wait_for(10, "the stopped part ended", || {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| j["id"] == first["id"] && j["state"] != "running")
+    });
+    assert_eq!(ended["state"], "failed", "{ended}");
+    assert!(
+        ended["last_error"]
+            .as_str()
+            .unwrap()
+            .contains("stopped mid-step"),
+        "{ended}"
+    );
+    let step = &ended["progress"]["load"];
+    assert!(
+        step["finished"].as_u64().unwrap() + step["failed"].as_u64().unwrap()
+            < step["total"].as_u64().unwrap(),
+        "the part ended before its last arrival: {ended}"
+    );
+    let status = wait_for(30, "the stopped worker to exit", || {
+        w[stopped].try_wait().unwrap()
+    });
+    assert_eq!(status.code(), Some(0));
+    // The load job goes on: it calls off its own part, stores nothing of the step, and sends it
+    // again from two workers once a third one starts.
+    w.push(worker(url, d, "w3"));
+    let second = wait_for(
+        120,
+        "the step sent again, split",
+        part_under_way(first["id"].clone()),
+    );
+    assert_eq!(second["candidate"], first["candidate"], "{second}");
+    assert_eq!(leader_of(&second)["id"], leader["id"], "the same load job");
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    let runs = status["generations"][0]["runs"].as_array().unwrap();
+    assert!(
+        !runs
+            .iter()
+            .any(|r| r["kind"] == "sweep" && r["candidate"] == first["candidate"]),
+        "the target step was not stored: {runs:?}"
+    );
+    // A cancel ends both at once, each cut short.
+    json(url, d, &["study", "cancel", "mini", "--json"]);
+    for held in [&leader, &second] {
+        let ended = wait_for(10, "a job of the split step ended", || {
+            jobs(url, d)
+                .into_iter()
+                .find(|j| j["id"] == held["id"] && j["state"] != "running")
+        });
+        assert_eq!(
+            (&ended["state"], &ended["progress"]["cancelled"]),
+            (&Value::from("failed"), &Value::from(true)),
+            "{ended}"
+        );
+        let step = &ended["progress"]["load"];
+        assert!(
+            step["finished"].as_u64().unwrap() + step["failed"].as_u64().unwrap()
+                < step["total"].as_u64().unwrap(),
+            "cut short: {ended}"
+        );
+    }
+    for c in &mut w {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// `study cancel` on a run that no worker has started: every queued job fails at once, and the
 /// JSON says how many.
 #[test]

@@ -19,7 +19,8 @@ pub struct Gang {
     pub leader_try: u32,
     /// The agreed start instant (Unix milliseconds), once every part joined.
     pub start_at_ms: Option<i64>,
-    /// Why the gang was called off before it started.
+    /// Why the gang was called off: before it started (it never does), or mid-step (its
+    /// parts stop sending and the step is not stored).
     pub cancelled: Option<String>,
     /// The parts that joined, by part number.
     pub members: Vec<GangMember>,
@@ -193,6 +194,21 @@ impl Store {
         .execute(&self.pool)
         .await
         .map_err(sql(format!("calling gang `{gang}` off")))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Call the gang off, started or not: a part cancelled or stopped mid-step halts the others,
+    /// which stop sending and store nothing of the step. Returns whether this call did (not when
+    /// it was called off already).
+    pub async fn halt_gang(&self, gang: &str, why: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query(
+            "UPDATE load_gangs SET cancelled = $1 WHERE gang = $2 AND cancelled IS NULL",
+        )
+        .bind(why)
+        .bind(gang)
+        .execute(&self.pool)
+        .await
+        .map_err(sql(format!("halting gang `{gang}`")))?;
         Ok(done.rows_affected() == 1)
     }
 

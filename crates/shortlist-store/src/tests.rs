@@ -1602,6 +1602,18 @@ async fn a_gang_starts_once_all_parts_joined(store: Store) {
     let g = store.gang("g2").await.unwrap();
     assert_eq!(g.cancelled.as_deref(), Some("part 1 was not claimed"));
     assert_eq!(g.start_at_ms, None);
+    assert!(
+        !store.halt_gang("g2", "again").await.unwrap(),
+        "called off once"
+    );
+    // Halted mid-step: its start stays, the first reason is kept.
+    assert!(store.halt_gang("g1", "part 2 was cancelled").await.unwrap());
+    assert!(!store.halt_gang("g1", "part 1 stopped").await.unwrap());
+    let g = store.gang("g1").await.unwrap();
+    assert_eq!(
+        (g.start_at_ms, g.cancelled.as_deref()),
+        (Some(1_000), Some("part 2 was cancelled"))
+    );
 }
 contract!(a_gang_starts_once_all_parts_joined);
 

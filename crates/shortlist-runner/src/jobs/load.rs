@@ -7,12 +7,12 @@
 
 use sha2::Digest as _;
 use shortlist_loadgen::http::OpenAiTarget;
-use shortlist_loadgen::run::stop_signal;
 use shortlist_measure::analyze::Report;
 use shortlist_store::runs::{LoadResult, RecordsRef, RunKind};
 use shortlist_study::performance::CAPACITY_CONFIDENCE;
 use shortlist_study::study::{LockedStudy, WorkloadKind};
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime};
 
 use shortlist_store::jobs::{JobState, NewJob};
@@ -261,8 +261,9 @@ const GIVE_WAY_AFTER: Duration = Duration::from_secs(1);
 /// `load_part` jobs, claimed ahead of other work; the step starts once every part is ready, and
 /// their raw records are merged into the step (stored as the parts' files one after another).
 /// When the other workers do not gather within the wait, the step is sent whole by this worker;
-/// when a part does not come back, the step is tried again. `None`: this job gave way to an
-/// older one gathering its workers (or was asked to stop) and goes back to the queue.
+/// when a part does not come back or another part called it off mid-step, the step is tried
+/// again. `None`: this job gave way to an older one gathering its workers, or was cancelled or
+/// asked to stop (the step then called off for every part), and goes back to the queue.
 fn split_step(
     ctx: &JobContext,
     sweep: &mut Sweep,
@@ -365,62 +366,86 @@ fn split_step(
                 }
             }
         };
-        let (_keep, stop) = stop_signal();
         let part = StepPart {
             index: 0,
             of,
             host: worker.clone(),
             gather: Box::new(gather),
         };
-        let Some(mine) = sweep.step_part(rate, label, part, stop, &mut observe)? else {
+        // Every part stops when one of them calls the step off mid-way (its job cancelled, its
+        // worker stopping), this one included.
+        let halted = || {
+            ctx.block(ctx.store.gang(&gang))
+                .is_ok_and(|g| g.cancelled.is_some())
+        };
+        let sent = ctx.with_stop_signal_or(halted, |stop| {
+            sweep.step_part(rate, label, part, stop, &mut observe)
+        })?;
+        let Some(mine) = sent else {
             if gave_way.get() {
                 return Ok(None);
             }
-            let (_keep, stop) = stop_signal();
-            return sweep.step(rate, label, stop, &mut observe).map(Some);
+            let step = ctx.with_stop_signal(|stop| sweep.step(rate, label, stop, &mut observe))?;
+            return Ok((!step.stopped).then_some(step));
         };
-        // Its own records beside the others' (the gang then holds the whole step), then
-        // every other part's, or why the try is lost.
-        ctx.block(
-            ctx.store
-                .store_gang_records(&gang, 0, &worker, &mine.records),
-        )?;
-        let whole = sweep.workload();
-        let span_s = whole.duration_s() * whole.mean_rate() / rate;
-        let deadline = Instant::now()
-            + Duration::from_secs_f64(if span_s.is_finite() {
-                span_s.max(0.0)
-            } else {
-                0.0
-            })
-            + REQUEST_TIMEOUT
-            + Duration::from_secs(60);
-        let others = loop {
-            let g = ctx.block(ctx.store.gang(&gang))?;
-            if let Some(all) = g.all_records() {
-                break Ok(all
-                    .iter()
-                    .skip(1)
-                    .map(|r| (*r).to_owned())
-                    .collect::<Vec<_>>());
-            }
-            let mut lost = None;
-            for id in &parts {
-                let job = ctx.block(ctx.store.job(*id))?;
-                if job.state == JobState::Failed {
-                    lost = Some(format!(
-                        "its part job {id} failed: {}",
-                        job.last_error.unwrap_or_default()
-                    ));
+        if halt_if_stopping(ctx, &gang)? {
+            return Ok(None);
+        }
+        let others = if mine.stopped {
+            let why = ctx.block(ctx.store.gang(&gang))?.cancelled;
+            Err(format!(
+                "called off mid-step ({})",
+                why.as_deref().unwrap_or("no reason given")
+            ))
+        } else {
+            // Its own records beside the others' (the gang then holds the whole step), then
+            // every other part's, or why the try is lost.
+            ctx.block(
+                ctx.store
+                    .store_gang_records(&gang, 0, &worker, &mine.records),
+            )?;
+            let whole = sweep.workload();
+            let span_s = whole.duration_s() * whole.mean_rate() / rate;
+            let deadline = Instant::now()
+                + Duration::from_secs_f64(if span_s.is_finite() {
+                    span_s.max(0.0)
+                } else {
+                    0.0
+                })
+                + REQUEST_TIMEOUT
+                + Duration::from_secs(60);
+            loop {
+                if halt_if_stopping(ctx, &gang)? {
+                    return Ok(None);
                 }
+                let g = ctx.block(ctx.store.gang(&gang))?;
+                if let Some(all) = g.all_records() {
+                    break Ok(all
+                        .iter()
+                        .skip(1)
+                        .map(|r| (*r).to_owned())
+                        .collect::<Vec<_>>());
+                }
+                let mut lost = g
+                    .cancelled
+                    .map(|why| format!("called off mid-step ({why})"));
+                for id in &parts {
+                    let job = ctx.block(ctx.store.job(*id))?;
+                    if job.state == JobState::Failed {
+                        lost = Some(format!(
+                            "its part job {id} failed: {}",
+                            job.last_error.unwrap_or_default()
+                        ));
+                    }
+                }
+                if lost.is_none() && Instant::now() >= deadline {
+                    lost = Some("a part did not come back in time".to_owned());
+                }
+                if let Some(why) = lost {
+                    break Err(why);
+                }
+                std::thread::sleep(GANG_POLL * 8);
             }
-            if lost.is_none() && Instant::now() >= deadline {
-                lost = Some("a part did not come back in time".to_owned());
-            }
-            if let Some(why) = lost {
-                break Err(why);
-            }
-            std::thread::sleep(GANG_POLL * 8);
         };
         match others {
             Ok(others) => {
@@ -454,6 +479,22 @@ fn split_step(
         what: format!("load step `{label}` of `{candidate}` sent from {of} workers"),
         why: format!("no try of {SPLIT_TRIES} brought every part back"),
     })
+}
+
+/// When the load job leading a split step was cancelled or its worker asked to stop (read from
+/// the job's row too, ahead of the next heartbeat): the step is called off for every part, and
+/// `true`, the job going back to the queue (or failing, cancelled) with the step not stored.
+fn halt_if_stopping(ctx: &JobContext, gang: &str) -> Result<bool, ServiceError> {
+    if !ctx.stopping_now()? {
+        return Ok(false);
+    }
+    let why = if ctx.cancel.load(Ordering::Relaxed) {
+        format!("its load job {} was cancelled", ctx.job.id)
+    } else {
+        format!("the worker of its load job {} is stopping", ctx.job.id)
+    };
+    ctx.block(ctx.store.halt_gang(gang, &why))?;
+    Ok(true)
 }
 
 pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {

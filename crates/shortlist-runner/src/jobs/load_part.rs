@@ -3,12 +3,13 @@
 //! share, joins the step's gang, waits for the start instant the leading part fixes once every
 //! part is ready, sends every `of`-th arrival of the step from that instant, and stores its raw
 //! records on the gang for the leading part to merge. A part whose gang was called off (its
-//! workers did not gather in time) sends nothing.
+//! workers did not gather in time) sends nothing; one cancelled or stopped mid-step calls the
+//! gang off, and every part then stops, storing nothing of the step.
 
 use std::time::{Duration, Instant, SystemTime};
 
-use shortlist_loadgen::run::stop_signal;
 use shortlist_store::jobs::JobState;
+use std::sync::atomic::Ordering;
 
 use super::load::{Lazy, step_progress};
 use super::{Finished, JobContext};
@@ -93,24 +94,60 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         ctx.payload.candidate, part.rate
     ));
     ctx.progress.emit(event);
-    let (_keep, stop) = stop_signal();
-    let sent = sweep.step_part(
-        part.rate,
-        &part.label,
-        StepPart {
-            index: part.index,
-            of: part.of,
-            host: worker.clone(),
-            gather: Box::new(gather),
-        },
-        stop,
-        step_progress(ctx, &part.label, part.rate, 0, 1),
-    )?;
+    // Stops with the step when another part calls it off mid-way.
+    let halted = || {
+        ctx.block(ctx.store.gang(&part.gang))
+            .is_ok_and(|g| g.cancelled.is_some())
+    };
+    let sent = ctx.with_stop_signal_or(halted, |stop| {
+        sweep.step_part(
+            part.rate,
+            &part.label,
+            StepPart {
+                index: part.index,
+                of: part.of,
+                host: worker.clone(),
+                gather: Box::new(gather),
+            },
+            stop,
+            step_progress(ctx, &part.label, part.rate, 0, 1),
+        )
+    })?;
     let Some(sent) = sent else {
         return Ok(Finished::Done(format!(
             "{step}: called off before it started; nothing sent"
         )));
     };
+    if ctx.stopping_now()? {
+        // Cancelled, or this worker stops: the whole step is called off (its load job sends it
+        // again, unless it was cancelled too). A part is sent once: it does not go back to the
+        // queue.
+        let cancelled = ctx.cancel.load(Ordering::Relaxed);
+        let why = format!(
+            "{step} {} mid-step",
+            if cancelled {
+                "was cancelled"
+            } else {
+                "stopped: its worker is stopping"
+            }
+        );
+        ctx.block(ctx.store.halt_gang(&part.gang, &why))?;
+        return if cancelled {
+            Ok(Finished::Released)
+        } else {
+            Err(ServiceError::invalid(
+                &step,
+                "its worker stopped mid-step; the step was called off and its load job sends it again",
+            ))
+        };
+    }
+    if sent.stopped {
+        let why = ctx.block(ctx.store.gang(&part.gang))?.cancelled;
+        return Ok(Finished::Done(format!(
+            "{step}: called off mid-step ({}); nothing stored",
+            why.as_deref().unwrap_or("no reason given")
+        )));
+    }
     ctx.block(
         ctx.store
             .store_gang_records(&part.gang, part.index, &worker, &sent.records),

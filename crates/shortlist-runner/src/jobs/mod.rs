@@ -184,6 +184,21 @@ impl JobContext {
         self.stop.load(Ordering::Relaxed) || self.cancel.load(Ordering::Relaxed)
     }
 
+    /// Whether the worker was asked to stop or the job was cancelled, reading the job's row for a
+    /// cancel its next heartbeat would bring (and keeping it): for a decision that must not wait
+    /// for the heartbeat, such as whether a load step called off mid-way is sent again.
+    pub fn stopping_now(&self) -> Result<bool, ServiceError> {
+        if !self.stopping()
+            && self
+                .block(self.store.job(self.job.id))?
+                .cancel_reason
+                .is_some()
+        {
+            self.cancel.store(true, Ordering::Relaxed);
+        }
+        Ok(self.stopping())
+    }
+
     /// Run `f` with a load generator's stop signal that turns true once the job is cancelled or
     /// its worker asked to stop (looked at every 100 ms): a load step ends then, not minutes
     /// later at its last arrival.
@@ -191,17 +206,35 @@ impl JobContext {
         &self,
         f: impl FnOnce(shortlist_loadgen::run::StopReceiver) -> T,
     ) -> T {
+        self.with_stop_signal_or(|| false, f)
+    }
+
+    /// As [`Self::with_stop_signal`], and the signal also turns true once `also()` does (asked
+    /// every 500 ms, so that it may read the store): a part of a split load step stops when
+    /// another part called the step off.
+    pub fn with_stop_signal_or<T>(
+        &self,
+        also: impl Fn() -> bool + Sync,
+        f: impl FnOnce(shortlist_loadgen::run::StopReceiver) -> T,
+    ) -> T {
+        const TICK: std::time::Duration = std::time::Duration::from_millis(100);
+        const ALSO_EVERY: u32 = 5;
         let (send, stop) = shortlist_loadgen::run::stop_signal();
         let (worker_stop, cancel) = (Arc::clone(&self.stop), Arc::clone(&self.cancel));
         let done = AtomicBool::new(false);
         std::thread::scope(|scope| {
             scope.spawn(|| {
+                let mut tick = 0u32;
                 while !done.load(Ordering::Relaxed) {
-                    if worker_stop.load(Ordering::Relaxed) || cancel.load(Ordering::Relaxed) {
+                    tick = tick.wrapping_add(1);
+                    if worker_stop.load(Ordering::Relaxed)
+                        || cancel.load(Ordering::Relaxed)
+                        || (tick.is_multiple_of(ALSO_EVERY) && also())
+                    {
                         let _ = send.send(true);
                         return;
                     }
-                    std::thread::sleep(std::time::Duration::from_millis(100));
+                    std::thread::sleep(TICK);
                 }
             });
             let out = f(stop);
