@@ -173,6 +173,40 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
     );
     assert_eq!(ok_json(d, &["eval", "list", "--json"]), json!([]));
     assert_eq!(ok_json(d, &["candidate", "list", "--json"]), json!([]));
+
+    // A number names one content for ever: a removed version is named as such, its content
+    // stored again gets its number back, and other content a number no version had.
+    let why = refused(d, &["eval", "export", "study-mini", "--version", "2"]);
+    assert!(why.contains("v2 (removed"), "{why}");
+    let back = ok_json(d, &["eval", "store", &changed, "--json"]);
+    assert_eq!(
+        (&back["version"], &back["inserted"]),
+        (&json!(2), &json!(true))
+    );
+    let third = d.join("mini-v3.yaml");
+    let text = std::fs::read_to_string(&changed).unwrap().replacen(
+        "Answer in one word.",
+        "Answer with a single word.",
+        1,
+    );
+    std::fs::write(&third, text).unwrap();
+    let next = ok_json(d, &["eval", "store", third.to_str().unwrap(), "--json"]);
+    assert_eq!(next["version"], json!(3), "{next}");
+    let spare = json!({"name": "spare", "version": 2, "inserted": true});
+    assert_eq!(
+        ok_json(
+            d,
+            &[
+                "candidate",
+                "add",
+                "spare",
+                "http://127.0.0.1:9#other",
+                "--json"
+            ]
+        ),
+        spare,
+        "after v1 was removed"
+    );
 }
 
 #[test]

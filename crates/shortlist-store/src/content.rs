@@ -375,15 +375,7 @@ impl Store {
         let t = table.name();
         let b = table.body();
         let mut tx = self.write_tx(op).await?;
-        if self.backend == crate::Backend::Postgres {
-            // Writers of one name take turns, as SQLite's single writer does, so the next
-            // version is computed from the last committed one.
-            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-                .bind(format!("{t}/{name}"))
-                .execute(&mut *tx)
-                .await
-                .map_err(sql(op))?;
-        }
+        self.take_name(&mut tx, op, table, name).await?;
         // The table and column names come from `Table`, never from input.
         let existing = sqlx::query(AssertSqlSafe(format!(
             "SELECT id, version FROM {t} WHERE name = $1 AND sha256 = $2"
@@ -405,15 +397,47 @@ impl Store {
                 inserted: false,
             });
         }
-        let latest = sqlx::query(AssertSqlSafe(format!(
-            "SELECT MAX(version) AS v FROM {t} WHERE name = $1"
-        )))
+        // A number names one content for ever: the same content stored again after it was
+        // removed gets its old number back; other content gets a number no version ever had.
+        let removed = sqlx::query(
+            "SELECT version FROM removed_versions WHERE kind = $1 AND name = $2 AND sha256 = $3 \
+             ORDER BY version DESC LIMIT 1",
+        )
+        .bind(t)
         .bind(name)
-        .fetch_one(&mut *tx)
+        .bind(sha256.as_str())
+        .fetch_optional(&mut *tx)
         .await
         .map_err(sql(op))?;
-        let latest: Option<i64> = col(&latest, t, &name, "v")?;
-        let version = latest.unwrap_or(0) + 1;
+        let version = match removed {
+            Some(row) => {
+                let version: i64 = col(&row, "removed_versions", &name, "version")?;
+                sqlx::query(
+                    "DELETE FROM removed_versions WHERE kind = $1 AND name = $2 AND version = $3",
+                )
+                .bind(t)
+                .bind(name)
+                .bind(version)
+                .execute(&mut *tx)
+                .await
+                .map_err(sql(op))?;
+                version
+            }
+            None => {
+                let latest = sqlx::query(AssertSqlSafe(format!(
+                    "SELECT MAX(v) AS v FROM (SELECT MAX(version) AS v FROM {t} WHERE name = $1 \
+                     UNION ALL SELECT MAX(version) AS v FROM removed_versions \
+                     WHERE kind = $2 AND name = $1) AS highest"
+                )))
+                .bind(name)
+                .bind(t)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(sql(op))?;
+                let latest: Option<i64> = col(&latest, t, &name, "v")?;
+                latest.unwrap_or(0) + 1
+            }
+        };
         let row = match kind {
             Some(kind) => sqlx::query(AssertSqlSafe(format!(
                 "INSERT INTO {t} (name, version, sha256, {b}, created_at_ms, kind) \
@@ -449,6 +473,25 @@ impl Store {
         })
     }
 
+    /// Writers of one name take turns, as SQLite's single writer does, so the next version is
+    /// computed from the last committed state (a transaction-scoped lock on PostgreSQL).
+    async fn take_name(
+        &self,
+        tx: &mut sqlx::Transaction<'static, sqlx::Any>,
+        op: &str,
+        table: Table,
+        name: &str,
+    ) -> Result<(), StoreError> {
+        if self.backend == crate::Backend::Postgres {
+            sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
+                .bind(format!("{}/{name}", table.name()))
+                .execute(&mut **tx)
+                .await
+                .map_err(sql(op))?;
+        }
+        Ok(())
+    }
+
     async fn delete_versioned(
         &self,
         table: Table,
@@ -462,21 +505,42 @@ impl Store {
             None => format!("{thing} `{name}`"),
         };
         let op = format!("removing {what}");
+        let mut tx = self.write_tx(&op).await?;
+        self.take_name(&mut tx, &op, table, name).await?;
         // The table name comes from `Table`, never from input.
         let rows = match version {
             Some(v) => sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM {t} WHERE name = $1 AND version = $2 RETURNING version"
+                "DELETE FROM {t} WHERE name = $1 AND version = $2 RETURNING version, sha256"
             )))
             .bind(name)
             .bind(i64::from(v)),
             None => sqlx::query(AssertSqlSafe(format!(
-                "DELETE FROM {t} WHERE name = $1 RETURNING version"
+                "DELETE FROM {t} WHERE name = $1 RETURNING version, sha256"
             )))
             .bind(name),
         }
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *tx)
         .await
         .map_err(sql(&op))?;
+        // Each number removed stays taken, by the content it named.
+        let now = now_ms();
+        for row in &rows {
+            let version: i64 = col(row, t, &name, "version")?;
+            let hash: String = col(row, t, &name, "sha256")?;
+            sqlx::query(
+                "INSERT INTO removed_versions (kind, name, version, sha256, removed_at_ms) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(t)
+            .bind(name)
+            .bind(version)
+            .bind(hash)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(sql(&op))?;
+        }
+        tx.commit().await.map_err(sql(&op))?;
         let mut removed = rows
             .iter()
             .map(|r| col_u(r, t, &name, "version"))
@@ -517,14 +581,45 @@ impl Store {
         }
         .fetch_optional(&self.pool)
         .await
-        .map_err(sql(&op))?
-        .ok_or_else(|| StoreError::NotFound {
-            what: match version {
-                Some(v) => format!("{} `{name}` v{v}", table.thing()),
-                None => format!("{} `{name}`", table.thing()),
-            },
-        })?;
+        .map_err(sql(&op))?;
+        let Some(row) = row else {
+            let thing = table.thing();
+            let what = match version {
+                Some(v) => match self.removed_version(table, name, v).await? {
+                    Some(sha256) => format!(
+                        "{thing} `{name}` v{v} (removed; its number stays with the content it named, sha256 {})",
+                        &sha256[..sha256.len().min(12)]
+                    ),
+                    None => format!("{thing} `{name}` v{v}"),
+                },
+                None => format!("{thing} `{name}`"),
+            };
+            return Err(StoreError::NotFound { what });
+        };
         Self::versioned_row(table, &row)
+    }
+
+    /// The hash a removed version named, if `version` of `name` was removed.
+    async fn removed_version(
+        &self,
+        table: Table,
+        name: &str,
+        version: u32,
+    ) -> Result<Option<String>, StoreError> {
+        let row = sqlx::query(
+            "SELECT sha256 FROM removed_versions WHERE kind = $1 AND name = $2 AND version = $3",
+        )
+        .bind(table.name())
+        .bind(name)
+        .bind(i64::from(version))
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "looking for removed {} `{name}` v{version}",
+            table.thing()
+        )))?;
+        row.map(|r| col(&r, "removed_versions", &name, "sha256"))
+            .transpose()
     }
 
     async fn get_by_hash(

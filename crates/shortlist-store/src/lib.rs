@@ -165,6 +165,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0011_run_ends.sql"),
         false,
     ),
+    (
+        12,
+        "removed_versions",
+        include_str!("../../../migrations/sqlite/0012_removed_versions.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -231,6 +237,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         11,
         "run_ends",
         include_str!("../../../migrations/postgres/0011_run_ends.sql"),
+        false,
+    ),
+    (
+        12,
+        "removed_versions",
+        include_str!("../../../migrations/postgres/0012_removed_versions.sql"),
         false,
     ),
 ];

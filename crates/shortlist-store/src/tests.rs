@@ -295,12 +295,44 @@ async fn content_is_removed_by_version_or_whole(store: Store) {
         store.delete_eval_set("s", 2).await,
         Err(StoreError::NotFound { what }) if what.contains("v2")
     ));
-    // The removed content stored again is a new version after the latest.
+    // A number names one content for ever. The latest removed, other content gets a number no
+    // version had (not 3 again); asked for, v3 is named as removed.
+    store.delete_eval_set("s", 3).await.unwrap();
+    let other = "name: s\ncases: [d]\n";
+    let next = store
+        .put_eval_set("s", &ContentHash::of(other.as_bytes()), other)
+        .await
+        .unwrap();
+    assert_eq!((next.version, next.inserted), (4, true));
+    match store.eval_set("s", Some(3)).await {
+        Err(StoreError::NotFound { what }) => {
+            let c3 = ContentHash::of(yamls[2].as_bytes());
+            assert!(
+                what.contains("v3 (removed") && what.contains(&c3.as_str()[..12]),
+                "{what}"
+            );
+        }
+        other => panic!("v3 was removed: {other:?}"),
+    }
+    // The removed content stored again gets its own number back; the latest stays the latest.
     let back = store
         .put_eval_set("s", &ContentHash::of(yamls[1].as_bytes()), yamls[1])
         .await
         .unwrap();
-    assert_eq!((back.version, back.inserted), (4, true));
+    assert_eq!((back.version, back.inserted), (2, true));
+    assert_eq!(store.eval_set("s", Some(2)).await.unwrap().yaml, yamls[1]);
+    assert_eq!(store.eval_set("s", None).await.unwrap().meta.version, 4);
+    let again = store
+        .put_eval_set("s", &ContentHash::of(yamls[2].as_bytes()), yamls[2])
+        .await
+        .unwrap();
+    assert_eq!((again.version, again.inserted), (3, true));
+    let last = "name: s\ncases: [e]\n";
+    let last = store
+        .put_eval_set("s", &ContentHash::of(last.as_bytes()), last)
+        .await
+        .unwrap();
+    assert_eq!(last.version, 5);
 
     // A candidate goes whole: every version of its configuration, and nothing of another.
     for t in [0.0, 0.5] {
@@ -328,6 +360,9 @@ async fn content_is_removed_by_version_or_whole(store: Store) {
         .map(|v| v.name)
         .collect();
     assert_eq!(names, ["other"]);
+    // Stored again with new settings, it goes on from the numbers it had.
+    let c = serde_json::json!({"source": "gguf:a.gguf", "temperature": 1.0});
+    assert_eq!(store.put_candidate("small", &c).await.unwrap().version, 3);
 
     // Traces are the workloads of kind trace: listed, found by the hash of their bytes (a
     // spec never is), and removed version by version.
