@@ -177,7 +177,7 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
     // A number names one content for ever: a removed version is named as such, its content
     // stored again gets its number back, and other content a number no version had.
     let why = refused(d, &["eval", "export", "study-mini", "--version", "2"]);
-    assert!(why.contains("v2 (removed"), "{why}");
+    assert!(why.contains("v2 was removed (it held sha256 "), "{why}");
     let back = ok_json(d, &["eval", "store", &changed, "--json"]);
     assert_eq!(
         (&back["version"], &back["inserted"]),

@@ -188,14 +188,19 @@ impl ServiceError {
 
     /// Whether the thing asked for does not exist.
     pub fn is_not_found(&self) -> bool {
-        matches!(self, ServiceError::Store(StoreError::NotFound { .. }))
+        matches!(
+            self,
+            ServiceError::Store(StoreError::NotFound { .. } | StoreError::Removed { .. })
+        )
     }
 
     /// What was asked for and does not exist ("a record of `x` in study `s` v2"), if that is
     /// this error.
     pub fn missing(&self) -> Option<&str> {
         match self {
-            ServiceError::Store(StoreError::NotFound { what }) => Some(what),
+            ServiceError::Store(
+                StoreError::NotFound { what } | StoreError::Removed { what, .. },
+            ) => Some(what),
             _ => None,
         }
     }

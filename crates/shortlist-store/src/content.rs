@@ -546,7 +546,10 @@ impl Store {
             .map(|r| col_u(r, t, &name, "version"))
             .collect::<Result<Vec<u32>, _>>()?;
         if removed.is_empty() {
-            return Err(StoreError::NotFound { what });
+            return Err(match version {
+                Some(v) => self.missing_version(table, name, v).await?,
+                None => StoreError::NotFound { what },
+            });
         }
         removed.sort_unstable();
         Ok(removed)
@@ -583,29 +586,25 @@ impl Store {
         .await
         .map_err(sql(&op))?;
         let Some(row) = row else {
-            let thing = table.thing();
-            let what = match version {
-                Some(v) => match self.removed_version(table, name, v).await? {
-                    Some(sha256) => format!(
-                        "{thing} `{name}` v{v} (removed; its number stays with the content it named, sha256 {})",
-                        &sha256[..sha256.len().min(12)]
-                    ),
-                    None => format!("{thing} `{name}` v{v}"),
+            return Err(match version {
+                Some(v) => self.missing_version(table, name, v).await?,
+                None => StoreError::NotFound {
+                    what: format!("{} `{name}`", table.thing()),
                 },
-                None => format!("{thing} `{name}`"),
-            };
-            return Err(StoreError::NotFound { what });
+            });
         };
         Self::versioned_row(table, &row)
     }
 
-    /// The hash a removed version named, if `version` of `name` was removed.
-    async fn removed_version(
+    /// Why `version` of `name` is not stored: it was removed (and held this hash), or it never
+    /// was.
+    async fn missing_version(
         &self,
         table: Table,
         name: &str,
         version: u32,
-    ) -> Result<Option<String>, StoreError> {
+    ) -> Result<StoreError, StoreError> {
+        let what = format!("{} `{name}` v{version}", table.thing());
         let row = sqlx::query(
             "SELECT sha256 FROM removed_versions WHERE kind = $1 AND name = $2 AND version = $3",
         )
@@ -614,12 +613,14 @@ impl Store {
         .bind(i64::from(version))
         .fetch_optional(&self.pool)
         .await
-        .map_err(sql(format!(
-            "looking for removed {} `{name}` v{version}",
-            table.thing()
-        )))?;
-        row.map(|r| col(&r, "removed_versions", &name, "sha256"))
-            .transpose()
+        .map_err(sql(format!("looking for removed {what}")))?;
+        Ok(match row {
+            Some(r) => StoreError::Removed {
+                sha256: col(&r, "removed_versions", &name, "sha256")?,
+                what,
+            },
+            None => StoreError::NotFound { what },
+        })
     }
 
     async fn get_by_hash(

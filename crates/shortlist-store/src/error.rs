@@ -48,6 +48,12 @@ pub enum StoreError {
     /// The row asked for does not exist.
     #[error("{what} not found")]
     NotFound { what: String },
+    /// The version asked for was removed. Its number stays with the content it held (`sha256`):
+    /// it is never given to other content.
+    #[error(
+        "{what} was removed (it held sha256 {sha256}; its number is never given to other content)"
+    )]
+    Removed { what: String, sha256: String },
     /// A locked study cannot change; an edit makes a new version.
     #[error(
         "study `{name}` v{version} is locked (sha256 {sha256}, locked at {locked_at}): it cannot be changed or removed; edit a new version instead"

@@ -304,16 +304,25 @@ async fn content_is_removed_by_version_or_whole(store: Store) {
         .await
         .unwrap();
     assert_eq!((next.version, next.inserted), (4, true));
-    match store.eval_set("s", Some(3)).await {
-        Err(StoreError::NotFound { what }) => {
-            let c3 = ContentHash::of(yamls[2].as_bytes());
-            assert!(
-                what.contains("v3 (removed") && what.contains(&c3.as_str()[..12]),
-                "{what}"
-            );
+    let c3 = ContentHash::of(yamls[2].as_bytes());
+    for asked in [
+        store.eval_set("s", Some(3)).await.map(drop),
+        store.delete_eval_set("s", 3).await,
+    ] {
+        match asked {
+            Err(StoreError::Removed { what, sha256 }) => {
+                assert_eq!(
+                    (what.as_str(), sha256.as_str()),
+                    ("eval set `s` v3", c3.as_str())
+                );
+            }
+            other => panic!("v3 was removed: {other:?}"),
         }
-        other => panic!("v3 was removed: {other:?}"),
     }
+    assert!(matches!(
+        store.eval_set("s", Some(9)).await,
+        Err(StoreError::NotFound { what }) if what == "eval set `s` v9"
+    ));
     // The removed content stored again gets its own number back; the latest stays the latest.
     let back = store
         .put_eval_set("s", &ContentHash::of(yamls[1].as_bytes()), yamls[1])

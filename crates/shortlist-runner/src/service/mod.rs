@@ -535,7 +535,7 @@ impl StudyService {
     }
 }
 
-/// Whether a store error says the row does not exist.
+/// Whether a store error says the row does not exist (never stored, or removed).
 pub(crate) fn not_found(e: &StoreError) -> bool {
-    matches!(e, StoreError::NotFound { .. })
+    matches!(e, StoreError::NotFound { .. } | StoreError::Removed { .. })
 }
