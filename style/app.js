@@ -86,12 +86,13 @@
     const badge = document.getElementById("study-state");
     if (badge) {
       badge.textContent = message.data;
-      badge.className = "badge " + ({ done: "good", running: "info", locked: "info" }[message.data] || "none");
+      badge.className = "badge " + ({ done: "good", running: "info", locked: "info", cancelled: "warn", failed: "bad" }[message.data] || "none");
     }
     // A run that has finished has new verdicts and records: say so, with a link to them.
-    if (seenState === "running" && message.data === "done" && live) {
+    const finished = ["done", "failed", "cancelled"].indexOf(message.data) >= 0;
+    if (seenState === "running" && finished && live) {
       live.className = "notice";
-      live.textContent = "The run has finished. ";
+      live.textContent = message.data === "done" ? "The run has finished. " : "The run has ended (" + message.data + "). ";
       const link = document.createElement("a");
       link.href = window.location.pathname + window.location.search;
       link.textContent = "Show the verdicts and records";

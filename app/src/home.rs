@@ -70,7 +70,7 @@ pub fn home_page(data: HomeData) -> String {
             .map(|s| {
                 let href = crate::study_url(&s.name, Some(s.version));
                 let name = format!("{} v{}", s.name, s.version);
-                let (word, tone) = state_word(s.state);
+                let (word, tone) = state_word(s.state, s.ended);
                 let verdicts = s
                     .verdicts
                     .iter()

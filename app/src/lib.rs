@@ -31,7 +31,7 @@ pub use compare::{CompareFilter, compare_page};
 pub use home::{HomeData, home_page};
 pub use layout::{document, error_page, login_page};
 pub use new_study::{StudyFormPage, study_form_page};
-pub use pages::study_page;
+pub use pages::{state_word, study_page};
 pub use record::record_page;
 pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
 pub use study_text::{Editing, new_study_page};

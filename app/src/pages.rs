@@ -4,8 +4,8 @@
 use leptos::prelude::*;
 use shortlist_runner::progress::{Phase, ProgressEvent};
 use shortlist_runner::service::views::{
-    BaselineView, GenerationView, JobView, QueueView, RunProgress, StudyState, StudyVersionView,
-    StudyView,
+    BaselineView, Ended, GenerationView, JobView, QueueView, RunProgress, StudyState,
+    StudyVersionView, StudyView,
 };
 
 use shortlist_runner::time::duration_in_words;
@@ -13,11 +13,15 @@ use shortlist_runner::time::duration_in_words;
 use crate::layout::{card_table, document, list_table};
 use crate::verdict_word;
 
-pub(crate) fn state_word(state: StudyState) -> (&'static str, &'static str) {
+/// A study version's state as a word and its tone. A latest generation that ended with cancelled
+/// or failed jobs says so: it never reads as a clean, green finish.
+pub fn state_word(state: StudyState, ended: Ended) -> (&'static str, &'static str) {
     match state {
         StudyState::Draft => ("draft", "none"),
         StudyState::Locked => ("locked", "info"),
         StudyState::Running => ("running", "info"),
+        StudyState::Done if ended.cancelled > 0 => ("cancelled", "warn"),
+        StudyState::Done if ended.failed > 0 => ("failed", "bad"),
         StudyState::Done => ("done", "good"),
     }
 }
@@ -248,6 +252,33 @@ fn generation(
     }
 }
 
+/// The compare view of the candidates that have a record, each from the generation of its
+/// latest one (`a@g3`) when those differ; `None` with fewer than two: nothing to put side by
+/// side, and a link would lead to a refusal.
+fn compare_href(path: &str, v: &StudyView) -> Option<String> {
+    let recorded: Vec<(&str, u32)> = v
+        .candidates
+        .iter()
+        .filter_map(|c| Some((c.name.as_str(), c.record_generation?)))
+        .collect();
+    if recorded.len() < 2 {
+        return None;
+    }
+    let same = recorded.iter().all(|(_, g)| *g == recorded[0].1);
+    let picks: Vec<String> = recorded
+        .iter()
+        .map(|(name, g)| {
+            let name = crate::encode(name);
+            if same { name } else { format!("{name}@g{g}") }
+        })
+        .collect();
+    Some(format!(
+        "{path}/compare?version={}&candidates={}",
+        v.version,
+        picks.join(",")
+    ))
+}
+
 /// `/studies/{name}`: the frozen criteria, the lock, Run, every candidate's verdict and the
 /// live progress of every generation.
 pub fn study_page(
@@ -262,7 +293,7 @@ pub fn study_page(
         let v = view_;
         let name = v.name.clone();
         let f = v.study.clone();
-        let (state, state_tone) = state_word(v.state);
+        let (state, state_tone) = state_word(v.state, v.ended);
         let locked = v.lock_sha256.is_some();
         let lock_line = match (&v.lock_sha256, &v.locked_at) {
             (Some(sha), Some(at)) => format!("Locked at {at} under {sha}"),
@@ -306,18 +337,9 @@ pub fn study_page(
                 view! { <li>{line}</li> }
             })
             .collect_view();
-        let candidates: Vec<String> = v.candidates.iter().map(|c| c.name.clone()).collect();
         // The name and candidates go into URLs encoded: a name may hold any character.
         let path = format!("/studies/{}", crate::encode(&name));
-        let compare_href = format!(
-            "{path}/compare?version={}&candidates={}",
-            v.version,
-            candidates
-                .iter()
-                .map(|c| crate::encode(c))
-                .collect::<Vec<_>>()
-                .join(",")
-        );
+        let compare_href = compare_href(&path, &v);
         let lock_action = format!("{path}/lock");
         let run_action = format!("{path}/runs");
         let cancel_action = format!("{path}/cancel");
@@ -420,9 +442,14 @@ pub fn study_page(
                     )
                 };
                 let cname = c.name.clone();
+                // Its record page, once it has a record (before, the link would lead nowhere).
+                let name_cell = match c.verdict {
+                    Some(_) => view! { <a href=href>{cname}</a> }.into_any(),
+                    None => view! { <span>{cname}</span> }.into_any(),
+                };
                 view! {
                     <tr>
-                        <td data-label=CANDIDATE_COLUMNS[0]><a href=href>{cname}</a></td>
+                        <td data-label=CANDIDATE_COLUMNS[0]>{name_cell}</td>
                         <td data-label=CANDIDATE_COLUMNS[1] class="small">{what}</td>
                         <td data-label=CANDIDATE_COLUMNS[2]><span class=class>{word}</span></td>
                     </tr>
@@ -508,7 +535,13 @@ pub fn study_page(
             <section class="card">
                 <h2>"Candidates"</h2>
                 {list_table(CANDIDATE_COLUMNS, candidate_rows)}
-                <p><a href=compare_href>"Compare side by side"</a></p>
+                {match compare_href {
+                    Some(href) => view! { <p><a href=href id="compare">"Compare side by side"</a></p> }.into_any(),
+                    None if v.candidates.len() > 1 => view! {
+                        <p class="muted small" id="compare">"Side by side once two candidates have a record."</p>
+                    }.into_any(),
+                    None => ().into_any(),
+                }}
             </section>
             <section id="progress" data-study=name.clone() data-version=shown.clone() data-after=after>
                 <h2>"Runs"</h2>

@@ -817,10 +817,31 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
     assert_eq!(jobs(url, d), ended);
     let page = http(&serve.addr, "GET", "/studies/mini", &[], b"").body;
     assert!(
-        page.contains("id=\"study-state\" class=\"badge good\">done<")
+        page.contains("id=\"study-state\" class=\"badge warn\">cancelled<")
             && page.contains("Run again")
             && !page.contains("id=\"cancel\""),
         "{page}"
+    );
+    // No record yet: neither a candidate's name nor a comparison leads to a page that has none.
+    assert!(
+        !page.contains("href=\"/studies/mini/candidates/smol?version=1\"")
+            && !page.contains("/compare?")
+            && page.contains("Side by side once two candidates have a record."),
+        "{page}"
+    );
+    let status = json(url, d, &["study", "status", "mini", "--json"]);
+    assert_eq!(
+        (
+            &status["state"],
+            &status["ended"]["cancelled"],
+            &status["ended"]["failed"]
+        ),
+        (
+            &Value::from("done"),
+            &Value::from(cancelled.len()),
+            &Value::from(0)
+        ),
+        "{status}"
     );
     // Cancelled, not failed, in words: each job's badge, the retry button, the event that
     // pages following the run saw, and `study status`.
@@ -921,6 +942,18 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
             "{candidate}: {record}"
         );
     }
+    // Finished clean: the study reads done, each name leads to its record, and both side by side.
+    let page = http(&serve.addr, "GET", "/studies/mini", &[], b"").body;
+    let compare = "/studies/mini/compare?version=1&amp;candidates=smol,twin";
+    assert!(
+        page.contains("id=\"study-state\" class=\"badge good\">done<")
+            && page.contains("href=\"/studies/mini/candidates/smol?version=1\"")
+            && page.contains("href=\"/studies/mini/candidates/twin?version=1\"")
+            && page.contains(&format!("href=\"{compare}\"")),
+        "{page}"
+    );
+    let side_by_side = http(&serve.addr, "GET", &compare.replace("&amp;", "&"), &[], b"");
+    assert_eq!(side_by_side.status, 200, "{}", side_by_side.body);
     let nothing = http(&serve.addr, "POST", "/api/studies/mini/retry", &[], b"");
     assert_eq!(nothing.status, 400, "{}", nothing.body);
 }
@@ -1016,12 +1049,14 @@ fn a_split_load_step_stops_on_every_worker() {
     );
     let mut w = vec![worker(url, d, "w1"), worker(url, d, "w2")];
     // A part under way: it has heard back from its first request.
-    let part_under_way = |not: Value| {
+    // (`not`: a part seen before; `of`: the candidate's, when given.)
+    let part_under_way = |not: Value, of: Value| {
         move || {
             jobs(url, d).into_iter().find(|j| {
                 j["kind"] == "load_part"
                     && j["state"] == "running"
                     && j["id"] != not
+                    && (of.is_null() || j["candidate"] == of)
                     && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
             })
         }
@@ -1029,7 +1064,7 @@ fn a_split_load_step_stops_on_every_worker() {
     let first = wait_for(
         120,
         "a part of a split step under way",
-        part_under_way(Value::Null),
+        part_under_way(Value::Null, Value::Null),
     );
     let leader_of = |part: &Value| {
         jobs(url, d)
@@ -1081,7 +1116,7 @@ fn a_split_load_step_stops_on_every_worker() {
     let second = wait_for(
         120,
         "the step sent again, split",
-        part_under_way(first["id"].clone()),
+        part_under_way(first["id"].clone(), first["candidate"].clone()),
     );
     assert_eq!(second["candidate"], first["candidate"], "{second}");
     assert_eq!(leader_of(&second)["id"], leader["id"], "the same load job");

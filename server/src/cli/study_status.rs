@@ -125,13 +125,25 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
         print_json(&doc)?;
         return Ok(Outcome::Success);
     }
+    // A finish with failed or cancelled jobs says how many.
+    let ended = progress.ended;
+    let ends = [(ended.failed, "failed"), (ended.cancelled, "cancelled")]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect::<Vec<_>>();
     println!(
-        "study {} v{}: {}",
+        "study {} v{}: {}{}",
         progress.study,
         progress.version,
         serde_json::to_value(progress.state)?
             .as_str()
-            .unwrap_or_default()
+            .unwrap_or_default(),
+        if ends.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", ends.join(", "))
+        }
     );
     for g in &progress.generations {
         let records = g

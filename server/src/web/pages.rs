@@ -299,10 +299,8 @@ pub(crate) async fn events(
                 }
             }
             if let Ok(p) = service.run_progress(&name, Some(version)).await {
-                let s = serde_json::to_value(p.state)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_owned))
-                    .unwrap_or_default();
+                // The word the page's badge shows (a finish with cancelled or failed jobs says so).
+                let s = shortlist_app::state_word(p.state, p.ended).0.to_owned();
                 if last_state.as_deref() != Some(&s) {
                     events.push(Ok(Event::default().event("state").data(s.clone())));
                     last_state = Some(s);

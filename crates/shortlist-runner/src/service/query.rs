@@ -12,7 +12,7 @@ use shortlist_study::record::Verdict;
 use shortlist_study::study::CandidateRef;
 
 use super::views::{
-    BaselineView, CandidateView, GenerationView, JobView, RunProgress, RunView, StudyState,
+    BaselineView, CandidateView, Ended, GenerationView, JobView, RunProgress, RunView, StudyState,
     StudySummaryView, StudyView,
 };
 use super::{StudyService, not_found};
@@ -46,6 +46,23 @@ fn state_of(locked: bool, jobs: &[Job]) -> StudyState {
     } else {
         StudyState::Done
     }
+}
+
+/// How the latest generation's jobs that failed for good ended: cancelled or failed.
+fn ended_of(jobs: &[Job]) -> Ended {
+    let latest = jobs.iter().filter_map(|j| j.generation).max();
+    let mut ended = Ended::default();
+    for j in jobs
+        .iter()
+        .filter(|j| j.generation == latest && j.state == JobState::Failed)
+    {
+        if j.cancel_reason.is_some() {
+            ended.cancelled += 1;
+        } else {
+            ended.failed += 1;
+        }
+    }
+    ended
 }
 
 fn event_of(row: &ProgressRow) -> Result<ProgressEvent, ServiceError> {
@@ -108,8 +125,21 @@ impl StudyService {
         version: u32,
         candidate: &str,
     ) -> Result<Option<Verdict>, ServiceError> {
+        Ok(self
+            .latest_record_verdict(study, version, candidate)
+            .await?
+            .map(|(verdict, _)| verdict))
+    }
+
+    /// The latest record's verdict and the generation it was made from.
+    async fn latest_record_verdict(
+        &self,
+        study: &str,
+        version: u32,
+        candidate: &str,
+    ) -> Result<Option<(Verdict, u32)>, ServiceError> {
         match self.store.latest_record(study, version, candidate).await {
-            Ok(r) => Ok(Some(r.record.verdict)),
+            Ok(r) => Ok(Some((r.record.verdict, r.generation))),
             Err(e) if not_found(&e) => Ok(None),
             Err(e) => Err(e.into()),
         }
@@ -143,16 +173,19 @@ impl StudyService {
                     break;
                 }
             }
+            let latest = self.latest_record_verdict(name, version, &c.name).await?;
             candidates.push(CandidateView {
                 name: c.name.clone(),
                 stored: config,
-                verdict: self.latest_verdict(name, version, &c.name).await?,
+                verdict: latest.map(|(verdict, _)| verdict),
+                record_generation: latest.map(|(_, generation)| generation),
             });
         }
         Ok(StudyView {
             name: name.to_owned(),
             version,
             state: state_of(sha.is_some(), &jobs),
+            ended: ended_of(&jobs),
             lock_sha256: sha,
             locked_at: at,
             study: stored.study().file().clone(),
@@ -230,6 +263,7 @@ impl StudyService {
             out.push(StudySummaryView {
                 question: stored.study().file().question.clone(),
                 state: state_of(s.sha256.is_some(), &jobs),
+                ended: ended_of(&jobs),
                 lock_sha256: s.sha256.clone(),
                 name: s.name,
                 version: s.version,
@@ -324,6 +358,7 @@ impl StudyService {
             study: name.to_owned(),
             version,
             state: state_of(matches!(stored, StoredStudy::Locked(_)), &jobs),
+            ended: ended_of(&jobs),
             last_event_id,
             generations,
             baseline,

@@ -84,6 +84,16 @@ pub struct LockView {
     pub locked_now: bool,
 }
 
+/// How the latest generation's jobs that did not finish ended: a study `done` with failed or
+/// cancelled jobs must not read as a clean finish.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct Ended {
+    /// Jobs that failed for good, the cancelled ones apart.
+    pub failed: u32,
+    /// Jobs that were cancelled.
+    pub cancelled: u32,
+}
+
 /// Whether a study version is a draft or locked, and how far its runs are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -105,6 +115,8 @@ pub struct CandidateView {
     pub stored: serde_json::Value,
     /// The latest record's verdict, if there is one.
     pub verdict: Option<Verdict>,
+    /// The generation that latest record was made from.
+    pub record_generation: Option<u32>,
 }
 
 /// A study as stored.
@@ -113,6 +125,8 @@ pub struct StudyView {
     pub name: String,
     pub version: u32,
     pub state: StudyState,
+    /// How the latest generation's unfinished jobs ended.
+    pub ended: Ended,
     pub lock_sha256: Option<String>,
     pub locked_at: Option<String>,
     pub study: StudyFile,
@@ -137,6 +151,8 @@ pub struct StudySummaryView {
     pub version: u32,
     pub question: String,
     pub state: StudyState,
+    /// How the latest generation's unfinished jobs ended.
+    pub ended: Ended,
     pub lock_sha256: Option<String>,
     /// Each candidate with the verdict of its latest record.
     pub verdicts: Vec<(String, Option<Verdict>)>,
@@ -227,6 +243,8 @@ pub struct RunProgress {
     pub study: String,
     pub version: u32,
     pub state: StudyState,
+    /// How the latest generation's unfinished jobs ended.
+    pub ended: Ended,
     /// The newest stored progress event when this was read: a follower asks for what came after.
     pub last_event_id: i64,
     /// Newest first.
