@@ -293,7 +293,7 @@ async fn content_is_removed_by_version_or_whole(store: Store) {
     assert_eq!(store.eval_set("s", Some(3)).await.unwrap().yaml, yamls[2]);
     assert!(matches!(
         store.delete_eval_set("s", 2).await,
-        Err(StoreError::NotFound { what }) if what.contains("v2")
+        Err(StoreError::Removed { what, .. }) if what == "eval set `s` v2"
     ));
     // A number names one content for ever. The latest removed, other content gets a number no
     // version had (not 3 again); asked for, v3 is named as removed.
@@ -412,7 +412,12 @@ async fn content_is_removed_by_version_or_whole(store: Store) {
     ));
     assert!(matches!(
         store.delete_workload("prod", 1).await,
-        Err(StoreError::NotFound { what }) if what == "workload `prod` v1"
+        Err(StoreError::Removed { what, sha256 })
+            if what == "workload `prod` v1" && sha256 == ContentHash::of(t1.as_bytes()).as_str()
+    ));
+    assert!(matches!(
+        store.delete_workload("prod", 3).await,
+        Err(StoreError::NotFound { what }) if what == "workload `prod` v3"
     ));
     assert_eq!(store.list_traces().await.unwrap().len(), 1);
 }
