@@ -1154,6 +1154,92 @@ fn a_split_load_step_stops_on_every_worker() {
     }
 }
 
+/// A part of a split load step whose leading load job's worker dies (SIGKILL) stops once that
+/// job has not beaten for 30 s — three of the longest heartbeat intervals — instead of sending
+/// to its last arrival for a step no one will merge, and stores nothing; its worker is then free
+/// for the load job's next try.
+#[test]
+fn a_part_stops_when_its_load_job_is_gone() {
+    // Sixteen requests at 0.25 req/s: each part's last arrival about 60 s after the start.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
+    let url = url.as_str();
+    let _mock = locked_study_edited(url, d, "100", |text| {
+        text.replace("rate_rps = 8.0", "rate_rps = 0.25")
+            .replace("peak_rps = 8.0", "peak_rps = 0.25")
+            .replace("requests = 8,", "requests = 16,")
+    });
+    json(
+        url,
+        d,
+        &[
+            "study",
+            "run",
+            "mini",
+            "--queue-only",
+            "--load-workers",
+            "2",
+            "--gather-wait",
+            "5",
+            "--json",
+        ],
+    );
+    let names = ["w1", "w2"];
+    let mut w: Vec<Child> = names.iter().map(|n| worker(url, d, n)).collect();
+    let part = wait_for(120, "a part of a split step under way", || {
+        jobs(url, d).into_iter().find(|j| {
+            j["kind"] == "load_part"
+                && j["state"] == "running"
+                && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
+        })
+    });
+    assert_eq!(part["progress"]["load"]["total"], 8, "{part}");
+    let leader = jobs(url, d)
+        .into_iter()
+        .find(|j| {
+            j["kind"] == "load" && j["candidate"] == part["candidate"] && j["state"] == "running"
+        })
+        .unwrap_or_else(|| panic!("the load job leading {part}"));
+    let dead = names.iter().position(|n| leader["worker"] == *n).unwrap();
+    w[dead].kill().unwrap();
+    w[dead].wait().unwrap();
+    let killed = Instant::now();
+    let ended = wait_for(50, "the part ended", || {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| j["id"] == part["id"] && j["state"] != "running")
+    });
+    let after = killed.elapsed();
+    assert_eq!(ended["state"], "done", "{ended}");
+    let said = ended["progress"]["message"].as_str().unwrap_or_default();
+    assert!(
+        said.contains("called off mid-step")
+            && said.contains(&format!(
+                "its leading load job {} has not beaten for",
+                leader["id"]
+            ))
+            && said.ends_with("nothing stored"),
+        "{ended}"
+    );
+    // Its last arrival was due about 55 s after the kill.
+    assert!(
+        (Duration::from_secs(29)..Duration::from_secs(45)).contains(&after),
+        "it stopped once its load job had not beaten for 30 s: {after:?} after the kill"
+    );
+    // The freed worker hands the dead one's load job back to the queue (and may take it).
+    wait_for(30, "the load job handed back", || {
+        jobs(url, d).into_iter().find(|j| {
+            j["id"] == leader["id"]
+                && (j["state"] == "queued" || j["attempts"].as_u64() > leader["attempts"].as_u64())
+        })
+    });
+    for c in &mut w {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
 /// `study cancel` on a run that no worker has started: every queued job fails at once, and the
 /// JSON says how many.
 #[test]

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant, SystemTime};
 
+use shortlist_store::gangs::Gang;
 use shortlist_store::jobs::JobState;
 use std::sync::atomic::Ordering;
 
@@ -15,7 +16,8 @@ use super::load::{Lazy, step_progress};
 use super::{Finished, JobContext};
 use crate::capacity::StepPart;
 use crate::error::ServiceError;
-use crate::time::at_ms;
+use crate::time::{at_ms, now_ms};
+use crate::worker::HEARTBEAT;
 
 /// How often a ready part looks for its start instant.
 const START_POLL: Duration = Duration::from_millis(20);
@@ -64,12 +66,7 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
                 return Ok(None);
             }
             // A leader whose claim ended (its worker died or let go) never fixes the start.
-            let leader = ctx.block(ctx.store.job(g.leader_job))?;
-            if leader.state != JobState::Running || leader.attempts != g.leader_try {
-                let why = format!(
-                    "its leading load job {} is no longer held by the claim that opened it",
-                    g.leader_job
-                );
+            if let Some(why) = leader_lost(ctx, &g)? {
                 if ctx.block(ctx.store.cancel_gang(&part.gang, &why))? {
                     return Ok(None);
                 }
@@ -94,10 +91,12 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         ctx.payload.candidate, part.rate
     ));
     ctx.progress.emit(event);
-    // Stops with the step when another part calls it off mid-way.
+    // Stops with the step when another part calls it off mid-way, or its leader is lost (its
+    // records would be merged by no one, and this worker is wanted for the step's next try).
     let halted = || {
-        ctx.block(ctx.store.gang(&part.gang))
-            .is_ok_and(|g| g.cancelled.is_some())
+        ctx.block(ctx.store.gang(&part.gang)).is_ok_and(|g| {
+            g.cancelled.is_some() || leader_lost(ctx, &g).is_ok_and(|lost| lost.is_some())
+        })
     };
     let sent = ctx.with_stop_signal_or(halted, |stop| {
         sweep.step_part(
@@ -142,10 +141,17 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
         };
     }
     if sent.stopped {
-        let why = ctx.block(ctx.store.gang(&part.gang))?.cancelled;
+        let g = ctx.block(ctx.store.gang(&part.gang))?;
+        let why = match (g.cancelled.clone(), leader_lost(ctx, &g)?) {
+            (Some(why), _) => why,
+            (None, Some(why)) => {
+                ctx.block(ctx.store.halt_gang(&part.gang, &why))?;
+                why
+            }
+            (None, None) => "no reason given".to_owned(),
+        };
         return Ok(Finished::Done(format!(
-            "{step}: called off mid-step ({}); nothing stored",
-            why.as_deref().unwrap_or("no reason given")
+            "{step}: called off mid-step ({why}); nothing stored"
         )));
     }
     ctx.block(
@@ -161,4 +167,26 @@ pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
             ""
         }
     )))
+}
+
+/// Why the load job leading gang `g` can no longer merge its parts, if it cannot: its claim ended
+/// (it let go, failed, or was taken over after its worker died), or it has not beaten for three
+/// of the longest heartbeat intervals (its worker is gone, and no idle worker has noticed yet).
+fn leader_lost(ctx: &JobContext, g: &Gang) -> Result<Option<String>, ServiceError> {
+    let leader = ctx.block(ctx.store.job(g.leader_job))?;
+    if leader.state != JobState::Running || leader.attempts != g.leader_try {
+        return Ok(Some(format!(
+            "its leading load job {} is no longer held by the claim that opened it",
+            g.leader_job
+        )));
+    }
+    let silent_ms = leader.heartbeat_ms.map_or(0, |beat| now_ms() - beat);
+    let limit = 3 * HEARTBEAT.as_millis() as i64;
+    Ok((silent_ms > limit).then(|| {
+        format!(
+            "its leading load job {} has not beaten for {} s: its worker is gone",
+            g.leader_job,
+            silent_ms / 1000
+        )
+    }))
 }
