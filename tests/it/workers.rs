@@ -1017,23 +1017,24 @@ fn a_cancel_ends_a_load_step_at_once() {
     );
 }
 
-/// A load step split across two workers stops on both when either is stopped or cancelled: a
-/// part whose worker stops calls the step off (its records are not stored) and the load job
-/// sends the step again with another worker; a cancel then ends the load job and its part at
-/// once, the step cut short on both.
-#[test]
-fn a_split_load_step_stops_on_every_worker() {
-    // Eight requests at 0.25 req/s: each part's last arrival 24 s or more after the start.
+/// A fresh SQLite database with the two-candidate study locked on it, its load steps of
+/// `requests` requests at 0.25 req/s, queued with each step split across two workers
+/// (`--gather-wait` seconds to gather them), and two workers `w1` and `w2` started: the folder
+/// (removed when dropped), the database URL, the mock and the workers.
+fn slow_split_run(
+    requests: u32,
+    gather_wait: &str,
+) -> (tempfile::TempDir, String, Mock, Vec<Child>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
-    let url = url.as_str();
-    let _mock = locked_study_edited(url, d, "100", |text| {
+    let mock = locked_study_edited(&url, d, "100", |text| {
         text.replace("rate_rps = 8.0", "rate_rps = 0.25")
             .replace("peak_rps = 8.0", "peak_rps = 0.25")
+            .replace("requests = 8,", &format!("requests = {requests},"))
     });
     json(
-        url,
+        &url,
         d,
         &[
             "study",
@@ -1043,40 +1044,46 @@ fn a_split_load_step_stops_on_every_worker() {
             "--load-workers",
             "2",
             "--gather-wait",
-            "60",
+            gather_wait,
             "--json",
         ],
     );
-    let mut w = vec![worker(url, d, "w1"), worker(url, d, "w2")];
-    // A part under way: it has heard back from its first request.
-    // (`not`: a part seen before; `of`: the candidate's, when given.)
-    let part_under_way = |not: Value, of: Value| {
-        move || {
-            jobs(url, d).into_iter().find(|j| {
-                j["kind"] == "load_part"
-                    && j["state"] == "running"
-                    && j["id"] != not
-                    && (of.is_null() || j["candidate"] == of)
-                    && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
-            })
-        }
-    };
-    let first = wait_for(
-        120,
-        "a part of a split step under way",
-        part_under_way(Value::Null, Value::Null),
-    );
-    let leader_of = |part: &Value| {
-        jobs(url, d)
-            .into_iter()
-            .find(|j| {
-                j["kind"] == "load"
-                    && j["candidate"] == part["candidate"]
-                    && j["state"] == "running"
-            })
-            .unwrap_or_else(|| panic!("the load job leading {part}"))
-    };
-    let leader = leader_of(&first);
+    let workers = vec![worker(&url, d, "w1"), worker(&url, d, "w2")];
+    (dir, url, mock, workers)
+}
+
+/// A part of a split step under way (it has heard back from its first request), other than
+/// `not` (a job id, or null) and of candidate `of` when given (else null); waited for up to
+/// 120 s. With the load job leading it.
+fn split_part_under_way(url: &str, dir: &Path, not: &Value, of: &Value) -> (Value, Value) {
+    let part = wait_for(120, "a part of a split step under way", || {
+        jobs(url, dir).into_iter().find(|j| {
+            j["kind"] == "load_part"
+                && j["state"] == "running"
+                && j["id"] != *not
+                && (of.is_null() || j["candidate"] == *of)
+                && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
+        })
+    });
+    let leader = jobs(url, dir)
+        .into_iter()
+        .find(|j| {
+            j["kind"] == "load" && j["candidate"] == part["candidate"] && j["state"] == "running"
+        })
+        .unwrap_or_else(|| panic!("the load job leading {part}"));
+    (part, leader)
+}
+
+/// A load step split across two workers stops on both when either is stopped or cancelled: a
+/// part whose worker stops calls the step off (its records are not stored) and the load job
+/// sends the step again with another worker; a cancel then ends the load job and its part at
+/// once, the step cut short on both.
+#[test]
+fn a_split_load_step_stops_on_every_worker() {
+    // Eight requests at 0.25 req/s: each part's last arrival 24 s or more after the start.
+    let (dir, url, _mock, mut w) = slow_split_run(8, "60");
+    let (d, url) = (dir.path(), url.as_str());
+    let (first, leader) = split_part_under_way(url, d, &Value::Null, &Value::Null);
     assert_ne!(leader["worker"], first["worker"], "{leader} {first}");
     // Stop the part's worker alone: its part ends at once, not at its last arrival, and the
     // step is called off, not stored.
@@ -1113,13 +1120,11 @@ fn a_split_load_step_stops_on_every_worker() {
     // The load job goes on: it calls off its own part, stores nothing of the step, and sends it
     // again from two workers once a third one starts.
     w.push(worker(url, d, "w3"));
-    let second = wait_for(
-        120,
-        "the step sent again, split",
-        part_under_way(first["id"].clone(), first["candidate"].clone()),
+    let (second, same) = split_part_under_way(url, d, &first["id"], &first["candidate"]);
+    assert_eq!(
+        same["id"], leader["id"],
+        "the same load job sends it again: {same}"
     );
-    assert_eq!(second["candidate"], first["candidate"], "{second}");
-    assert_eq!(leader_of(&second)["id"], leader["id"], "the same load job");
     let status = json(url, d, &["study", "status", "mini", "--json"]);
     let runs = status["generations"][0]["runs"].as_array().unwrap();
     assert!(
@@ -1161,46 +1166,11 @@ fn a_split_load_step_stops_on_every_worker() {
 #[test]
 fn a_part_stops_when_its_load_job_is_gone() {
     // Sixteen requests at 0.25 req/s: each part's last arrival about 60 s after the start.
-    let dir = tempfile::tempdir().unwrap();
-    let d = dir.path();
-    let url = format!("sqlite://{}?mode=rwc", d.join("w.db").display());
-    let url = url.as_str();
-    let _mock = locked_study_edited(url, d, "100", |text| {
-        text.replace("rate_rps = 8.0", "rate_rps = 0.25")
-            .replace("peak_rps = 8.0", "peak_rps = 0.25")
-            .replace("requests = 8,", "requests = 16,")
-    });
-    json(
-        url,
-        d,
-        &[
-            "study",
-            "run",
-            "mini",
-            "--queue-only",
-            "--load-workers",
-            "2",
-            "--gather-wait",
-            "5",
-            "--json",
-        ],
-    );
-    let names = ["w1", "w2"];
-    let mut w: Vec<Child> = names.iter().map(|n| worker(url, d, n)).collect();
-    let part = wait_for(120, "a part of a split step under way", || {
-        jobs(url, d).into_iter().find(|j| {
-            j["kind"] == "load_part"
-                && j["state"] == "running"
-                && j["progress"]["load"]["finished"].as_u64().unwrap_or(0) >= 1
-        })
-    });
+    let (dir, url, _mock, mut w) = slow_split_run(16, "5");
+    let (d, url) = (dir.path(), url.as_str());
+    let (part, leader) = split_part_under_way(url, d, &Value::Null, &Value::Null);
     assert_eq!(part["progress"]["load"]["total"], 8, "{part}");
-    let leader = jobs(url, d)
-        .into_iter()
-        .find(|j| {
-            j["kind"] == "load" && j["candidate"] == part["candidate"] && j["state"] == "running"
-        })
-        .unwrap_or_else(|| panic!("the load job leading {part}"));
+    let names = ["w1", "w2"];
     let dead = names.iter().position(|n| leader["worker"] == *n).unwrap();
     w[dead].kill().unwrap();
     w[dead].wait().unwrap();
