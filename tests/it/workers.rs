@@ -989,14 +989,8 @@ fn a_cancel_ends_a_load_step_at_once() {
     });
     assert_eq!(ended["state"], "failed", "{ended}");
     assert_eq!(ended["progress"]["cancelled"], true, "{ended}");
-    let step = &ended["progress"]["load"];
-    let (finished, failed, total) = (
-        step["finished"].as_u64().unwrap(),
-        step["failed"].as_u64().unwrap(),
-        step["total"].as_u64().unwrap(),
-    );
     assert!(
-        finished + failed < total,
+        cut_short(&ended),
         "the step ended before its last arrival: {ended}"
     );
     let status = json(url, d, &["study", "status", "mini", "--json"]);
@@ -1015,6 +1009,17 @@ fn a_cancel_ends_a_load_step_at_once() {
         !runs.iter().any(|r| r["kind"] == "sweep"),
         "no sweep began: {runs:?}"
     );
+}
+
+/// Whether a load or part job's last progress says its step ended before its last request.
+fn cut_short(job: &Value) -> bool {
+    let step = &job["progress"]["load"];
+    let count = |what: &str| {
+        step[what]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{what}: {job}"))
+    };
+    count("finished") + count("failed") < count("total")
 }
 
 /// A fresh SQLite database with the two-candidate study locked on it, its load steps of
@@ -1107,10 +1112,8 @@ fn a_split_load_step_stops_on_every_worker() {
             .contains("stopped mid-step"),
         "{ended}"
     );
-    let step = &ended["progress"]["load"];
     assert!(
-        step["finished"].as_u64().unwrap() + step["failed"].as_u64().unwrap()
-            < step["total"].as_u64().unwrap(),
+        cut_short(&ended),
         "the part ended before its last arrival: {ended}"
     );
     let status = wait_for(30, "the stopped worker to exit", || {
@@ -1141,17 +1144,15 @@ fn a_split_load_step_stops_on_every_worker() {
                 .into_iter()
                 .find(|j| j["id"] == held["id"] && j["state"] != "running")
         });
-        assert_eq!(
-            (&ended["state"], &ended["progress"]["cancelled"]),
-            (&Value::from("failed"), &Value::from(true)),
+        // Failed with the cancel's reason: stopped by its worker, or failed at once had its
+        // claim gone stale meanwhile (a worker beating every half second on a busy machine)
+        // and the job been handed back to the queue.
+        assert_eq!(ended["state"], "failed", "{ended}");
+        assert!(
+            ended["cancel_reason"].is_string() && ended["last_error"] == ended["cancel_reason"],
             "{ended}"
         );
-        let step = &ended["progress"]["load"];
-        assert!(
-            step["finished"].as_u64().unwrap() + step["failed"].as_u64().unwrap()
-                < step["total"].as_u64().unwrap(),
-            "cut short: {ended}"
-        );
+        assert!(cut_short(&ended), "{ended}");
     }
     for c in &mut w {
         let _ = c.kill();
