@@ -8,6 +8,7 @@ pub(crate) mod load;
 pub(crate) mod load_part;
 pub(crate) mod quality;
 pub(crate) mod record;
+mod split;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
