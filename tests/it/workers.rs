@@ -753,7 +753,7 @@ fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
 }
 
 /// **Cancel run** on the study page while a worker is in the middle of a quality job: the
-/// queued jobs fail at once, the running one stops at the end of its current case and fails
+/// queued jobs fail at once, the running one stops at its worker's next heartbeat and fails
 /// with the reason, nothing is claimed again, the study reads done with **Run again**, and a
 /// second cancel — from the command line or the API — is refused: nothing is left to cancel.
 /// Then **Retry failed jobs** finishes the same generation, records and all.
@@ -1295,4 +1295,65 @@ fn cancelling_fails_at_once_the_job_of_a_worker_that_is_gone() {
             .all(|j| j["state"] == "failed" || (j["kind"] == "fit" && j["state"] == "done")),
         "{js:?}"
     );
+}
+
+/// A worker never waits on a silent endpoint to stop or cancel: with a quality case asked of an
+/// endpoint that answers two minutes later, SIGTERM ends the worker within seconds, its job put
+/// back as it was; the next worker's job, cancelled, ends within seconds too, and that worker
+/// is idle and takes no further attempt of the case.
+#[test]
+fn a_stop_or_cancel_does_not_wait_for_an_endpoint_answer() {
+    let (dir, url, _mock) = sqlite_study("120000");
+    let (d, url) = (dir.path(), url.as_str());
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let asking = |worker: &str| {
+        wait_for(60, "a quality job asking its first case", || {
+            jobs(url, d).into_iter().find(|j| {
+                j["kind"] == "quality" && j["state"] == "running" && j["worker"] == worker
+            })
+        })
+    };
+    let mut first = worker(url, d, "first");
+    let held = asking("first");
+    // Its first case is in flight: the answer is two minutes away.
+    std::thread::sleep(Duration::from_secs(1));
+    let stopped = Instant::now();
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &first.id().to_string()])
+        .status();
+    let exited = wait_for(20, "the stopped worker's exit", || {
+        first.try_wait().unwrap()
+    });
+    assert!(exited.success(), "{exited:?}");
+    let job = jobs(url, d)
+        .into_iter()
+        .find(|j| j["id"] == held["id"])
+        .unwrap();
+    assert_eq!(
+        (&job["state"], &job["attempts"]),
+        (&Value::from("queued"), &Value::from(0)),
+        "put back as it was, {:?} after the stop: {job}",
+        stopped.elapsed()
+    );
+
+    let mut next = worker(url, d, "next");
+    let held = asking("next");
+    std::thread::sleep(Duration::from_secs(1));
+    json(url, d, &["study", "cancel", "mini", "--json"]);
+    let ended = wait_for(20, "the cancelled job ended", || {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| j["id"] == held["id"] && j["state"] != "running")
+    });
+    assert_eq!(
+        (&ended["state"], &ended["progress"]["cancelled"]),
+        (&Value::from("failed"), &Value::from(true)),
+        "{ended}"
+    );
+    assert_eq!(ended["progress"]["cases"]["done"], 0, "{ended}");
+    wait_for(10, "the worker idle again", || {
+        (state_of(&workers_view(url, d), "next").as_deref() == Some("idle")).then_some(())
+    });
+    let _ = next.kill();
+    let _ = next.wait();
 }

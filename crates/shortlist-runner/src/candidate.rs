@@ -184,12 +184,25 @@ pub fn ask<G: Generator + ?Sized>(
     decoding: &Decoding,
     policy: AskPolicy,
 ) -> Result<Asked, RunError> {
+    ask_until(generator, request, decoding, policy, &|| false)
+        .expect("a request never given up is answered")
+}
+
+/// [`ask`], giving up between attempts once `give_up()` is true: `None`, nothing to hear (no
+/// further attempt is sent after a cancel).
+fn ask_until<G: Generator + ?Sized>(
+    generator: &mut G,
+    request: &ChatRequest,
+    decoding: &Decoding,
+    policy: AskPolicy,
+    give_up: &dyn Fn() -> bool,
+) -> Option<Result<Asked, RunError>> {
     let mut wait = policy.backoff;
     let mut attempt = 0;
     loop {
         attempt += 1;
         match generator.generate(request, decoding) {
-            Ok(generated) => return Ok(Asked::Answered(generated)),
+            Ok(generated) => return Some(Ok(Asked::Answered(generated))),
             Err(RunError::Request {
                 url,
                 status,
@@ -197,21 +210,27 @@ pub fn ask<G: Generator + ?Sized>(
                 retryable,
             }) => {
                 if retryable && attempt < policy.attempts.max(1) {
+                    if give_up() {
+                        return None;
+                    }
                     std::thread::sleep(wait);
                     wait *= 2;
+                    if give_up() {
+                        return None;
+                    }
                     continue;
                 }
                 let error = match status {
                     Some(code) => format!("{url}: HTTP {code}: {why}"),
                     None => format!("{url}: {why}"),
                 };
-                return Ok(Asked::Failed {
+                return Some(Ok(Asked::Failed {
                     error,
                     attempts: attempt,
                     transport: status.is_none(),
-                });
+                }));
             }
-            Err(other) => return Err(other),
+            Err(other) => return Some(Err(other)),
         }
     }
 }
@@ -345,8 +364,12 @@ impl Generator for EndpointGenerator {
     }
 
     /// Over HTTP: `concurrency` threads, each asking the next request not yet taken (one
-    /// shared connection pool). Requests already sent when `abandon()` turns true still finish
-    /// and are heard (they are paid for, and bounded by the request timeout).
+    /// shared connection pool). When `on_answer` asks no more, the requests already sent still
+    /// finish and are heard (they are paid for). When `abandon()` turns true — asked at least
+    /// every [`ABANDON_POLL`] while waiting — the call returns at once: the requests in flight
+    /// are left to their threads, which send nothing more (no further attempt, no next case)
+    /// and end when their answer or the request timeout comes, unheard; a resumed run asks
+    /// those cases again. A cancel never waits on a slow or silent endpoint.
     fn ask_all(
         &mut self,
         requests: &[ChatRequest],
@@ -356,51 +379,76 @@ impl Generator for EndpointGenerator {
         abandon: &dyn Fn() -> bool,
         on_answer: &mut dyn FnMut(usize, Asked) -> Result<bool, RunError>,
     ) -> Result<(), RunError> {
+        use std::sync::Arc;
         use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-        let next = AtomicUsize::new(0);
-        let stop = AtomicBool::new(false);
+        use std::sync::mpsc::RecvTimeoutError;
+        struct Shared {
+            requests: Vec<ChatRequest>,
+            decoding: Decoding,
+            next: AtomicUsize,
+            /// Ask no more cases.
+            stop: AtomicBool,
+            /// Nothing in flight will be heard: no further attempts either.
+            abandoned: AtomicBool,
+        }
+        let shared = Arc::new(Shared {
+            requests: requests.to_vec(),
+            decoding: decoding.clone(),
+            next: AtomicUsize::new(0),
+            stop: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+        });
         let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<Asked, RunError>)>();
-        std::thread::scope(|scope| {
-            for _ in 0..concurrency.clamp(1, MAX_CONCURRENCY).min(requests.len()) {
-                let (tx, mut client) = (tx.clone(), self.clone());
-                let (next, stop) = (&next, &stop);
-                scope.spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(request) = requests.get(i) else {
-                            break;
-                        };
-                        if tx
-                            .send((i, ask(&mut client, request, decoding, policy)))
-                            .is_err()
-                        {
-                            break;
-                        }
-                    }
-                });
-            }
-            drop(tx);
-            let mut outcome = Ok(());
-            for (i, asked) in rx {
-                if outcome.is_err() {
-                    continue;
-                }
-                if abandon() {
-                    stop.store(true, Ordering::Relaxed);
-                }
-                match asked.and_then(|asked| on_answer(i, asked)) {
-                    Ok(true) => {}
-                    Ok(false) => stop.store(true, Ordering::Relaxed),
-                    Err(e) => {
-                        stop.store(true, Ordering::Relaxed);
-                        outcome = Err(e);
+        for _ in 0..concurrency.clamp(1, MAX_CONCURRENCY).min(requests.len()) {
+            let (tx, mut client, shared) = (tx.clone(), self.clone(), Arc::clone(&shared));
+            // Not scoped: an abandoned call does not wait for the request in hand.
+            std::thread::spawn(move || {
+                while !shared.stop.load(Ordering::Relaxed) {
+                    let i = shared.next.fetch_add(1, Ordering::Relaxed);
+                    let Some(request) = shared.requests.get(i) else {
+                        break;
+                    };
+                    let give_up = || shared.abandoned.load(Ordering::Relaxed);
+                    let Some(asked) =
+                        ask_until(&mut client, request, &shared.decoding, policy, &give_up)
+                    else {
+                        break;
+                    };
+                    if tx.send((i, asked)).is_err() {
+                        break;
                     }
                 }
+            });
+        }
+        drop(tx);
+        let give_up = || {
+            shared.stop.store(true, Ordering::Relaxed);
+            shared.abandoned.store(true, Ordering::Relaxed);
+        };
+        loop {
+            if abandon() {
+                give_up();
+                return Ok(());
             }
-            outcome
-        })
+            let (i, asked) = match rx.recv_timeout(ABANDON_POLL) {
+                Ok(heard) => heard,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return Ok(()),
+            };
+            match asked.and_then(|asked| on_answer(i, asked)) {
+                Ok(true) => {}
+                Ok(false) => shared.stop.store(true, Ordering::Relaxed),
+                Err(e) => {
+                    give_up();
+                    return Err(e);
+                }
+            }
+        }
     }
 }
+
+/// How often an endpoint's quality run, waiting for answers, asks whether it is abandoned.
+const ABANDON_POLL: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// What a non-streamed chat completion carried: the fields a quality run scores.
 #[derive(Debug, Clone, PartialEq)]
