@@ -101,6 +101,7 @@ pub fn workers_page(view_: WorkersView) -> String {
                     <dt>"Running"</dt><dd>{q.running.to_string()}</dd>
                     <dt>"Done"</dt><dd>{q.done.to_string()}</dd>
                     <dt>"Failed"</dt><dd>{q.failed.to_string()}</dd>
+                    <dt>"Cancelled"</dt><dd>{q.cancelled.to_string()}</dd>
                     <dt>"Workers alive"</dt><dd>{q.live_workers.to_string()}</dd>
                 </dl>
             </section>

@@ -894,6 +894,28 @@ fn a_run_cancelled_from_the_workbench_stops_and_stays_stopped() {
         (cancelled.len(), 1),
         "{said}"
     );
+    // The queue counts them as cancelled, not failed: `shortlist workers`, its page and the
+    // metrics.
+    let queue = &workers_view(url, d)["queue"];
+    assert_eq!(
+        (&queue["failed"], &queue["cancelled"]),
+        (&Value::from(0), &Value::from(cancelled.len())),
+        "{queue}"
+    );
+    let metrics = http(&serve.addr, "GET", "/metrics", &[], b"").body;
+    assert!(
+        metrics.contains(&format!(
+            "shortlist_jobs{{state=\"cancelled\"}} {}\n",
+            cancelled.len()
+        )) && metrics.contains("shortlist_jobs{state=\"failed\"} 0\n"),
+        "{metrics}"
+    );
+    let workers = http(&serve.addr, "GET", "/workers", &[], b"").body;
+    assert!(
+        workers.contains(&format!("<dt>Cancelled</dt><dd>{}</dd>", cancelled.len()))
+            && workers.contains("<dt>Failed</dt><dd>0</dd>"),
+        "{workers}"
+    );
     // Nothing left to cancel.
     let out = crate::support::on_db(url, d, &["study", "cancel", "mini"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -1253,8 +1253,14 @@ async fn workers_are_seen_and_the_queue_counted(store: Store) {
     let third = store.claim_next_job("w1").await.unwrap().unwrap();
     let counts = store.queue_counts().await.unwrap();
     assert_eq!(
-        (counts.queued, counts.running, counts.done, counts.failed),
-        (0, 1, 1, 1)
+        (
+            counts.queued,
+            counts.running,
+            counts.done,
+            counts.failed,
+            counts.cancelled
+        ),
+        (0, 1, 1, 1, 0)
     );
     assert_eq!(counts.oldest_queued_at_ms, None);
     // A job handed back waits from the hand-back, not from its creation.
@@ -1304,6 +1310,19 @@ async fn a_cancelled_generation_never_runs_again(store: Store) {
         Some(reason),
         "the worker hears of it with its heartbeat"
     );
+    // The queue counts a cancelled job apart from the failed ones, and one still stopping as
+    // running.
+    let counts = store.queue_counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.queued,
+            counts.running,
+            counts.failed,
+            counts.cancelled
+        ),
+        (1, 1, 0, 1)
+    );
+    assert_eq!(counts.of(JobState::Failed), 1);
     // Asking again changes nothing.
     let again = store.cancel_jobs("support", 1, 1, "twice").await.unwrap();
     assert_eq!((again.failed.len(), again.stopping.len()), (0, 0));
@@ -1313,6 +1332,16 @@ async fn a_cancelled_generation_never_runs_again(store: Store) {
     assert_eq!(
         (r.state, r.last_error.as_deref(), r.attempts),
         (JobState::Failed, Some(reason), 1)
+    );
+    let counts = store.queue_counts().await.unwrap();
+    assert_eq!(
+        (
+            counts.queued,
+            counts.running,
+            counts.failed,
+            counts.cancelled
+        ),
+        (1, 0, 0, 2)
     );
     // Only the other generation is claimed.
     assert_eq!(store.claim_next_job("w").await.unwrap().unwrap().id, later);

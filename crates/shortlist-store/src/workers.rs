@@ -46,20 +46,23 @@ pub struct QueueCounts {
     pub queued: u64,
     pub running: u64,
     pub done: u64,
+    /// Failed for good, the cancelled ones apart.
     pub failed: u64,
+    /// Failed because they were cancelled (a cancel reason is set).
+    pub cancelled: u64,
     /// When the oldest queued job was queued (Unix milliseconds): queued again (`study retry`)
     /// or held back (a retry's backoff), from when it may be claimed.
     pub oldest_queued_at_ms: Option<i64>,
 }
 
 impl QueueCounts {
-    /// The count of one state.
+    /// The count of one state (`failed`: the cancelled ones included).
     pub fn of(&self, state: JobState) -> u64 {
         match state {
             JobState::Queued => self.queued,
             JobState::Running => self.running,
             JobState::Done => self.done,
-            JobState::Failed => self.failed,
+            JobState::Failed => self.failed + self.cancelled,
         }
     }
 }
@@ -163,7 +166,8 @@ impl Store {
     /// How many jobs are in each state, counted by the database (not loaded).
     pub async fn queue_counts(&self) -> Result<QueueCounts, StoreError> {
         let rows = sqlx::query(
-            "SELECT state, COUNT(*) AS n, MIN(CASE WHEN not_before_ms > created_at_ms \
+            "SELECT state, COUNT(*) AS n, COUNT(cancel_reason) AS cancelled, \
+             MIN(CASE WHEN not_before_ms > created_at_ms \
              THEN not_before_ms ELSE created_at_ms END) AS oldest FROM jobs GROUP BY state",
         )
         .fetch_all(&self.pool)
@@ -174,6 +178,9 @@ impl Store {
             let state: String = row.try_get("state").map_err(sql("counting jobs"))?;
             let n: i64 = row.try_get("n").map_err(sql("counting jobs"))?;
             let n = u64::try_from(n).unwrap_or(0);
+            let cancelled: i64 = row.try_get("cancelled").map_err(sql("counting jobs"))?;
+            let cancelled = u64::try_from(cancelled).unwrap_or(0).min(n);
+            // A job asked to cancel counts under its state until it has failed for it.
             match state.as_str() {
                 "queued" => {
                     out.queued = n;
@@ -182,7 +189,10 @@ impl Store {
                 }
                 "running" => out.running = n,
                 "done" => out.done = n,
-                "failed" => out.failed = n,
+                "failed" => {
+                    out.failed = n - cancelled;
+                    out.cancelled = cancelled;
+                }
                 _ => {}
             }
         }

@@ -137,10 +137,11 @@ pub(crate) fn list(a: ListArgs, config: &Config) -> anyhow::Result<Outcome> {
         }
         let q = &view.queue;
         println!(
-            "queue: {} · {} done · {} failed",
+            "queue: {} · {} done · {} failed · {} cancelled",
             q.summary(),
             q.done,
-            q.failed
+            q.failed,
+            q.cancelled
         );
         if let Some(note) = q.stranded_note() {
             println!("{note}");

@@ -175,13 +175,14 @@ pub async fn metrics(State(state): State<AppState>) -> Response {
     let q = &view.queue;
     let mut text = String::new();
     text.push_str(
-        "# HELP shortlist_jobs Jobs in the queue by state.\n# TYPE shortlist_jobs gauge\n",
+        "# HELP shortlist_jobs Jobs in the queue by state (failed: the cancelled ones apart).\n# TYPE shortlist_jobs gauge\n",
     );
     for (s, n) in [
         ("queued", q.queued),
         ("running", q.running),
         ("done", q.done),
         ("failed", q.failed),
+        ("cancelled", q.cancelled),
     ] {
         text.push_str(&format!("shortlist_jobs{{state=\"{s}\"}} {n}\n"));
     }

@@ -20,7 +20,10 @@ pub struct QueueView {
     pub queued: u64,
     pub running: u64,
     pub done: u64,
+    /// Failed for good, the cancelled ones apart.
     pub failed: u64,
+    /// Ended by a cancel.
+    pub cancelled: u64,
     /// RFC 3339: when the oldest queued job was queued.
     pub oldest_queued_at: Option<String>,
     /// Seconds the oldest queued job has waited.
@@ -257,6 +260,7 @@ impl StudyService {
                 running: counts.running,
                 done: counts.done,
                 failed: counts.failed,
+                cancelled: counts.cancelled,
                 oldest_queued_at: counts.oldest_queued_at_ms.map(rfc3339_ms),
                 oldest_waiting_s: counts
                     .oldest_queued_at_ms
@@ -436,6 +440,7 @@ mod tests {
             running: 0,
             done: 0,
             failed: 0,
+            cancelled: 0,
             oldest_queued_at: None,
             oldest_waiting_s: (queued > 0).then_some(420),
             live_workers,
