@@ -1379,3 +1379,44 @@ fn a_stop_or_cancel_does_not_wait_for_an_endpoint_answer() {
     let _ = next.kill();
     let _ = next.wait();
 }
+
+/// A dead worker's job goes back to the queue while every live worker is busy: the worker
+/// running the other candidate's quality job hands it back once its heartbeat is stale, instead
+/// of when its own job ends, so the job reads queued — not running on a worker that is gone.
+#[test]
+fn a_busy_worker_hands_back_a_dead_workers_job() {
+    // Five seconds a case, one at a time: a quality job lasts half a minute.
+    let (dir, url, _mock) = sqlite_study("5000");
+    let (d, url) = (dir.path(), url.as_str());
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let quality_of = |worker: &str| {
+        wait_for(60, "a worker's quality job", || {
+            jobs(url, d).into_iter().find(|j| {
+                j["kind"] == "quality" && j["state"] == "running" && j["worker"] == worker
+            })
+        })
+    };
+    let mut doomed = worker(url, d, "doomed");
+    let orphan = quality_of("doomed");
+    let mut busy = worker(url, d, "busy");
+    let held = quality_of("busy");
+    doomed.kill().unwrap();
+    doomed.wait().unwrap();
+    let killed = Instant::now();
+    // Its heartbeat is stale two seconds on; the busy worker looks every second.
+    let back = wait_for(15, "the dead worker's job queued again", || {
+        jobs(url, d)
+            .into_iter()
+            .find(|j| j["id"] == orphan["id"] && j["state"] == "queued")
+    });
+    let now = jobs(url, d);
+    let busy_job = now.iter().find(|j| j["id"] == held["id"]).unwrap();
+    assert_eq!(
+        (&busy_job["state"], &busy_job["worker"]),
+        (&Value::from("running"), &Value::from("busy")),
+        "handed back {:?} after the kill, while the busy worker still ran its job: {back}",
+        killed.elapsed()
+    );
+    let _ = busy.kill();
+    let _ = busy.wait();
+}

@@ -62,6 +62,10 @@ pub struct Worker {
     backoff: Duration,
     /// How often the job in hand says it is alive, and the worker itself, idle or busy.
     heartbeat: Duration,
+    /// When another worker's job counts as stale (its worker died): known once
+    /// [`Worker::with_stale_after`] said it, and then such jobs are handed back while this
+    /// worker is busy too.
+    stale_after: Option<Duration>,
     /// When this worker last said it was alive (`None`: not yet announced).
     seen: Arc<Mutex<Option<Instant>>>,
     /// How long its loop sleeps while nothing is claimable.
@@ -87,6 +91,7 @@ impl Worker {
             stop: Arc::new(AtomicBool::new(false)),
             backoff: Duration::from_secs(5),
             heartbeat: HEARTBEAT,
+            stale_after: None,
             seen: Arc::new(Mutex::new(None)),
             poll: Duration::from_secs(1),
         }
@@ -101,9 +106,12 @@ impl Worker {
 
     /// This worker beating often enough for jobs to be judged stale after `stale_after` (a
     /// quarter of it, between 50 ms and [`HEARTBEAT`]): a live worker's job is never handed to
-    /// another worker because its heartbeat came too seldom.
+    /// another worker because its heartbeat came too seldom. While it runs a job, it hands back
+    /// the stale jobs of dead workers every half `stale_after`, as its loop does when idle: a
+    /// dead worker's job reads queued, not running, while every live worker is busy.
     pub fn with_stale_after(mut self, stale_after: Duration) -> Worker {
         self.heartbeat = (stale_after / 4).clamp(Duration::from_millis(50), HEARTBEAT);
+        self.stale_after = Some(stale_after);
         self
     }
 
@@ -356,6 +364,7 @@ impl Worker {
         let store = self.service.store();
         let mut beat = tokio::time::interval(self.heartbeat);
         beat.tick().await;
+        let mut swept = Instant::now();
         loop {
             tokio::select! {
                 result = &mut finished => {
@@ -375,6 +384,14 @@ impl Worker {
                             // stop and let go.
                             tracing::warn!(job = job.id, error = %e, "heartbeat refused");
                             self.stop.store(true, Ordering::Relaxed);
+                        }
+                    }
+                    if let Some(after) = self.stale_after
+                        && swept.elapsed() >= after / 2
+                    {
+                        swept = Instant::now();
+                        if let Err(e) = self.service.requeue_stale(after).await {
+                            tracing::warn!(error = %e, "requeueing stale jobs");
                         }
                     }
                 }
