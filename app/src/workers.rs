@@ -68,12 +68,12 @@ pub fn workers_page(view_: WorkersView) -> String {
                 };
                 view! {
                     <tr>
-                        <td data-label=WORKER_COLUMNS[0] class="mono small">{w.name.clone()}</td>
+                        <td data-label=WORKER_COLUMNS[0] class="mono small nowrap">{w.name.clone()}</td>
                         <td data-label=WORKER_COLUMNS[1] class="inline"><span class=class>{word}</span></td>
                         <td data-label=WORKER_COLUMNS[2]>{job}</td>
                         <td data-label=WORKER_COLUMNS[3] class="small">{machine}</td>
                         <td data-label=WORKER_COLUMNS[4] class="small inline" title=seen_title>{seen}</td>
-                        <td data-label=WORKER_COLUMNS[5] class="small mono inline">{w.started_at.clone()}</td>
+                        <td data-label=WORKER_COLUMNS[5] class="small mono inline nowrap">{w.started_at.clone()}</td>
                     </tr>
                 }
             })
