@@ -14,7 +14,7 @@ use shortlist_study::record::{
 };
 
 use crate::ReportError;
-use crate::text::clip;
+use crate::text::{clip, wrap};
 
 /// The font named in the SVG. The PDF bundles it; a browser without it falls back to its own
 /// sans-serif (generic families are ignored by typst's SVG loader, so the name must come first).
@@ -24,6 +24,8 @@ pub(crate) const FONT: &str = "DejaVu Sans, sans-serif";
 pub(crate) const WIDTH: u32 = 520;
 /// Height of the TTFT and goodput charts.
 pub(crate) const HEIGHT: u32 = 260;
+/// Characters of a chart's population line (11 px type across [`WIDTH`]).
+const POPULATION_WIDTH: usize = 100;
 
 pub(crate) const INK: RGBColor = RGBColor(0x22, 0x22, 0x22);
 pub(crate) const GREY: RGBColor = RGBColor(0x99, 0x99, 0x99);
@@ -250,20 +252,26 @@ pub fn ttft_svg(perf: &Performance) -> Result<String, ReportError> {
     // The title, and under it in smaller type the population: one line holding both ran past
     // the chart's edges (a browser cut off its first letters; typst let it overflow).
     let title = format!("TTFT, empirical CDF, n = {n}");
-    let population = clip(population, 76);
+    // The population in full where it fits three lines: it says which requests the curve
+    // and its percentiles are of.
+    let population = wrap(population, POPULATION_WIDTH, 3);
     let p99_label = if n < 100 {
         "p99 (= max, n < 100)"
     } else {
         "p99"
     };
     svg(CHART, (WIDTH, HEIGHT), |root| {
-        let (head, body) = root.split_vertically(42);
+        let lines = population.len() as i32;
+        let (head, body) = root.split_vertically(30 + 13 * lines);
         let centre = WIDTH as i32 / 2;
         let top = Pos::new(HPos::Center, VPos::Top);
         head.draw(&Text::new(title, (centre, 6), font(17).pos(top)))
             .map_err(|e| e.to_string())?;
-        head.draw(&Text::new(population, (centre, 27), font(12).pos(top)))
-            .map_err(|e| e.to_string())?;
+        for (i, line) in population.into_iter().enumerate() {
+            let y = 27 + 13 * i as i32;
+            head.draw(&Text::new(line, (centre, y), font(11).pos(top)))
+                .map_err(|e| e.to_string())?;
+        }
         let mut chart = ChartBuilder::on(&body)
             .margin(8)
             .margin_right(18)

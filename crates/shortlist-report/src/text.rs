@@ -13,6 +13,37 @@ pub fn clip(text: &str, max: usize) -> String {
     out
 }
 
+/// `text` broken at spaces into at most `lines` lines of at most `width` characters each (a
+/// word longer than `width` is cut); what does not fit the last line is clipped with `…`.
+pub fn wrap(text: &str, width: usize, lines: usize) -> Vec<String> {
+    let width = width.max(1);
+    let mut out: Vec<String> = Vec::new();
+    let mut line = String::new();
+    let mut words = text.split_whitespace().peekable();
+    while let Some(word) = words.next() {
+        let (have, need) = (line.chars().count(), word.chars().count());
+        if have > 0 && have + 1 + need <= width {
+            line.push(' ');
+            line.push_str(word);
+            continue;
+        }
+        if have > 0 {
+            out.push(std::mem::take(&mut line));
+        }
+        if out.len() + 1 == lines.max(1) {
+            // The last line takes the rest, clipped.
+            let rest: Vec<&str> = std::iter::once(word).chain(words).collect();
+            out.push(clip(&rest.join(" "), width));
+            return out;
+        }
+        line = clip(word, width);
+    }
+    if !line.is_empty() {
+        out.push(line);
+    }
+    out
+}
+
 /// Zero-width spaces added to runs of non-whitespace longer than `every` characters, so the
 /// line breaker has somewhere to break: after `_`, `/`, `.`, `:` or `,` where the run has one,
 /// and every `every` characters where it has none. Short words are left alone.
@@ -92,7 +123,37 @@ mod tests {
         );
     }
 
+    #[test]
+    fn wrap_breaks_at_spaces_and_clips_the_last_line() {
+        assert_eq!(wrap("aa bb cc", 5, 3), ["aa bb", "cc"]);
+        assert_eq!(wrap("aa bb cc dd ee", 5, 2), ["aa bb", "cc d…"]);
+        assert_eq!(wrap("abcdefgh ij", 4, 3), ["abc…", "ij"]);
+        assert!(wrap("  ", 4, 2).is_empty());
+    }
+
     proptest! {
+        #[test]
+        fn wrap_keeps_every_word_when_it_fits(
+            words in proptest::collection::vec("[a-z]{1,8}", 0..30),
+            width in 8usize..40,
+        ) {
+            let text = words.join(" ");
+            let lines = wrap(&text, width, usize::MAX);
+            prop_assert!(lines.iter().all(|l| l.chars().count() <= width));
+            prop_assert_eq!(lines.join(" "), text);
+        }
+
+        #[test]
+        fn wrap_never_exceeds_its_lines_or_width(
+            text in ".{0,200}",
+            width in 1usize..40,
+            most in 1usize..4,
+        ) {
+            let lines = wrap(&text, width, most);
+            prop_assert!(lines.len() <= most);
+            prop_assert!(lines.iter().all(|l| l.chars().count() <= width));
+        }
+
         #[test]
         fn clip_never_exceeds_max(text in ".{0,80}", max in 1usize..40) {
             prop_assert!(clip(&text, max).chars().count() <= max);
