@@ -57,9 +57,15 @@ impl Server {
 impl Server {
     /// Send SIGINT (what Ctrl-C sends) and wait up to `secs` for the process to exit.
     pub fn interrupt(&mut self, secs: u64) -> std::process::ExitStatus {
+        self.signal(libc::SIGINT, secs)
+    }
+
+    /// Send `signal` (SIGINT: Ctrl-C; SIGTERM: a service manager's stop) and wait up to `secs`
+    /// for the workbench to exit.
+    pub fn signal(&mut self, signal: i32, secs: u64) -> std::process::ExitStatus {
         let pid = i32::try_from(self.child.id()).unwrap();
         // SAFETY: sending a signal to a child process this test spawned and still owns.
-        assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
         let deadline = Instant::now() + Duration::from_secs(secs);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
@@ -67,7 +73,7 @@ impl Server {
             }
             assert!(
                 Instant::now() < deadline,
-                "the workbench did not exit within {secs} s of Ctrl-C"
+                "the workbench did not exit within {secs} s of signal {signal}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }

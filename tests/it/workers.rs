@@ -29,6 +29,12 @@ fn two_candidate_study(dir: &Path, mock: &Mock) -> String {
 }
 
 fn worker(url: &str, dir: &Path, name: &str) -> Child {
+    worker_stale_after(url, dir, name, "2")
+}
+
+/// [`worker`] judging other workers' jobs stale after `stale_after` seconds (it beats every
+/// quarter of that, at most every 10 s).
+fn worker_stale_after(url: &str, dir: &Path, name: &str, stale_after: &str) -> Child {
     shortlist()
         .env("DATABASE_URL", url)
         .current_dir(dir)
@@ -37,7 +43,7 @@ fn worker(url: &str, dir: &Path, name: &str) -> Child {
             "--name",
             name,
             "--stale-after",
-            "2",
+            stale_after,
             "--poll",
             "0.2",
         ])
@@ -752,6 +758,70 @@ fn ctrl_c_on_the_workbench_puts_the_job_in_hand_back() {
     assert_eq!(record["quality"]["overall"]["n"], 6, "{record}");
 }
 
+/// SIGTERM — a service manager's stop — stops the workbench as Ctrl-C does: the job in hand goes
+/// back to the queue as it was, and its worker reads stopped, not gone.
+#[test]
+fn sigterm_on_the_workbench_puts_the_job_in_hand_back() {
+    let (dir, url, _mock) = sqlite_study("3000");
+    let (d, url) = (dir.path(), url.as_str());
+    let mut serve = workbench_with_a_quick_worker(url, d);
+    json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
+    let held = quality_job_under_way(url, d);
+    let status = serve.signal(libc::SIGTERM, 60);
+    assert_eq!(status.code(), Some(0), "{status:?}");
+    let job = jobs(url, d)
+        .into_iter()
+        .find(|j| j["id"] == held["id"])
+        .unwrap();
+    assert_eq!(
+        (&job["state"], &job["attempts"]),
+        (&Value::from("queued"), &Value::from(0)),
+        "{job}"
+    );
+    let view = workers_view(url, d);
+    assert_eq!(view["workers"][0]["state"], "stopped", "{view}");
+}
+
+/// `study run` in a terminal stops on SIGTERM (or Ctrl-C) as a worker does: the job in hand goes
+/// back to the queue as it was, at once, and the run says it stopped (exit 1, `stopped`, the
+/// jobs left waiting), so running it again goes on without waiting for a stale heartbeat.
+#[test]
+fn sigterm_stops_study_run_and_puts_the_job_back() {
+    let (dir, url, _mock) = sqlite_study("3000");
+    let (d, url) = (dir.path(), url.as_str());
+    let run = shortlist()
+        .env("DATABASE_URL", url)
+        .current_dir(d)
+        .args(["study", "run", "mini", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let held = quality_job_under_way(url, d);
+    let pid = i32::try_from(run.id()).unwrap();
+    // SAFETY: signalling a child process this test spawned and still owns.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let out = run.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let said: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(said["stopped"], true, "{said}");
+    assert!(said["waiting"].as_u64().unwrap_or(0) >= 1, "{said}");
+    let job = jobs(url, d)
+        .into_iter()
+        .find(|j| j["id"] == held["id"])
+        .unwrap();
+    assert_eq!(
+        (&job["state"], &job["attempts"]),
+        (&Value::from("queued"), &Value::from(0)),
+        "{job}"
+    );
+    assert!(
+        stderr(&out).contains("SIGTERM: stopping"),
+        "{}",
+        stderr(&out)
+    );
+}
+
 /// **Cancel run** on the study page while a worker is in the middle of a quality job: the
 /// queued jobs fail at once, the running one stops at its worker's next heartbeat and fails
 /// with the reason, nothing is claimed again, the study reads done with **Run again**, and a
@@ -1051,6 +1121,7 @@ fn cut_short(job: &Value) -> bool {
 fn slow_split_run(
     requests: u32,
     gather_wait: &str,
+    stale_after: &str,
 ) -> (tempfile::TempDir, String, Mock, Vec<Child>) {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
@@ -1075,7 +1146,10 @@ fn slow_split_run(
             "--json",
         ],
     );
-    let workers = vec![worker(&url, d, "w1"), worker(&url, d, "w2")];
+    let workers = vec![
+        worker_stale_after(&url, d, "w1", stale_after),
+        worker_stale_after(&url, d, "w2", stale_after),
+    ];
     (dir, url, mock, workers)
 }
 
@@ -1108,7 +1182,7 @@ fn split_part_under_way(url: &str, dir: &Path, not: &Value, of: &Value) -> (Valu
 #[test]
 fn a_split_load_step_stops_on_every_worker() {
     // Eight requests at 0.25 req/s: each part's last arrival 24 s or more after the start.
-    let (dir, url, _mock, mut w) = slow_split_run(8, "60");
+    let (dir, url, _mock, mut w) = slow_split_run(8, "60", "2");
     let (d, url) = (dir.path(), url.as_str());
     let (first, leader) = split_part_under_way(url, d, &Value::Null, &Value::Null);
     assert_ne!(leader["worker"], first["worker"], "{leader} {first}");
@@ -1185,11 +1259,14 @@ fn a_split_load_step_stops_on_every_worker() {
 /// A part of a split load step whose leading load job's worker dies (SIGKILL) stops once that
 /// job has not beaten for 30 s — three of the longest heartbeat intervals — instead of sending
 /// to its last arrival for a step no one will merge, and stores nothing; its worker is then free
-/// for the load job's next try.
+/// for the load job's next try. (Workers that judge a job stale sooner hand the load job back
+/// first, and the part stops for that: its claim ended.)
 #[test]
 fn a_part_stops_when_its_load_job_is_gone() {
-    // Sixteen requests at 0.25 req/s: each part's last arrival about 60 s after the start.
-    let (dir, url, _mock, mut w) = slow_split_run(16, "5");
+    // Sixteen requests at 0.25 req/s: each part's last arrival about 60 s after the start. The
+    // workers judge a job stale after 40 s and beat every 10 s: the load job's silence passes
+    // 30 s first.
+    let (dir, url, _mock, mut w) = slow_split_run(16, "5", "40");
     let (d, url) = (dir.path(), url.as_str());
     let (part, leader) = split_part_under_way(url, d, &Value::Null, &Value::Null);
     assert_eq!(part["progress"]["load"]["total"], 8, "{part}");
@@ -1215,13 +1292,15 @@ fn a_part_stops_when_its_load_job_is_gone() {
             && said.ends_with("nothing stored"),
         "{ended}"
     );
-    // Its last arrival was due about 55 s after the kill.
+    // Its last arrival was due about 55 s after the kill; the load job's last beat came up to
+    // 10 s before it.
     assert!(
-        (Duration::from_secs(29)..Duration::from_secs(45)).contains(&after),
+        (Duration::from_secs(19)..Duration::from_secs(45)).contains(&after),
         "it stopped once its load job had not beaten for 30 s: {after:?} after the kill"
     );
-    // The freed worker hands the dead one's load job back to the queue (and may take it).
-    wait_for(30, "the load job handed back", || {
+    // The freed worker hands the dead one's load job back to the queue once it is 40 s stale
+    // (and may take it).
+    wait_for(40, "the load job handed back", || {
         jobs(url, d).into_iter().find(|j| {
             j["id"] == leader["id"]
                 && (j["state"] == "queued" || j["attempts"].as_u64() > leader["attempts"].as_u64())

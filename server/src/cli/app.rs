@@ -44,6 +44,27 @@ fn sqlite_path(url: &str) -> Option<String> {
         .then(|| path.to_owned())
 }
 
+/// Ctrl-C or SIGTERM — a service manager's stop, `docker stop`, `kill` —, whichever comes
+/// first: a long-running command (`serve`, `worker`, `scheduler`) stops the same way on either.
+/// Returns the signal's name.
+pub(crate) async fn interrupted() -> &'static str {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(e) => {
+                eprintln!("cannot watch SIGTERM ({e}): only Ctrl-C stops");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => "Ctrl-C",
+        () = term => "SIGTERM",
+    }
+}
+
 /// A stop signal that turns true on Ctrl-C, watched from a thread of its own (the load steps
 /// run on runtimes of their own).
 pub(crate) fn ctrl_c_watch() -> tokio::sync::watch::Receiver<bool> {

@@ -539,13 +539,13 @@ pub(crate) fn run_scheduler(a: SchedulerArgs, config: &Config) -> anyhow::Result
     runtime()?.block_on(async move {
         let service = existing_service(&config).await?;
         eprintln!(
-            "scheduler {}: ticking every {} s (Ctrl-C stops)",
+            "scheduler {}: ticking every {} s (Ctrl-C or SIGTERM stops)",
             config.worker, a.every
         );
         let every = Duration::from_secs(a.every.max(1));
         tokio::select! {
             () = scheduler_loop(service, config.worker.clone(), every, a.notify) => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ = super::app::interrupted() => {}
         }
         anyhow::Ok(Outcome::Success)
     })

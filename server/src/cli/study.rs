@@ -425,6 +425,23 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
     }
     let bars = tokio::spawn(super::progress::draw(service.subscribe()));
     let worker = Worker::new(service.clone());
+    // Ctrl-C or SIGTERM stops the job in hand, which goes back to the queue as it was: running
+    // the study again goes on from there at once, instead of after its heartbeat goes stale.
+    // A second signal leaves now.
+    let stopper = worker.clone();
+    let study = a.name.clone();
+    let watch = tokio::spawn(async move {
+        let signal = super::app::interrupted().await;
+        eprintln!(
+            "{signal}: stopping — the job in hand stops, keeping what it stored, and goes back to the queue; `shortlist study run {study}` goes on from there ({signal} again leaves now)"
+        );
+        stopper.stop();
+        super::app::interrupted().await;
+        eprintln!(
+            "leaving now: the job in hand goes back to the queue once its heartbeat is stale"
+        );
+        std::process::exit(130);
+    });
     let mut done = Vec::new();
     let mut failures = Vec::new();
     // Work until nothing of this study is left queued: a job requeued after a transient failure
@@ -445,11 +462,13 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
             .iter()
             .flat_map(|g| &g.jobs)
             .any(|j| j.state == "queued");
-        if !queued {
+        if !queued || worker.stopping() {
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
+    watch.abort();
+    let stopped = worker.stopping();
     worker.retire().await;
     for outcome in outcomes {
         match outcome {
@@ -486,7 +505,7 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
     if a.json {
         print_json(&json!({
             "study": a.name, "version": version, "generation": generation,
-            "done": done, "failed": failures, "waiting": waiting,
+            "done": done, "failed": failures, "waiting": waiting, "stopped": stopped,
         }))?;
     } else {
         println!(
@@ -494,7 +513,9 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
             a.name,
             done.len(),
             failures.len(),
-            if waiting > 0 {
+            if stopped {
+                format!(", {waiting} waiting: stopped, run again to go on")
+            } else if waiting > 0 {
                 format!(
                     ", {waiting} waiting (retry after a backoff, or for a job they follow): run again to go on"
                 )

@@ -70,20 +70,9 @@ pub(crate) fn run(a: Args, config: &Config) -> anyhow::Result<Outcome> {
             .with_poll(poll);
         let stopper = worker.clone();
         tokio::spawn(async move {
-            let mut term =
-                match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        eprintln!("worker: cannot watch SIGTERM: {e}");
-                        return;
-                    }
-                };
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = tokio::signal::ctrl_c() => {}
-            }
+            let signal = super::app::interrupted().await;
             eprintln!(
-                "worker {}: stopping — the job in hand stops, keeping what it stored, and goes back to the queue",
+                "worker {}: {signal}: stopping — the job in hand stops, keeping what it stored, and goes back to the queue",
                 stopper.name()
             );
             stopper.stop();

@@ -340,7 +340,7 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
         };
         println!("http://{local}");
         eprintln!(
-            "serving the workbench on http://{local} with {} worker{} (Ctrl-C stops)",
+            "serving the workbench on http://{local} with {} worker{} (Ctrl-C or SIGTERM stops)",
             args.workers,
             if args.workers == 1 { "" } else { "s" }
         );
@@ -352,26 +352,27 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             router(state, args.max_upload_bytes),
             &limits,
             async {
-                let _ = tokio::signal::ctrl_c().await;
+                let signal = crate::cli::app::interrupted().await;
+                eprintln!("{signal}: the workbench stops taking requests");
             },
         )
         .await;
         // Jobs in hand stop — dropping the cases a local model has in flight and a load step
         // under way — and go back to the queue (their attempt not counted) before the process
-        // ends; a second Ctrl-C leaves at once, and those jobs are
+        // ends; a second Ctrl-C or SIGTERM leaves at once, and those jobs are
         // taken over once their heartbeat is stale, as a dead worker's are.
         for (w, _) in &workers {
             w.stop();
         }
         if !workers.is_empty() {
             eprintln!(
-                "stopping: jobs in hand stop and go back to the queue, keeping what they stored (Ctrl-C again leaves now)"
+                "stopping: jobs in hand stop and go back to the queue, keeping what they stored (Ctrl-C or SIGTERM again leaves now)"
             );
         }
         let loops = futures_util::future::join_all(workers.iter_mut().map(|(_, h)| h));
         tokio::select! {
             _ = loops => {}
-            _ = tokio::signal::ctrl_c() => {
+            _ = crate::cli::app::interrupted() => {
                 eprintln!("leaving now: the jobs in hand go back to the queue once their heartbeat is stale");
             }
         }
