@@ -106,6 +106,30 @@ fn summary_row(
     view! { <tr><th scope="row">{label}</th>{cells}</tr> }.into_any()
 }
 
+/// Which requests the TTFT figures — the p99 row and the overlaid curves — are of: one line
+/// when every column's population is the same (the workload and SLO are), else one per column.
+fn ttft_population(candidates: &[String], records: &[SelectionRecord]) -> String {
+    let of = |r: &SelectionRecord| {
+        r.performance
+            .latencies
+            .iter()
+            .find(|l| l.metric == "TTFT")
+            .map_or_else(|| "no TTFT measured".to_owned(), |l| l.population.clone())
+    };
+    let populations: Vec<String> = records.iter().map(of).collect();
+    match populations.first() {
+        Some(first) if populations.iter().all(|p| p == first) => {
+            format!("TTFT population (every column): {first}")
+        }
+        _ => candidates
+            .iter()
+            .zip(&populations)
+            .map(|(c, p)| format!("{c}: {p}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+    }
+}
+
 /// The four overlaid charts, drawn from the comparison's records (pure, like the record's).
 struct Charts {
     pass_rates: Result<String, String>,
@@ -351,6 +375,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 <section class="card">
                     <h2>"Latency"</h2>
                     {chart(charts.ttft, "TTFT distributions overlaid")}
+                    <p class="muted small" id="ttft-population">{ttft_population(&candidates, &records)}</p>
                 </section>
                 <section class="card">
                     <h2>"Goodput under load"</h2>

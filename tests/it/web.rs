@@ -386,6 +386,25 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(compare.status, 200);
     assert!(compare.body.contains("6 of 6 cases"), "{}", compare.body);
+    // The TTFT figures name their population in full, as the record does.
+    let population = record["performance"]["latencies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["metric"] == "TTFT")
+        .and_then(|l| l["population"].as_str())
+        .unwrap_or_else(|| panic!("the record's TTFT line: {record}"));
+    assert!(
+        compare.body.contains(&format!(
+            "id=\"ttft-population\" class=\"muted small\">TTFT population (every column): {}<",
+            population
+                .replace('&', "&amp;")
+                .replace('<', "&lt;")
+                .replace('>', "&gt;")
+        )),
+        "{population}: {}",
+        compare.body
+    );
     // Its filters keep the comparison's version.
     assert!(
         compare
