@@ -3,12 +3,13 @@
 //! untrusted and reach the page only as escaped text.
 
 use leptos::prelude::*;
+use shortlist_runner::engines::EndpointCheck;
 use shortlist_runner::service::ImportFormat;
 use shortlist_runner::service::views::{
     CandidateDetail, CandidateSummary, EvalSetSummary, EvalSetView, ImportPreview, StudyUse,
 };
 
-use crate::layout::{document, list_table};
+use crate::layout::{code_spans, document, list_table};
 use crate::{encode, verdict_word};
 
 /// The studies that use something, as links.
@@ -430,8 +431,42 @@ fn register_again_href(d: &CandidateDetail) -> String {
 
 /// `/candidates/{name}`: a candidate's identity, every version of its configuration, and the
 /// studies and records that used it.
-pub fn candidate_page(d: CandidateDetail) -> String {
+/// What checking an endpoint found, as a notice: what it is when nothing is wrong, else what
+/// would make its cases fail.
+fn endpoint_notice(check: &EndpointCheck) -> AnyView {
+    match &check.problem {
+        None => {
+            let what = check.identity.clone().unwrap_or_else(|| check.url.clone());
+            let serves = if check.served.is_empty() {
+                String::new()
+            } else {
+                format!("; it lists `{}`", check.model)
+            };
+            view! {
+                <p class="notice" role="status" id="endpoint-check">
+                    {code_spans(&format!("The endpoint answers now: {what}{serves}."))}
+                </p>
+            }
+            .into_any()
+        }
+        Some(problem) => view! {
+            <p class="notice warn" role="status" id="endpoint-check">
+                {code_spans(&format!("Checked now: {problem}. The candidate is registered anyway; a run asks the endpoint for every case."))}
+            </p>
+        }
+        .into_any(),
+    }
+}
+
+/// A candidate's page; `check`: what checking its endpoint just found, if it was asked.
+pub fn candidate_page(d: CandidateDetail, check: Option<EndpointCheck>) -> String {
     let title = format!("Candidate {}", d.name);
+    let endpoint = d
+        .versions
+        .last()
+        .and_then(|v| v.config["source"].as_str())
+        .is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"));
+    let check_href = format!("/candidates/{}?check=1", encode(&d.name));
     document(&title.clone(), move || {
         let identity = d
             .identity
@@ -483,6 +518,10 @@ pub fn candidate_page(d: CandidateDetail) -> String {
                 <section class="card">
                     <h2>"Identity (latest version)"</h2>
                     <dl class="grid">{identity}</dl>
+                    {check.as_ref().map(endpoint_notice)}
+                    {endpoint.then(|| view! {
+                        <p class="actions"><a class="button secondary" href=check_href.clone() id="check">"Check the endpoint now"</a></p>
+                    })}
                 </section>
                 <section class="card">
                     <h2>"Studies"</h2>

@@ -114,11 +114,72 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
         "0.5",
         "--json",
     ];
+    let added = ok_json(d, &add);
     assert_eq!(
-        ok_json(d, &add),
-        json!({"name": "spare", "version": 1, "inserted": true})
+        (&added["name"], &added["version"], &added["inserted"]),
+        (&json!("spare"), &json!(1), &json!(true)),
+        "{added}"
+    );
+    // Its endpoint is checked at once: nothing answers there, and it is registered anyway.
+    assert_eq!(added["endpoint"]["reached"], false, "{added}");
+    assert!(
+        added["endpoint"]["problem"].as_str().is_some_and(
+            |p| p.starts_with("nothing answers at http://127.0.0.1:9: Connection refused")
+        ),
+        "{added}"
     );
     assert_eq!(ok_json(d, &add)["inserted"], json!(false));
+    // An endpoint that answers and lists the model named is fine; a model it does not list is
+    // named before any run asks it for every case.
+    let mock = crate::support::Mock::start(&[]);
+    let answers = ok_json(
+        d,
+        &[
+            "candidate",
+            "add",
+            "mocked",
+            &format!("{}#mock", mock.url),
+            "--json",
+        ],
+    );
+    assert_eq!(
+        (
+            &answers["endpoint"]["reached"],
+            &answers["endpoint"]["problem"]
+        ),
+        (&json!(true), &Value::Null),
+        "{answers}"
+    );
+    assert_eq!(answers["endpoint"]["served"], json!(["mock"]), "{answers}");
+    let typo = ok_json(
+        d,
+        &[
+            "candidate",
+            "add",
+            "typo",
+            &format!("{}#mokc", mock.url),
+            "--json",
+        ],
+    );
+    assert!(
+        typo["endpoint"]["problem"]
+            .as_str()
+            .is_some_and(|p| p.contains("it lists `mock` and not `mokc`")),
+        "{typo}"
+    );
+    let said = sl(
+        d,
+        &["candidate", "add", "typo2", &format!("{}#mokc", mock.url)],
+    );
+    assert_eq!(said.status.code(), Some(0), "{}", stderr(&said));
+    assert!(
+        stderr(&said).contains("warning: it lists `mock` and not `mokc`"),
+        "{}",
+        stderr(&said)
+    );
+    for name in ["mocked", "typo", "typo2"] {
+        ok_json(d, &["candidate", "remove", name, "--json"]);
+    }
     let why = refused(
         d,
         &["candidate", "add", "no spaces", "http://127.0.0.1:9#x"],
@@ -192,20 +253,20 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
     std::fs::write(&third, text).unwrap();
     let next = ok_json(d, &["eval", "store", third.to_str().unwrap(), "--json"]);
     assert_eq!(next["version"], json!(3), "{next}");
-    let spare = json!({"name": "spare", "version": 2, "inserted": true});
+    let spare = ok_json(
+        d,
+        &[
+            "candidate",
+            "add",
+            "spare",
+            "http://127.0.0.1:9#other",
+            "--json",
+        ],
+    );
     assert_eq!(
-        ok_json(
-            d,
-            &[
-                "candidate",
-                "add",
-                "spare",
-                "http://127.0.0.1:9#other",
-                "--json"
-            ]
-        ),
-        spare,
-        "after v1 was removed"
+        (&spare["name"], &spare["version"], &spare["inserted"]),
+        (&json!("spare"), &json!(2), &json!(true)),
+        "after v1 was removed: {spare}"
     );
 }
 
@@ -273,6 +334,37 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
         "{spare}"
     );
     assert!(spare.contains("data-confirm="), "{spare}");
+    // An endpoint candidate's page offers a check of its endpoint, done when asked (and right
+    // after the register form); the API's registration answers with it.
+    assert!(
+        spare.contains(r#"href="/candidates/spare?check=1" id="check""#)
+            && !spare.contains("endpoint-check"),
+        "{spare}"
+    );
+    let checked = http(a, "GET", "/candidates/spare?check=1", &[], b"").body;
+    assert!(
+        checked.contains(r#"id="endpoint-check" class="notice warn""#)
+            && checked
+                .contains("Checked now: nothing answers at http://127.0.0.1:9: Connection refused"),
+        "{checked}"
+    );
+    assert_eq!(r.json()["endpoint"]["reached"], json!(false), "{}", r.body);
+    let form_header = [("content-type", "application/x-www-form-urlencoded")];
+    let formed = http(
+        a,
+        "POST",
+        "/candidates",
+        &form_header,
+        &form(&[("name", "formed"), ("source", "http://127.0.0.1:9#f")]),
+    );
+    assert_eq!(
+        (formed.status, formed.header("location")),
+        (303, Some("/candidates/formed?check=1")),
+        "{}",
+        formed.body
+    );
+    let gone = http(a, "POST", "/candidates/formed/remove", &form_header, b"");
+    assert_eq!(gone.status, 303, "{}", gone.body);
     let smol = http(a, "GET", "/candidates/smol", &[], b"").body;
     assert!(!smol.contains(r#"id="remove""#), "{smol}");
     assert!(
@@ -346,7 +438,6 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
     );
 
     // The buttons remove, and go back to the list or the set's remaining latest version.
-    let form_header = [("content-type", "application/x-www-form-urlencoded")];
     let gone = http(a, "POST", "/candidates/spare/remove", &form_header, b"");
     assert_eq!(
         (gone.status, gone.header("location")),

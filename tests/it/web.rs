@@ -1155,7 +1155,10 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
         ]),
     );
     assert_eq!(registered.status, 303, "{}", registered.body);
-    assert_eq!(registered.header("location"), Some("/candidates/remote"));
+    assert_eq!(
+        registered.header("location"),
+        Some("/candidates/remote?check=1")
+    );
     let page = http(a, "GET", "/candidates/remote", &[], b"");
     assert_eq!(page.status, 200);
     assert!(page.body.contains("served-model"), "{}", page.body);

@@ -177,6 +177,78 @@ pub fn identify_within(url: &str, timeout: Duration) -> EndpointIdentity {
     id
 }
 
+/// What checking an endpoint candidate found now: whether it answers, what it is, and whether
+/// it lists the model the candidate's requests name. A check, not a gate: an endpoint may be down
+/// while a study is prepared, and some engines (llama.cpp's server) answer whatever the name.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct EndpointCheck {
+    pub url: String,
+    /// The model the candidate's requests name (`default` when its source names none).
+    pub model: String,
+    /// Whether anything answered over HTTP.
+    pub reached: bool,
+    /// The endpoint in one line ([`EndpointIdentity::describe`]) when it answered.
+    pub identity: Option<String>,
+    /// The model ids its `GET /v1/models` lists (empty when it lists none).
+    pub served: Vec<String>,
+    /// What would make its cases fail, in words; `None` when the check saw nothing wrong.
+    pub problem: Option<String>,
+}
+
+/// Check the endpoint candidate at `url` (without `/v1`) asking for `model`, waiting `timeout`
+/// at most per request.
+pub fn check_endpoint(url: &str, model: &str, timeout: Duration) -> EndpointCheck {
+    check_of(&identify_within(url, timeout), model)
+}
+
+/// [`EndpointCheck`] from what identifying the endpoint saw.
+fn check_of(id: &EndpointIdentity, model: &str) -> EndpointCheck {
+    let models = &id.reported["GET /v1/models"];
+    let served: Vec<String> = models["body"]["data"]
+        .as_array()
+        .map(|cards| {
+            cards
+                .iter()
+                .filter_map(|c| c["id"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    let reached = id
+        .reported
+        .as_object()
+        .is_some_and(|seen| seen.values().any(|v| v.get("status").is_some()));
+    let status = models["status"].as_u64();
+    let problem = if !reached {
+        // The innermost cause ("Connection refused (os error 111)") of the error chain.
+        let why = models["error"]
+            .as_str()
+            .or_else(|| id.reported["client"].as_str())
+            .map_or("no answer", |e| e.rsplit(": ").next().unwrap_or(e));
+        Some(format!("nothing answers at {}: {why}", id.url))
+    } else if let Some(code) = status.filter(|c| !(200..300).contains(c)) {
+        Some(format!(
+            "GET /v1/models answered HTTP {code}: not an OpenAI-compatible server at this URL (name it without `/v1/chat/completions`)"
+        ))
+    } else if !served.is_empty() && !served.iter().any(|s| s == model) {
+        let listed: Vec<String> = served.iter().take(5).map(|s| format!("`{s}`")).collect();
+        Some(format!(
+            "it lists {}{} and not `{model}`: an engine that checks the name (vLLM does) refuses every case; name one of them after `#`",
+            listed.join(", "),
+            if served.len() > 5 { ", …" } else { "" }
+        ))
+    } else {
+        None
+    };
+    EndpointCheck {
+        url: id.url.clone(),
+        model: model.to_owned(),
+        reached,
+        identity: reached.then(|| id.describe()),
+        served,
+        problem,
+    }
+}
+
 /// vLLM: `GET /version` → `{"version": "0.10.1.1"}`.
 fn vllm(probe: &mut Probe, id: &mut EndpointIdentity) -> bool {
     let Ok(body) = probe.get("/version") else {

@@ -135,12 +135,31 @@ pub(crate) fn run_candidate(cmd: CandidateCommand, config: &Config) -> anyhow::R
                 let (version, inserted) = service
                     .register_candidate(&a.name, &a.source, a.price_per_device_hour)
                     .await?;
+                // An endpoint is asked now whether it answers and serves the model named: a
+                // typo is found here rather than as every case of a run failing.
+                let endpoint = service.check_endpoint(&a.source).await;
                 if a.json {
-                    print_json(&json!({"name": a.name, "version": version, "inserted": inserted}))?;
-                } else if inserted {
-                    println!("candidate {} v{version} registered", a.name);
+                    print_json(&json!({
+                        "name": a.name, "version": version, "inserted": inserted,
+                        "endpoint": endpoint,
+                    }))?;
                 } else {
-                    println!("candidate {} v{version}: unchanged, nothing stored", a.name);
+                    if inserted {
+                        println!("candidate {} v{version} registered", a.name);
+                    } else {
+                        println!("candidate {} v{version}: unchanged, nothing stored", a.name);
+                    }
+                    if let Some(check) = &endpoint {
+                        match &check.problem {
+                            Some(problem) => eprintln!(
+                                "warning: {problem} (registered anyway: a run asks it for every case)"
+                            ),
+                            None => println!(
+                                "endpoint answers now: {}",
+                                check.identity.as_deref().unwrap_or(&check.url)
+                            ),
+                        }
+                    }
                 }
             }
             CandidateCommand::List(a) => {

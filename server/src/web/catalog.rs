@@ -160,12 +160,35 @@ pub(crate) async fn candidates(
     ))
 }
 
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CheckQuery {
+    /// `1`: check the candidate's endpoint now.
+    #[serde(default)]
+    check: Option<String>,
+}
+
+/// `GET /candidates/{name}[?check=1]`: with `check`, an endpoint candidate's endpoint is asked
+/// now whether it answers and lists the model named (as right after registering one).
 pub(crate) async fn candidate(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    Query(q): Query<CheckQuery>,
 ) -> Result<Response, PageError> {
     let detail = st.service.candidate(&name).await?;
-    Ok(html(StatusCode::OK, shortlist_app::candidate_page(detail)))
+    let source = detail
+        .versions
+        .last()
+        .and_then(|v| v.config["source"].as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let check = match q.check.as_deref() {
+        Some("1") => st.service.check_endpoint(&source).await,
+        _ => None,
+    };
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::candidate_page(detail, check),
+    ))
 }
 
 #[derive(Debug, Deserialize)]
@@ -194,9 +217,11 @@ pub(crate) async fn register(
     Form(form): Form<Register>,
 ) -> Result<Response, PageError> {
     match register_of(&st, &form).await {
-        Ok(_) => {
-            Ok(Redirect::to(&format!("/candidates/{}", encode(form.name.trim()))).into_response())
-        }
+        // The candidate's page, its endpoint (if it is one) checked at once.
+        Ok(_) => Ok(
+            Redirect::to(&format!("/candidates/{}?check=1", encode(form.name.trim())))
+                .into_response(),
+        ),
         Err(e) => {
             let list = st.service.list_candidates().await?;
             Ok(html(
@@ -361,6 +386,9 @@ pub(crate) mod api {
             .service
             .register_candidate(&b.name, &b.source, b.price_per_device_hour)
             .await?;
-        ok(serde_json::json!({"name": b.name, "version": version, "inserted": inserted}))
+        let endpoint = st.service.check_endpoint(&b.source).await;
+        ok(serde_json::json!({
+            "name": b.name, "version": version, "inserted": inserted, "endpoint": endpoint,
+        }))
     }
 }

@@ -13,7 +13,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use shortlist_loadgen::sse::{SseParser, StreamChunk};
 
-use super::{Engine, context_exceeded, error_message, identify_within};
+use super::{Engine, check_endpoint, context_exceeded, error_message, identify_within};
 use crate::candidate::{Decoding, EndpointGenerator, Generator, parse_chat_completion};
 use crate::prompt::ChatRequest;
 
@@ -516,4 +516,65 @@ fn the_endpoint_candidate_scores_each_engines_context_refusal_as_its_own_failure
         }) => assert!(why.contains("`temperature`"), "{why}"),
         other => panic!("a failed request, got {other:?}"),
     }
+}
+
+/// A check of an endpoint candidate says what would make its cases fail: nothing answering, a
+/// server that is not OpenAI-compatible at that URL, or a model it does not list — and nothing
+/// when it lists the model the candidate asks for.
+#[test]
+fn an_endpoint_check_names_what_would_fail_its_cases() {
+    let vllm = serve(
+        routes(&[
+            ("GET /v1/models", "vllm/models.json"),
+            ("GET /version", "vllm/version.json"),
+        ]),
+        Some("uvicorn"),
+    );
+    let served = json_of("vllm/models.json")["data"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let fine = check_endpoint(&vllm, &served, TIMEOUT);
+    assert_eq!(
+        (fine.reached, &fine.problem, &fine.served),
+        (true, &None, &vec![served.clone()]),
+        "{fine:?}"
+    );
+    assert!(
+        fine.identity.as_deref().unwrap().starts_with("vLLM "),
+        "{fine:?}"
+    );
+
+    let typo = check_endpoint(&vllm, "defualt", TIMEOUT);
+    let problem = typo.problem.unwrap();
+    assert!(
+        problem.contains(&format!("it lists `{served}` and not `defualt`")),
+        "{problem}"
+    );
+
+    let nginx = serve(Routes::new(), Some("nginx"));
+    let wrong = check_endpoint(&nginx, "m", TIMEOUT);
+    assert!(wrong.reached);
+    assert!(
+        wrong
+            .problem
+            .as_deref()
+            .unwrap()
+            .starts_with("GET /v1/models answered HTTP 404"),
+        "{wrong:?}"
+    );
+
+    let port = TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let down = check_endpoint(&format!("http://127.0.0.1:{port}"), "m", TIMEOUT);
+    assert_eq!((down.reached, &down.identity), (false, &None));
+    assert!(
+        down.problem
+            .as_deref()
+            .unwrap()
+            .starts_with(&format!("nothing answers at http://127.0.0.1:{port}: ")),
+        "{down:?}"
+    );
 }

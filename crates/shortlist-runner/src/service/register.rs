@@ -7,6 +7,7 @@ use shortlist_store::StoreError;
 
 use super::StudyService;
 use super::views::{CandidateRemoved, ImportPreview, StudyUse, VersionRemoved};
+use crate::engines::EndpointCheck;
 use crate::error::ServiceError;
 
 /// "study `a` v1 (locked), study `b` v2 (draft)".
@@ -24,7 +25,25 @@ pub(super) fn named_by(uses: &[StudyUse]) -> String {
         .join(", ")
 }
 
+/// How long one request of an endpoint check may take.
+const ENDPOINT_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl StudyService {
+    /// Check the endpoint behind candidate source `source` now ([`EndpointCheck`]: whether it
+    /// answers, what it is, whether it lists the model asked for); `None` for a source that is
+    /// not an endpoint.
+    pub async fn check_endpoint(&self, source: &str) -> Option<EndpointCheck> {
+        let spec = crate::candidate::CandidateSpec::parse(source.trim()).ok()?;
+        let crate::candidate::CandidateSpec::Endpoint { url, model } = spec else {
+            return None;
+        };
+        tokio::task::spawn_blocking(move || {
+            crate::engines::check_endpoint(&url, &model, ENDPOINT_CHECK_TIMEOUT)
+        })
+        .await
+        .ok()
+    }
+
     /// Register a candidate from its source (`gguf:PATH`, a model folder holding one GGUF, or
     /// `openai:URL#MODEL`): checked like a study's candidate (the file is read for what it says
     /// about itself) and stored as a new version when it changed.
