@@ -132,16 +132,19 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
     // An endpoint that answers and lists the model named is fine; a model it does not list is
     // named before any run asks it for every case.
     let mock = crate::support::Mock::start(&[]);
-    let answers = ok_json(
-        d,
-        &[
-            "candidate",
-            "add",
-            "mocked",
-            &format!("{}#mock", mock.url),
-            "--json",
-        ],
-    );
+    let add_endpoint = |name: &str, model: &str| {
+        ok_json(
+            d,
+            &[
+                "candidate",
+                "add",
+                name,
+                &format!("{}#{model}", mock.url),
+                "--json",
+            ],
+        )
+    };
+    let answers = add_endpoint("mocked", "mock");
     assert_eq!(
         (
             &answers["endpoint"]["reached"],
@@ -151,16 +154,7 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
         "{answers}"
     );
     assert_eq!(answers["endpoint"]["served"], json!(["mock"]), "{answers}");
-    let typo = ok_json(
-        d,
-        &[
-            "candidate",
-            "add",
-            "typo",
-            &format!("{}#mokc", mock.url),
-            "--json",
-        ],
-    );
+    let typo = add_endpoint("typo", "mokc");
     assert!(
         typo["endpoint"]["problem"]
             .as_str()

@@ -594,6 +594,15 @@ fn with_quality_concurrency(text: &str, n: u32) -> String {
     )
 }
 
+/// The quality job that worker `worker` runs (waited for up to 60 s).
+fn quality_job_of(url: &str, dir: &Path, worker: &str) -> Value {
+    wait_for(60, "a worker's quality job", || {
+        jobs(url, dir)
+            .into_iter()
+            .find(|j| j["kind"] == "quality" && j["state"] == "running" && j["worker"] == worker)
+    })
+}
+
 /// A running quality job that has stored a case (waited for up to 90 s).
 fn quality_job_under_way(url: &str, dir: &Path) -> Value {
     wait_for(90, "a quality job with a case stored", || {
@@ -1407,13 +1416,7 @@ fn a_stop_or_cancel_does_not_wait_for_an_endpoint_answer() {
     let (dir, url, _mock) = sqlite_study("120000");
     let (d, url) = (dir.path(), url.as_str());
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
-    let asking = |worker: &str| {
-        wait_for(60, "a quality job asking its first case", || {
-            jobs(url, d).into_iter().find(|j| {
-                j["kind"] == "quality" && j["state"] == "running" && j["worker"] == worker
-            })
-        })
-    };
+    let asking = |worker: &str| quality_job_of(url, d, worker);
     let mut first = worker(url, d, "first");
     let held = asking("first");
     // Its first case is in flight: the answer is two minutes away.
@@ -1468,13 +1471,7 @@ fn a_busy_worker_hands_back_a_dead_workers_job() {
     let (dir, url, _mock) = sqlite_study("5000");
     let (d, url) = (dir.path(), url.as_str());
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
-    let quality_of = |worker: &str| {
-        wait_for(60, "a worker's quality job", || {
-            jobs(url, d).into_iter().find(|j| {
-                j["kind"] == "quality" && j["state"] == "running" && j["worker"] == worker
-            })
-        })
-    };
+    let quality_of = |worker: &str| quality_job_of(url, d, worker);
     let mut doomed = worker(url, d, "doomed");
     let orphan = quality_of("doomed");
     let mut busy = worker(url, d, "busy");
