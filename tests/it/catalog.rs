@@ -161,17 +161,7 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
             .is_some_and(|p| p.contains("it lists `mock` and not `mokc`")),
         "{typo}"
     );
-    let said = sl(
-        d,
-        &["candidate", "add", "typo2", &format!("{}#mokc", mock.url)],
-    );
-    assert_eq!(said.status.code(), Some(0), "{}", stderr(&said));
-    assert!(
-        stderr(&said).contains("warning: it lists `mock` and not `mokc`"),
-        "{}",
-        stderr(&said)
-    );
-    for name in ["mocked", "typo", "typo2"] {
+    for name in ["mocked", "typo"] {
         ok_json(d, &["candidate", "remove", name, "--json"]);
     }
     let why = refused(

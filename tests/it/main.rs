@@ -16,6 +16,7 @@ mod measure;
 mod quality;
 mod report;
 mod schedule;
+mod stopping;
 mod store;
 mod study;
 mod support;
