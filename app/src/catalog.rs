@@ -431,9 +431,12 @@ fn register_again_href(d: &CandidateDetail) -> String {
 
 /// `/candidates/{name}`: a candidate's identity, every version of its configuration, and the
 /// studies and records that used it.
-/// What checking an endpoint found, as a notice: what it is when nothing is wrong, else what
-/// would make its cases fail.
-fn endpoint_notice(check: &EndpointCheck) -> AnyView {
+/// What checking candidate `name`'s endpoint found, as a notice: what it is when nothing is
+/// wrong, else what would make its cases fail; `named`: the notice starts with the name (a
+/// study's page lists several).
+pub(crate) fn endpoint_notice(name: &str, check: &EndpointCheck, named: bool) -> AnyView {
+    let id = format!("endpoint-check-{name}");
+    let who = named.then(|| view! { <strong>{format!("{name}: ")}</strong> });
     match &check.problem {
         None => {
             let what = check.identity.clone().unwrap_or_else(|| check.url.clone());
@@ -443,15 +446,15 @@ fn endpoint_notice(check: &EndpointCheck) -> AnyView {
                 format!("; it lists `{}`", check.model)
             };
             view! {
-                <p class="notice" role="status" id="endpoint-check">
-                    {code_spans(&format!("The endpoint answers now: {what}{serves}."))}
+                <p class="notice" role="status" id=id>
+                    {who}{code_spans(&format!("The endpoint answers now: {what}{serves}."))}
                 </p>
             }
             .into_any()
         }
         Some(problem) => view! {
-            <p class="notice warn" role="status" id="endpoint-check">
-                {code_spans(&format!("Checked now: {problem}. The candidate is registered anyway; a run asks the endpoint for every case."))}
+            <p class="notice warn" role="status" id=id>
+                {who}{code_spans(&format!("Checked now: {problem}. A run asks the endpoint for every case."))}
             </p>
         }
         .into_any(),
@@ -518,7 +521,7 @@ pub fn candidate_page(d: CandidateDetail, check: Option<EndpointCheck>) -> Strin
                 <section class="card">
                     <h2>"Identity (latest version)"</h2>
                     <dl class="grid">{identity}</dl>
-                    {check.as_ref().map(endpoint_notice)}
+                    {check.as_ref().map(|c| endpoint_notice(&d.name, c, false))}
                     {endpoint.then(|| view! {
                         <p class="actions"><a class="button secondary" href=check_href.clone() id="check">"Check the endpoint now"</a></p>
                     })}

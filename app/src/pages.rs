@@ -2,6 +2,7 @@
 //! list: `home.rs`).
 
 use leptos::prelude::*;
+use shortlist_runner::engines::EndpointCheck;
 use shortlist_runner::progress::{Phase, ProgressEvent};
 use shortlist_runner::service::views::{
     BaselineView, Ended, GenerationView, JobView, QueueView, RunProgress, StudyState,
@@ -287,6 +288,7 @@ pub fn study_page(
     slo: String,
     versions: Vec<StudyVersionView>,
     queue: QueueView,
+    checks: Vec<(String, EndpointCheck)>,
 ) -> String {
     let title = format!("{} v{}", view_.name, view_.version);
     document(&title.clone(), move || {
@@ -418,6 +420,12 @@ pub fn study_page(
         });
         let schedule_href = format!("/schedules?study={}#add", crate::encode(&name));
         let done = v.state == StudyState::Done;
+        let has_endpoints = v.candidates.iter().any(|c| {
+            c.stored["source"]
+                .as_str()
+                .is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"))
+        });
+        let check_href = format!("{path}?version={}&check=1#candidates", v.version);
         let candidate_rows = v
             .candidates
             .iter()
@@ -532,9 +540,19 @@ pub fn study_page(
                     })}
                 </div>
             </section>
-            <section class="card">
+            <section class="card" id="candidates">
                 <h2>"Candidates"</h2>
                 {list_table(CANDIDATE_COLUMNS, candidate_rows)}
+                {(!checks.is_empty()).then(|| view! {
+                    <ul class="plain" id="endpoint-checks">
+                        {checks.iter().map(|(name, check)| view! {
+                            <li>{crate::catalog::endpoint_notice(name, check, true)}</li>
+                        }).collect_view()}
+                    </ul>
+                })}
+                {has_endpoints.then(|| view! {
+                    <p class="actions"><a class="button secondary" href=check_href.clone() id="check">"Check the endpoints now"</a></p>
+                })}
                 {match compare_href {
                     Some(href) => view! { <p><a href=href id="compare">"Compare side by side"</a></p> }.into_any(),
                     None if v.candidates.len() > 1 => view! {

@@ -327,7 +327,7 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
     );
     let checked = http(a, "GET", "/candidates/spare?check=1", &[], b"").body;
     assert!(
-        checked.contains(r#"id="endpoint-check" class="notice warn""#)
+        checked.contains(r#"id="endpoint-check-spare" class="notice warn""#)
             && checked
                 .contains("Checked now: nothing answers at http://127.0.0.1:9: Connection refused"),
         "{checked}"

@@ -318,6 +318,13 @@ fn forms_runs_and_refusals_over_http() {
     assert_eq!(http(a, "GET", "/studies/nothing", &[], b"").status, 404);
     let locked = http(a, "POST", "/studies/mini/lock", &[FORM], b"");
     assert_eq!(locked.status, 303);
+    // Its endpoint candidate is checked when asked, before any run.
+    let checked = http(a, "GET", "/studies/mini?version=1&check=1", &[], b"").body;
+    assert!(
+        checked.contains(r#"id="endpoint-check-smol" class="notice""#)
+            && checked.contains("The endpoint answers now: shortlist mock serve"),
+        "{checked}"
+    );
     // A locked study cannot be changed through the form: a changed file is a new version.
     let changed = http(
         a,

@@ -156,7 +156,16 @@ pub(crate) fn locked_study_edited(
     )
     .unwrap();
     json(url, dir, &["study", "create", "mini.study.toml", "--json"]);
-    json(url, dir, &["study", "lock", "mini", "--json"]);
+    let locked = json(url, dir, &["study", "lock", "mini", "--json"]);
+    // Locking checks both endpoint candidates: they answer and list `mock`.
+    let checks = locked["endpoints"].as_array().unwrap();
+    assert_eq!(checks.len(), 2, "{locked}");
+    assert!(
+        checks
+            .iter()
+            .all(|e| e["check"]["reached"] == true && e["check"]["problem"].is_null()),
+        "{locked}"
+    );
     mock
 }
 

@@ -335,10 +335,34 @@ async fn create(service: &StudyService, a: CreateArgs) -> anyhow::Result<Outcome
     Ok(Outcome::Success)
 }
 
+/// Check the endpoint candidates of study `name` v`version` now and warn on stderr of each that
+/// would fail its cases (nothing answers, a model it does not list): said before a run rather
+/// than found as every case failing. The checks, as `(name, check)`.
+async fn warn_of_endpoints(
+    service: &StudyService,
+    name: &str,
+    version: u32,
+) -> anyhow::Result<Vec<(String, shortlist_runner::engines::EndpointCheck)>> {
+    let view = service.show(name, Some(version)).await?;
+    let checks = service.check_endpoints(&view.candidates).await;
+    for (candidate, check) in &checks {
+        if let Some(problem) = &check.problem {
+            eprintln!("warning: candidate {candidate}: {problem}");
+        }
+    }
+    Ok(checks)
+}
+
 async fn lock(service: &StudyService, a: NameArgs) -> anyhow::Result<Outcome> {
     let locked = service.lock(&a.name, a.version, &now_rfc3339()).await?;
+    let checks = warn_of_endpoints(service, &a.name, locked.version).await?;
     if a.json {
-        print_json(&locked)?;
+        let mut doc = serde_json::to_value(&locked)?;
+        doc["endpoints"] = checks
+            .iter()
+            .map(|(candidate, check)| json!({"candidate": candidate, "check": check}))
+            .collect();
+        print_json(&doc)?;
     } else {
         println!(
             "study {} v{}: {} at {} under {}",
@@ -405,6 +429,7 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
             "study {name} v{version} generation {generation}: {} jobs queued",
             requested.queued
         );
+        warn_of_endpoints(service, name, version).await?;
     } else {
         eprintln!("study {name} v{version} generation {generation}: jobs already queued; resuming");
     }

@@ -107,6 +107,9 @@ pub(crate) struct Which {
     pub(crate) version: Option<u32>,
     #[serde(default)]
     pub(crate) generation: Option<u32>,
+    /// `1` on a study's page: check its endpoint candidates now.
+    #[serde(default)]
+    pub(crate) check: Option<String>,
 }
 
 pub(crate) async fn study(
@@ -121,9 +124,13 @@ pub(crate) async fn study(
     let slo = shortlist_study::study::Study::from_file("stored", view.study.clone())
         .map(|s| s.slo().describe())
         .unwrap_or_default();
+    let checks = match which.check.as_deref() {
+        Some("1") => st.service.check_endpoints(&view.candidates).await,
+        _ => Vec::new(),
+    };
     Ok(html(
         StatusCode::OK,
-        shortlist_app::study_page(view, progress, slo, versions, queue),
+        shortlist_app::study_page(view, progress, slo, versions, queue, checks),
     ))
 }
 

@@ -44,6 +44,32 @@ impl StudyService {
         .ok()
     }
 
+    /// [`StudyService::check_endpoint`] for each endpoint candidate of `candidates`, side by
+    /// side: `(name, check)` in their order; GGUF candidates are left out.
+    pub async fn check_endpoints(
+        &self,
+        candidates: &[super::views::CandidateView],
+    ) -> Vec<(String, EndpointCheck)> {
+        let mut asked = tokio::task::JoinSet::new();
+        for (i, c) in candidates.iter().enumerate() {
+            let (service, source) = (self.clone(), c.stored["source"].as_str().map(str::to_owned));
+            if let Some(source) = source {
+                asked.spawn(async move { (i, service.check_endpoint(&source).await) });
+            }
+        }
+        let mut found: Vec<(usize, EndpointCheck)> = asked
+            .join_all()
+            .await
+            .into_iter()
+            .filter_map(|(i, check)| check.map(|c| (i, c)))
+            .collect();
+        found.sort_by_key(|(i, _)| *i);
+        found
+            .into_iter()
+            .map(|(i, check)| (candidates[i].name.clone(), check))
+            .collect()
+    }
+
     /// Register a candidate from its source (`gguf:PATH`, a model folder holding one GGUF, or
     /// `openai:URL#MODEL`): checked like a study's candidate (the file is read for what it says
     /// about itself) and stored as a new version when it changed.
