@@ -169,7 +169,13 @@ fn eval_sets_and_candidates_are_kept_and_removed_from_the_command_line() {
         &["candidate", "add", "no spaces", "http://127.0.0.1:9#x"],
     );
     assert!(why.contains("the name must be"), "{why}");
+    let checked = ok_json(d, &["candidate", "show", "spare", "--check", "--json"]);
+    assert_eq!(checked["endpoint"]["reached"], false, "{checked}");
     let shown = ok_json(d, &["candidate", "show", "spare", "--json"]);
+    assert!(
+        shown.get("endpoint").is_none(),
+        "checked only when asked: {shown}"
+    );
     let price = shown["identity"]
         .as_array()
         .unwrap()
@@ -325,6 +331,8 @@ fn the_workbench_removes_what_no_study_uses_and_keeps_the_rest() {
             && !spare.contains("endpoint-check"),
         "{spare}"
     );
+    let api = http(a, "GET", "/api/candidates/spare?check=1", &[], b"").json();
+    assert_eq!(api["endpoint"]["reached"], json!(false), "{api}");
     let checked = http(a, "GET", "/candidates/spare?check=1", &[], b"").body;
     assert!(
         checked.contains(r#"id="endpoint-check-spare" class="notice warn""#)

@@ -22,8 +22,9 @@ pub(crate) enum CandidateCommand {
     Add(AddArgs),
     /// Every registered candidate: versions, identity, the study versions that name it.
     List(JsonArgs),
-    /// One candidate: its identity, every configuration version, the studies that name it.
-    Show(NameArgs),
+    /// One candidate: its identity, every configuration version, the studies that name it;
+    /// with `--check`, whether its endpoint answers now and lists the model named.
+    Show(ShowArgs),
     /// Remove a candidate with every version of its configuration (its model file is not
     /// touched). Refused while a study version — a draft included — names it.
     Remove(NameArgs),
@@ -47,6 +48,19 @@ pub(crate) struct AddArgs {
 pub(crate) struct NameArgs {
     /// The candidate's name.
     name: String,
+    /// Print one JSON document.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ShowArgs {
+    /// The candidate's name.
+    name: String,
+    /// Check an endpoint candidate's endpoint now: whether it answers, what it is, whether it
+    /// lists the model named (a warning on stderr, `endpoint` in the JSON).
+    #[arg(long)]
+    check: bool,
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
@@ -122,6 +136,18 @@ fn uses(list: &[StudyUse]) -> String {
         .join("; ")
 }
 
+/// What checking an endpoint found, in words: what answers on stdout, what would make its
+/// cases fail as a warning on stderr.
+fn say_endpoint(check: &shortlist_runner::engines::EndpointCheck) {
+    match &check.problem {
+        Some(problem) => eprintln!("warning: {problem} (a run asks it for every case)"),
+        None => println!(
+            "endpoint answers now: {}",
+            check.identity.as_deref().unwrap_or(&check.url)
+        ),
+    }
+}
+
 pub(crate) fn run_candidate(cmd: CandidateCommand, config: &Config) -> anyhow::Result<Outcome> {
     let config = config.clone();
     runtime()?.block_on(async move {
@@ -150,15 +176,7 @@ pub(crate) fn run_candidate(cmd: CandidateCommand, config: &Config) -> anyhow::R
                         println!("candidate {} v{version}: unchanged, nothing stored", a.name);
                     }
                     if let Some(check) = &endpoint {
-                        match &check.problem {
-                            Some(problem) => eprintln!(
-                                "warning: {problem} (registered anyway: a run asks it for every case)"
-                            ),
-                            None => println!(
-                                "endpoint answers now: {}",
-                                check.identity.as_deref().unwrap_or(&check.url)
-                            ),
-                        }
+                        say_endpoint(check);
                     }
                 }
             }
@@ -187,8 +205,22 @@ pub(crate) fn run_candidate(cmd: CandidateCommand, config: &Config) -> anyhow::R
             }
             CandidateCommand::Show(a) => {
                 let c = service.candidate(&a.name).await?;
+                let source = c
+                    .versions
+                    .last()
+                    .and_then(|v| v.config["source"].as_str())
+                    .unwrap_or_default();
+                let endpoint = if a.check {
+                    service.check_endpoint(source).await
+                } else {
+                    None
+                };
                 if a.json {
-                    print_json(&c)?;
+                    let mut doc = serde_json::to_value(&c)?;
+                    if a.check {
+                        doc["endpoint"] = serde_json::to_value(&endpoint)?;
+                    }
+                    print_json(&doc)?;
                 } else {
                     println!("candidate {}", c.name);
                     for (label, value) in &c.identity {
@@ -198,6 +230,9 @@ pub(crate) fn run_candidate(cmd: CandidateCommand, config: &Config) -> anyhow::R
                         println!("  v{} sha256 {}", v.version, v.sha256);
                     }
                     println!("  named by {}", uses(&c.used_by));
+                    if let Some(check) = &endpoint {
+                        say_endpoint(check);
+                    }
                 }
             }
             CandidateCommand::Remove(a) => {

@@ -344,11 +344,27 @@ pub(crate) mod api {
         ok(st.service.list_candidates().await?)
     }
 
+    /// `GET /api/candidates/{name}[?check=1]`: with `check`, `endpoint` says what checking its
+    /// endpoint found now (as `candidate show --check --json`).
     pub(crate) async fn candidate(
         State(st): State<AppState>,
         Path(name): Path<String>,
+        Query(q): Query<super::CheckQuery>,
     ) -> ApiResult {
-        ok(st.service.candidate(&name).await?)
+        let c = st.service.candidate(&name).await?;
+        if q.check.as_deref() != Some("1") {
+            return ok(c);
+        }
+        let source = c
+            .versions
+            .last()
+            .and_then(|v| v.config["source"].as_str())
+            .unwrap_or_default()
+            .to_owned();
+        let endpoint = st.service.check_endpoint(&source).await;
+        let mut doc = serde_json::to_value(&c).unwrap_or_default();
+        doc["endpoint"] = serde_json::to_value(&endpoint).unwrap_or_default();
+        ok(doc)
     }
 
     /// `DELETE /api/evalsets/{name}[?version=N]`: a version no study pins (default: the
