@@ -464,11 +464,7 @@ pub(crate) fn endpoint_notice(name: &str, check: &EndpointCheck, named: bool) ->
 /// A candidate's page; `check`: what checking its endpoint just found, if it was asked.
 pub fn candidate_page(d: CandidateDetail, check: Option<EndpointCheck>) -> String {
     let title = format!("Candidate {}", d.name);
-    let endpoint = d
-        .versions
-        .last()
-        .and_then(|v| v.config["source"].as_str())
-        .is_some_and(|s| s.starts_with("http://") || s.starts_with("https://"));
+    let endpoint = d.source().starts_with("http://") || d.source().starts_with("https://");
     let check_href = format!("/candidates/{}?check=1", encode(&d.name));
     document(&title.clone(), move || {
         let identity = d

@@ -205,13 +205,8 @@ pub(crate) fn run_candidate(cmd: CandidateCommand, config: &Config) -> anyhow::R
             }
             CandidateCommand::Show(a) => {
                 let c = service.candidate(&a.name).await?;
-                let source = c
-                    .versions
-                    .last()
-                    .and_then(|v| v.config["source"].as_str())
-                    .unwrap_or_default();
                 let endpoint = if a.check {
-                    service.check_endpoint(source).await
+                    service.check_endpoint(c.source()).await
                 } else {
                     None
                 };

@@ -175,14 +175,8 @@ pub(crate) async fn candidate(
     Query(q): Query<CheckQuery>,
 ) -> Result<Response, PageError> {
     let detail = st.service.candidate(&name).await?;
-    let source = detail
-        .versions
-        .last()
-        .and_then(|v| v.config["source"].as_str())
-        .unwrap_or_default()
-        .to_owned();
     let check = match q.check.as_deref() {
-        Some("1") => st.service.check_endpoint(&source).await,
+        Some("1") => st.service.check_endpoint(detail.source()).await,
         _ => None,
     };
     Ok(html(
@@ -355,13 +349,7 @@ pub(crate) mod api {
         if q.check.as_deref() != Some("1") {
             return ok(c);
         }
-        let source = c
-            .versions
-            .last()
-            .and_then(|v| v.config["source"].as_str())
-            .unwrap_or_default()
-            .to_owned();
-        let endpoint = st.service.check_endpoint(&source).await;
+        let endpoint = st.service.check_endpoint(c.source()).await;
         let mut doc = serde_json::to_value(&c).unwrap_or_default();
         doc["endpoint"] = serde_json::to_value(&endpoint).unwrap_or_default();
         ok(doc)

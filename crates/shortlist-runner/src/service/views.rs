@@ -498,6 +498,17 @@ pub struct CandidateDetail {
     pub used_by: Vec<StudyUse>,
 }
 
+impl CandidateDetail {
+    /// The latest configuration's source (`gguf:PATH`, `http://HOST:PORT#MODEL`, …); empty when
+    /// it has none.
+    pub fn source(&self) -> &str {
+        self.versions
+            .last()
+            .and_then(|v| v.config["source"].as_str())
+            .unwrap_or_default()
+    }
+}
+
 /// A run of some study, for the home page.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct RecentRun {
