@@ -5,8 +5,8 @@ use leptos::prelude::*;
 use shortlist_runner::engines::EndpointCheck;
 use shortlist_runner::progress::{Phase, ProgressEvent};
 use shortlist_runner::service::views::{
-    BaselineView, Ended, GenerationView, JobView, QueueView, RunProgress, StudyState,
-    StudyVersionView, StudyView,
+    BaselineView, Ended, GenerationSummary, GenerationView, JobView, QueueView, RunProgress,
+    StudyState, StudyVersionView, StudyView,
 };
 
 use shortlist_runner::time::duration_in_words;
@@ -213,8 +213,9 @@ fn generation(
         }
     );
     let runs = g.runs.clone();
+    let id = format!("generation-{}", g.number);
     view! {
-        <section class="card">
+        <section class="card" id=id>
             <div class="generation-head">
                 <h3>{title}</h3>
                 {baseline_note.map(|note| view! { <span class="badge good">"baseline"</span><span class="small muted">{note}</span> })}
@@ -251,6 +252,103 @@ fn generation(
             </details>
         </section>
     }
+}
+
+/// Where a study's record pages are, by candidate (`{study path}/candidates/`).
+fn record_base_of(path: &str) -> String {
+    format!("{path}/candidates/")
+}
+
+fn baseline_generation(b: &Option<BaselineView>) -> Option<u32> {
+    b.as_ref().map(|b| b.generation)
+}
+
+/// The earlier generations' columns.
+const EARLIER_COLUMNS: &[&str] = &["Generation", "Started", "Jobs", "Records"];
+
+/// The generations not shown in full, a row each: when and why each ran, how its jobs ended,
+/// its records with their verdicts; each opens in full on the page (`?generation=G`).
+fn earlier_generations(
+    earlier: &[GenerationSummary],
+    version: u32,
+    baseline: Option<u32>,
+    path: &str,
+    record_base: &str,
+) -> Option<impl IntoView + use<>> {
+    if earlier.is_empty() {
+        return None;
+    }
+    let rows = earlier
+        .iter()
+        .map(|g| {
+            let href = format!(
+                "{path}?version={version}&generation={0}#generation-{0}",
+                g.number
+            );
+            let label = format!("Generation {}", g.number);
+            let started = format!(
+                "{} · {}",
+                g.trigger,
+                if g.created_at.is_empty() { "-" } else { &g.created_at }
+            );
+            let jobs = g
+                .job_counts()
+                .into_iter()
+                .map(|(state, n)| {
+                    let tone = match state {
+                        "done" => "good",
+                        "failed" => "bad",
+                        "cancelled" => "warn",
+                        "running" => "info",
+                        _ => "none",
+                    };
+                    let class = format!("badge {tone}");
+                    view! { <span class=class>{format!("{n} {state}")}</span> " " }
+                })
+                .collect_view();
+            let records = g
+                .verdicts
+                .iter()
+                .map(|(c, v)| {
+                    let (word, tone) = verdict_word(Some(*v));
+                    let class = format!("badge {tone}");
+                    let href = format!(
+                        "{record_base}{}?version={version}&generation={}",
+                        crate::encode(c),
+                        g.number
+                    );
+                    let name = c.clone();
+                    view! { <li><a href=href>{name}</a> " " <span class=class>{word}</span></li> }
+                })
+                .collect_view();
+            let is_baseline = baseline == Some(g.number);
+            view! {
+                <tr>
+                    <td data-label=EARLIER_COLUMNS[0] class="inline">
+                        <a href=href>{label}</a>
+                        {is_baseline.then(|| view! { " " <span class="badge good">"baseline"</span> })}
+                    </td>
+                    <td data-label=EARLIER_COLUMNS[1] class="small">{started}</td>
+                    <td data-label=EARLIER_COLUMNS[2]>{jobs}</td>
+                    <td data-label=EARLIER_COLUMNS[3]>
+                        {if g.verdicts.is_empty() {
+                            view! { <span class="muted small">"none"</span> }.into_any()
+                        } else {
+                            view! { <ul class="plain inline-list">{records}</ul> }.into_any()
+                        }}
+                    </td>
+                </tr>
+            }
+        })
+        .collect_view();
+    let title = format!("Earlier generations ({})", earlier.len());
+    Some(view! {
+        <section class="card" id="earlier">
+            <h3>{title}</h3>
+            <p class="muted small">"A line each, newest first; a generation opens in full with its jobs and runs."</p>
+            {list_table(EARLIER_COLUMNS, rows)}
+        </section>
+    })
 }
 
 /// The compare view of the candidates that have a record, each from the generation of its
@@ -369,7 +467,7 @@ pub fn study_page(
         let cancellable =
             progress.generations.iter().flat_map(|g| &g.jobs).any(|j| {
                 j.state == "queued" || (j.state == "running" && j.cancel_reason.is_none())
-            });
+            }) || progress.earlier.iter().any(|g| g.cancellable > 0);
         let cancel_question = format!(
             "Cancel the run of {} v{}? Its queued jobs are cancelled now; running ones stop at their worker's next heartbeat, dropping the cases and load step under way. What was stored so far stays.",
             v.name, v.version
@@ -466,14 +564,26 @@ pub fn study_page(
             .collect_view();
         let generations = progress.generations.clone();
         // This version's jobs that wait in the queue (for a worker, a dependency or a backoff).
-        let queued_here = generations
+        let queued_here = (generations
             .iter()
             .flat_map(|g| &g.jobs)
             .filter(|j| j.state == "queued")
-            .count() as u64;
+            .count()
+            + progress
+                .earlier
+                .iter()
+                .filter_map(|g| g.jobs.get("queued"))
+                .sum::<usize>()) as u64;
+        let earlier = earlier_generations(
+            &progress.earlier,
+            progress.version,
+            baseline_generation(&progress.baseline),
+            &path,
+            &record_base_of(&path),
+        );
         let baseline = progress.baseline.clone();
         let accept_action = format!("{path}/baseline");
-        let record_base = format!("{path}/candidates/");
+        let record_base = record_base_of(&path);
         let after = progress.last_event_id.to_string();
         view! {
             <h1>{format!("{} v{}", v.name, v.version)} " " <span class=format!("badge {state_tone}") id="study-state">{state}</span></h1>
@@ -577,6 +687,7 @@ pub fn study_page(
                         .collect_view()
                         .into_any()
                 }}
+                {earlier}
             </section>
         }
     })

@@ -604,6 +604,26 @@ fn a_study_runs_through_the_binary_against_canned_answers() {
             .all(|r| r["machine"].as_str().unwrap().contains("CPU backend")),
         "{runs:?}"
     );
+    // `--generations 1`: the newest in full, the other a line with the whole view's figures.
+    let newest = json_of(&sl(
+        &url,
+        d,
+        &["study", "status", "mini", "--json", "--generations", "1"],
+    ));
+    assert_eq!(
+        newest["generations"],
+        serde_json::json!([status["generations"][0]])
+    );
+    let line = &newest["earlier"][0];
+    assert_eq!(newest["earlier"].as_array().unwrap().len(), 1, "{newest}");
+    assert_eq!(line["number"], 1);
+    assert_eq!(line["verdicts"], status["generations"][1]["verdicts"]);
+    assert_eq!(line["verdicts"]["smol"], "disqualified");
+    assert_eq!(
+        line["jobs"],
+        serde_json::json!({"done": status["generations"][1]["jobs"].as_array().unwrap().len()})
+    );
+    assert_eq!(line["cancellable"], 0);
 }
 
 /// The demo study of `scripts/demo` reads as it is: created from another folder (its eval set

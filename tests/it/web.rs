@@ -578,6 +578,48 @@ fn forms_runs_and_refusals_over_http() {
     assert_eq!(api.status, 200, "{}", api.body);
     assert_eq!(api.json()["generation"], 2);
     assert_eq!(api.json()["accepted_by"], "api");
+    // A long history is read a few generations at a time (a study run nightly has one a day):
+    // the newest in full, the others a line each with the whole view's figures, any of them
+    // opened in full by number; the API and the page agree.
+    let whole = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
+    assert!(whole.get("earlier").is_none(), "{whole}");
+    let newest = http(a, "GET", "/api/studies/mini/status?generations=1", &[], b"").json();
+    assert_eq!(
+        newest["generations"],
+        serde_json::json!([whole["generations"][0]])
+    );
+    let line = &newest["earlier"][0];
+    assert_eq!(newest["earlier"].as_array().unwrap().len(), 1, "{newest}");
+    assert_eq!(line["number"], 1);
+    assert_eq!(line["verdicts"], whole["generations"][1]["verdicts"]);
+    assert_eq!(
+        line["jobs"],
+        serde_json::json!({"done": whole["generations"][1]["jobs"].as_array().unwrap().len()})
+    );
+    let page = http(a, "GET", "/studies/mini?generations=1", &[], b"").body;
+    assert!(page.contains(r#"id="generation-2""#), "{page}");
+    assert!(!page.contains(r#"id="generation-1""#), "{page}");
+    assert!(page.contains(r#"id="earlier""#), "{page}");
+    assert!(
+        page.contains(&format!(
+            r#"href="/studies/mini?version={version}&amp;generation=1#generation-1""#
+        )),
+        "{page}"
+    );
+    let page = http(
+        a,
+        "GET",
+        "/studies/mini?generations=1&generation=1",
+        &[],
+        b"",
+    )
+    .body;
+    assert!(page.contains(r#"id="generation-2""#), "{page}");
+    assert!(page.contains(r#"id="generation-1""#), "{page}");
+    assert!(!page.contains(r#"id="earlier""#), "{page}");
+    // The default page shows both in full (fewer than its five).
+    let page = http(a, "GET", "/studies/mini", &[], b"").body;
+    assert!(page.contains(r#"id="generation-1""#) && !page.contains(r#"id="earlier""#));
     // A study whose name needs encoding in a URL (a space, `&`, `/`, `#`, non-ASCII): its page's
     // links and forms still reach it.
     let odd = "q&a team/β #1";

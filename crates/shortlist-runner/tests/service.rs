@@ -3,7 +3,7 @@
 //! multi-threaded tokio runtime, as the web app will: create → lock → request a run → worker
 //! until idle → record; a second generation that leaves the first's record untouched; the mock
 //! killed mid-run and restarted (a transient failure, retried and finished); a study that cannot
-//! run refused before it runs.
+//! run refused before it runs; a history of generations read a few at a time.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -12,6 +12,7 @@ use shortlist_evals::EvalSet;
 use shortlist_loadgen::mock::{Answers, MockConfig, spawn_at};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::config::Config;
+use shortlist_runner::service::views::{Shown, StudyState};
 use shortlist_runner::service::{Pick, RunParams, StudyService};
 use shortlist_runner::worker::{Outcome, Worker};
 use shortlist_study::record::Verdict;
@@ -333,4 +334,156 @@ async fn a_study_that_cannot_run_is_refused_before_it_runs() {
         .unwrap_err();
     assert_eq!(e.class(), ErrorClass::BadInput);
     assert!(e.to_string().contains("no such file"), "{e}");
+}
+
+/// A study run again and again (nightly, for a year) keeps its views cheap: a view asks for its
+/// newest generations in full and gets the others a line each, with the same figures as the
+/// whole view; the state a page follows comes from the newest generation alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_history_is_read_a_few_generations_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let (addr, _mock) = spawn_at("127.0.0.1:0", mock(0), answers()).await.unwrap();
+    let path = study_file(dir.path(), &format!("http://{addr}#mock"));
+    let service = service(dir.path()).await;
+    service.create_study(&path).await.unwrap();
+    service
+        .lock("mini", None, "2026-12-01T00:00:00Z")
+        .await
+        .unwrap();
+    let worker = Worker::new(service.clone());
+    let again = RunParams {
+        max_tokens: 16,
+        again: true,
+        ..RunParams::default()
+    };
+    // Three finished generations, then a fourth left in the queue.
+    for g in 1..=3 {
+        let run = service.request_run("mini", None, &again).await.unwrap();
+        assert_eq!(run.generation, g);
+        worker.run_until_idle(None, |_| {}).await.unwrap();
+    }
+    assert_eq!(
+        service.study_state("mini", 1).await.unwrap().0,
+        StudyState::Done
+    );
+    let fourth = service.request_run("mini", None, &again).await.unwrap();
+    assert_eq!((fourth.generation, fourth.queued), (4, 4));
+
+    let all = service.run_progress("mini", None).await.unwrap();
+    assert_eq!(
+        all.generations.iter().map(|g| g.number).collect::<Vec<_>>(),
+        [4, 3, 2, 1]
+    );
+    assert!(all.earlier.is_empty());
+    let (state, ended) = service.study_state("mini", 1).await.unwrap();
+    assert_eq!((state, ended), (all.state, all.ended));
+    assert_eq!(state, StudyState::Running);
+    assert_eq!(
+        service.queued_jobs("mini", 1).await.unwrap(),
+        [(4, 4)].into_iter().collect()
+    );
+
+    // The newest two in full, exactly as the whole view has them; the others a line each.
+    let two = service
+        .run_progress_shown(
+            "mini",
+            None,
+            Shown::Newest {
+                count: 2,
+                also: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(two.generations, all.generations[..2]);
+    assert_eq!((two.state, two.ended), (all.state, all.ended));
+    assert_eq!(
+        two.earlier.iter().map(|g| g.number).collect::<Vec<_>>(),
+        [2, 1]
+    );
+    for line in &two.earlier {
+        let whole = all
+            .generations
+            .iter()
+            .find(|g| g.number == line.number)
+            .unwrap();
+        assert_eq!(line.jobs, [("done".to_owned(), 4)].into_iter().collect());
+        assert_eq!(line.cancellable, 0);
+        assert_eq!(line.verdicts, whole.verdicts);
+        assert_eq!(line.verdicts.get("smol"), Some(&Verdict::Disqualified));
+        assert_eq!(
+            (line.trigger.as_str(), line.created_at.as_str()),
+            (whole.trigger.as_str(), whole.created_at.as_str())
+        );
+    }
+
+    // One more asked for by number: in full beside the newest, and no longer a line.
+    let also = service
+        .run_progress_shown(
+            "mini",
+            None,
+            Shown::Newest {
+                count: 1,
+                also: Some(1),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        also.generations
+            .iter()
+            .map(|g| g.number)
+            .collect::<Vec<_>>(),
+        [4, 1]
+    );
+    assert_eq!(also.generations[1], all.generations[3]);
+    assert_eq!(
+        also.earlier.iter().map(|g| g.number).collect::<Vec<_>>(),
+        [3, 2]
+    );
+
+    // None in full: the queued generation says what a cancel would still stop.
+    let none = service
+        .run_progress_shown(
+            "mini",
+            None,
+            Shown::Newest {
+                count: 0,
+                also: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert!(none.generations.is_empty());
+    assert_eq!(none.earlier.len(), 4);
+    assert_eq!(
+        (&none.earlier[0].jobs, none.earlier[0].cancellable),
+        (&[("queued".to_owned(), 4)].into_iter().collect(), 4)
+    );
+    assert!(none.earlier[0].verdicts.is_empty());
+
+    // Cancelled: the state follows at once, and the line counts the jobs as cancelled.
+    service.cancel_run("mini", None, "test").await.unwrap();
+    let (state, ended) = service.study_state("mini", 1).await.unwrap();
+    assert_eq!(
+        (state, ended.cancelled, ended.failed),
+        (StudyState::Done, 4, 0)
+    );
+    assert!(service.queued_jobs("mini", 1).await.unwrap().is_empty());
+    let none = service
+        .run_progress_shown(
+            "mini",
+            None,
+            Shown::Newest {
+                count: 0,
+                also: None,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (&none.earlier[0].jobs, none.earlier[0].cancellable),
+        (&[("cancelled".to_owned(), 4)].into_iter().collect(), 0)
+    );
+    assert_eq!(none.earlier[0].job_counts(), [("cancelled", 4)]);
 }

@@ -7,6 +7,45 @@ use std::fmt;
 use crate::error::sql;
 use crate::{Store, StoreError, col, col_json, col_u, now_ms};
 
+/// Which generations of a study version a read covers: `first..=last`. A study run nightly
+/// for a year has hundreds; a page shows the newest few in full and reads only those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GenerationSpan {
+    pub first: u32,
+    pub last: u32,
+}
+
+impl GenerationSpan {
+    /// Every generation (and rows from before generations were numbered).
+    pub const ALL: GenerationSpan = GenerationSpan {
+        first: 0,
+        last: u32::MAX,
+    };
+
+    /// One generation.
+    pub fn only(number: u32) -> GenerationSpan {
+        GenerationSpan {
+            first: number,
+            last: number,
+        }
+    }
+
+    /// The SQL condition on `column` that keeps this span's rows (nothing for every
+    /// generation), its bounds as the parameters `$first` and `$first + 1`.
+    pub(crate) fn condition(self, column: &str, first: usize) -> String {
+        if self == GenerationSpan::ALL {
+            String::new()
+        } else {
+            format!(" AND {column} BETWEEN ${first} AND ${}", first + 1)
+        }
+    }
+
+    /// The bounds bound by [`GenerationSpan::condition`]'s parameters, when it has them.
+    pub(crate) fn bounds(self) -> Option<(i64, i64)> {
+        (self != GenerationSpan::ALL).then_some((i64::from(self.first), i64::from(self.last)))
+    }
+}
+
 /// What started a generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Trigger {

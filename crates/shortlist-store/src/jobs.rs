@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use crate::error::sql;
+use crate::generations::GenerationSpan;
 use crate::{Backend, Store, StoreError, check_name, col, col_json, now_ms};
 
 /// Attempts a job gets before a stale claim fails it for good.
@@ -268,17 +269,58 @@ impl Store {
 
     /// The jobs of a study version (every generation), oldest first.
     pub async fn jobs_of_study(&self, study: &str, version: u32) -> Result<Vec<Job>, StoreError> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {JOB_COLUMNS} FROM jobs WHERE study = $1 AND study_version = $2 ORDER BY id"
+        self.jobs_of_study_in(study, version, GenerationSpan::ALL)
+            .await
+    }
+
+    /// The jobs of a study version's generations in `span`, oldest first.
+    pub async fn jobs_of_study_in(
+        &self,
+        study: &str,
+        version: u32,
+        span: GenerationSpan,
+    ) -> Result<Vec<Job>, StoreError> {
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT {JOB_COLUMNS} FROM jobs WHERE study = $1 AND study_version = $2{} ORDER BY id",
+            span.condition("generation", 3)
         )))
         .bind(study)
-        .bind(i64::from(version))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(sql(format!(
+        .bind(i64::from(version));
+        if let Some((first, last)) = span.bounds() {
+            query = query.bind(first).bind(last);
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(sql(format!(
             "listing the jobs of study `{study}` v{version}"
         )))?;
         rows.iter().map(job_row).collect()
+    }
+
+    /// The newest generation that has jobs of a study version (`None`: none has).
+    pub async fn latest_job_generation(
+        &self,
+        study: &str,
+        version: u32,
+    ) -> Result<Option<u32>, StoreError> {
+        let op = format!("reading the newest generation of study `{study}` v{version}");
+        let row = sqlx::query(
+            "SELECT MAX(generation) AS latest FROM jobs WHERE study = $1 AND study_version = $2",
+        )
+        .bind(study)
+        .bind(i64::from(version))
+        .fetch_one(&self.pool)
+        .await
+        .map_err(sql(&op))?;
+        let latest: Option<i64> = col(&row, "jobs", &op, "latest")?;
+        latest
+            .map(|g| {
+                u32::try_from(g).map_err(|_| StoreError::Corrupt {
+                    table: "jobs",
+                    key: op.clone(),
+                    column: "generation",
+                    why: format!("{g} is not a generation number"),
+                })
+            })
+            .transpose()
     }
 
     /// Claim the oldest claimable job for `worker` (queued, past its retry backoff, and not

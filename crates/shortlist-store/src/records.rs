@@ -3,6 +3,7 @@
 use shortlist_study::record::SelectionRecord;
 
 use crate::error::sql;
+use crate::generations::GenerationSpan;
 use crate::{Store, StoreError, col, now_ms};
 
 /// A stored record and where it came from.
@@ -141,11 +142,11 @@ impl Store {
         candidate: &str,
         generation: u32,
     ) -> Result<StoredRecord, StoreError> {
-        self.records_of_study(study, version)
+        self.records_of_study_in(study, version, GenerationSpan::only(generation))
             .await?
             .into_iter()
             .rev()
-            .find(|r| r.candidate == candidate && r.generation == generation)
+            .find(|r| r.candidate == candidate)
             .ok_or_else(|| StoreError::NotFound {
                 what: format!(
                     "a record of `{candidate}` in study `{study}` v{version} generation {generation}"
@@ -181,16 +182,30 @@ impl Store {
         study: &str,
         version: u32,
     ) -> Result<Vec<StoredRecord>, StoreError> {
-        let rows = sqlx::query(
+        self.records_of_study_in(study, version, GenerationSpan::ALL)
+            .await
+    }
+
+    /// The records of a study version's generations in `span`, oldest first (each one read is
+    /// checked against its seal: reading fewer is what makes it cheap).
+    pub async fn records_of_study_in(
+        &self,
+        study: &str,
+        version: u32,
+        span: GenerationSpan,
+    ) -> Result<Vec<StoredRecord>, StoreError> {
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT r.id, r.candidate, r.record_json, r.record_sha256, r.created_at_ms, r.generation \
              FROM selection_records r JOIN studies s ON s.id = r.study_id \
-             WHERE s.name = $1 AND s.version = $2 ORDER BY r.id",
-        )
+             WHERE s.name = $1 AND s.version = $2{} ORDER BY r.id",
+            span.condition("r.generation", 3)
+        )))
         .bind(study)
-        .bind(i64::from(version))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(sql(format!(
+        .bind(i64::from(version));
+        if let Some((first, last)) = span.bounds() {
+            query = query.bind(first).bind(last);
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(sql(format!(
             "listing the records of study `{study}` v{version}"
         )))?;
         rows.iter().map(record_row).collect()

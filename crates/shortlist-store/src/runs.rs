@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::error::sql;
-use crate::generations::Trigger;
+use crate::generations::{GenerationSpan, Trigger};
 use crate::{Store, StoreError, check_name, col, col_json, col_u, now_ms, to_i64};
 
 /// What a run measures.
@@ -323,16 +323,32 @@ impl Store {
 
     /// Every run of a study version, all generations, in creation order.
     pub async fn runs_of_study(&self, name: &str, version: u32) -> Result<Vec<Run>, StoreError> {
-        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        self.runs_of_study_in(name, version, GenerationSpan::ALL)
+            .await
+    }
+
+    /// The runs of a study version's generations in `span`, in creation order.
+    pub async fn runs_of_study_in(
+        &self,
+        name: &str,
+        version: u32,
+        span: GenerationSpan,
+    ) -> Result<Vec<Run>, StoreError> {
+        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {} FROM runs r JOIN studies s ON s.id = r.study_id \
-             WHERE s.name = $1 AND s.version = $2 ORDER BY r.id",
-            prefixed("r", RUN_COLUMNS)
+             WHERE s.name = $1 AND s.version = $2{} ORDER BY r.id",
+            prefixed("r", RUN_COLUMNS),
+            span.condition("r.generation", 3)
         )))
         .bind(name)
-        .bind(i64::from(version))
-        .fetch_all(&self.pool)
-        .await
-        .map_err(sql(format!("listing runs of study `{name}` v{version}")))?;
+        .bind(i64::from(version));
+        if let Some((first, last)) = span.bounds() {
+            query = query.bind(first).bind(last);
+        }
+        let rows = query
+            .fetch_all(&self.pool)
+            .await
+            .map_err(sql(format!("listing runs of study `{name}` v{version}")))?;
         rows.iter().map(run_row).collect()
     }
 
@@ -386,12 +402,8 @@ impl Store {
         version: u32,
         generation: u32,
     ) -> Result<Vec<Run>, StoreError> {
-        Ok(self
-            .runs_of_study(name, version)
-            .await?
-            .into_iter()
-            .filter(|r| r.generation == generation)
-            .collect())
+        self.runs_of_study_in(name, version, GenerationSpan::only(generation))
+            .await
     }
 
     /// Mark a run running by `executor` (the first start time is kept across resumes; the

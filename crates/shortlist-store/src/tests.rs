@@ -12,7 +12,7 @@ use shortlist_study::study::{LockedStudy, Study};
 use sqlx::{AnyPool, AssertSqlSafe, Executor};
 
 use crate::content::{ContentHash, WorkloadKind};
-use crate::generations::Trigger;
+use crate::generations::{GenerationSpan, Trigger};
 use crate::jobs::{JobState, NewJob, Retry};
 use crate::runs::{
     CaseResult, Executor as RunExecutor, LoadResult, RecordsRef, RunKind, RunSpec, RunState,
@@ -1022,6 +1022,125 @@ async fn generations_keep_runs_apart(store: Store) {
     assert!(store.case_errors(r2.id).await.unwrap().is_empty());
 }
 contract!(generations_keep_runs_apart);
+
+/// A read of some generations (a page's newest few, a record of one) gets theirs alone, the same
+/// rows a read of all of them has; the newest generation with jobs is found without them.
+async fn generation_spans_read_only_their_generations(store: Store) {
+    let locked = locked_study(&store).await;
+    assert_eq!(
+        store.latest_job_generation("support", 1).await.unwrap(),
+        None
+    );
+    for g in 1..=4u32 {
+        store
+            .new_generation("support", 1, Trigger::Schedule, &serde_json::json!({}))
+            .await
+            .unwrap();
+        let job = store
+            .enqueue(&NewJob {
+                generation: g,
+                ..new_job("fit", None, None, 0)
+            })
+            .await
+            .unwrap();
+        for step in 0..3 {
+            store
+                .put_progress(
+                    job,
+                    i64::from(g * 10 + step),
+                    &serde_json::json!({"g": g, "step": step}),
+                )
+                .await
+                .unwrap();
+        }
+        store
+            .open_run(&RunSpec {
+                study: "support".to_owned(),
+                study_version: 1,
+                generation: g,
+                candidate: "small".to_owned(),
+                kind: RunKind::Fit,
+                label: "memory".to_owned(),
+            })
+            .await
+            .unwrap();
+        let mut rec = record(&locked);
+        rec.machine = format!("night {g}");
+        store.put_record(&rec.seal(), g).await.unwrap();
+    }
+    assert_eq!(
+        store.latest_job_generation("support", 1).await.unwrap(),
+        Some(4)
+    );
+    assert_eq!(
+        store.latest_job_generation("support", 2).await.unwrap(),
+        None
+    );
+    let span = GenerationSpan { first: 2, last: 3 };
+    let jobs = store.jobs_of_study_in("support", 1, span).await.unwrap();
+    assert_eq!(
+        jobs.iter().map(|j| j.generation).collect::<Vec<_>>(),
+        [Some(2), Some(3)]
+    );
+    let all_jobs = store.jobs_of_study("support", 1).await.unwrap();
+    assert_eq!(all_jobs.len(), 4);
+    assert_eq!(jobs, all_jobs[1..3]);
+    // Each job's newest event, whichever span asks.
+    let latest = store.latest_progress_in("support", 1, span).await.unwrap();
+    assert_eq!(
+        latest
+            .iter()
+            .map(|p| (p.event["g"].clone(), p.event["step"].clone()))
+            .collect::<Vec<_>>(),
+        [
+            (serde_json::json!(2), serde_json::json!(2)),
+            (serde_json::json!(3), serde_json::json!(2))
+        ]
+    );
+    assert_eq!(
+        latest,
+        store.latest_progress("support", 1).await.unwrap()[1..3]
+    );
+    let runs = store
+        .runs_of_study_in("support", 1, GenerationSpan::only(4))
+        .await
+        .unwrap();
+    assert_eq!(runs.iter().map(|r| r.generation).collect::<Vec<_>>(), [4]);
+    assert_eq!(store.runs_of_study("support", 1).await.unwrap().len(), 4);
+    assert_eq!(
+        store.runs_of_generation("support", 1, 2).await.unwrap()[0].generation,
+        2
+    );
+    let records = store.records_of_study_in("support", 1, span).await.unwrap();
+    assert_eq!(
+        records.iter().map(|r| r.generation).collect::<Vec<_>>(),
+        [2, 3]
+    );
+    assert_eq!(store.records_of_study("support", 1).await.unwrap().len(), 4);
+    let third = store
+        .record_of_generation("support", 1, "small", 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        (third.generation, third.record.machine.as_str()),
+        (3, "night 3")
+    );
+    assert!(
+        store
+            .record_of_generation("support", 1, "small", 5)
+            .await
+            .is_err()
+    );
+    // Every generation: rows from before generations were numbered too.
+    assert_eq!(
+        store
+            .jobs_of_study_in("support", 1, GenerationSpan::ALL)
+            .await
+            .unwrap(),
+        all_jobs
+    );
+}
+contract!(generation_spans_read_only_their_generations);
 
 /// A job waits for the one it depends on (until that one is done or failed for good), a retried
 /// job waits for its backoff, a released one keeps its attempt, and progress events follow.

@@ -481,12 +481,7 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
         service
             .requeue_stale(Duration::from_secs(a.stale_after))
             .await?;
-        let progress = service.run_progress(&a.name, Some(version)).await?;
-        let queued = progress
-            .generations
-            .iter()
-            .flat_map(|g| &g.jobs)
-            .any(|j| j.state == "queued");
+        let queued = !service.queued_jobs(&a.name, version).await?.is_empty();
         if !queued || worker.stopping() {
             break;
         }
@@ -522,11 +517,12 @@ async fn run_study(service: &StudyService, a: RunArgs) -> anyhow::Result<Outcome
     }
     bars.abort();
     // Jobs requeued after a transient failure wait for their backoff: say so, they are not lost.
-    let progress = service.run_progress(&a.name, Some(version)).await?;
-    let waiting = progress
-        .generations
-        .first()
-        .map_or(0, |g| g.jobs.iter().filter(|j| j.state == "queued").count());
+    let waiting = service
+        .queued_jobs(&a.name, version)
+        .await?
+        .get(&generation)
+        .copied()
+        .unwrap_or(0);
     if a.json {
         print_json(&json!({
             "study": a.name, "version": version, "generation": generation,

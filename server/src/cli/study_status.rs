@@ -3,7 +3,8 @@
 
 use serde_json::json;
 use shortlist_runner::service::StudyService;
-use shortlist_runner::service::views::StudyView;
+use shortlist_runner::service::views::{Shown, StudyView};
+use shortlist_study::record::Verdict;
 
 use super::Outcome;
 use super::output::print_json;
@@ -33,6 +34,10 @@ pub(crate) struct StatusArgs {
     /// Also list the stored progress events after this event id (0: all).
     #[arg(long)]
     events_after: Option<i64>,
+    /// Only the newest N generations in full; the others a line each (`earlier` in JSON).
+    /// Default: every generation in full.
+    #[arg(long, value_name = "N")]
+    generations: Option<usize>,
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
@@ -105,7 +110,12 @@ fn print_view(view: &StudyView) {
 }
 
 pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Result<Outcome> {
-    let progress = service.run_progress(&a.name, a.version).await?;
+    let shown = a
+        .generations
+        .map_or(Shown::All, |count| Shown::Newest { count, also: None });
+    let progress = service
+        .run_progress_shown(&a.name, a.version, shown)
+        .await?;
     let events = match a.events_after {
         Some(after) => Some(
             service
@@ -150,13 +160,7 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
             .records
             .iter()
             .map(|c| match g.verdicts.get(c) {
-                Some(v) => format!(
-                    "{c} ({})",
-                    serde_json::to_value(v)
-                        .unwrap_or_default()
-                        .as_str()
-                        .unwrap_or_default()
-                ),
+                Some(v) => format!("{c} ({})", verdict_str(*v)),
                 None => c.clone(),
             })
             .collect::<Vec<_>>();
@@ -227,5 +231,41 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
             );
         }
     }
+    for g in &progress.earlier {
+        let jobs = g
+            .job_counts()
+            .into_iter()
+            .map(|(state, n)| format!("{n} {state}"))
+            .collect::<Vec<_>>();
+        let records = g
+            .verdicts
+            .iter()
+            .map(|(c, v)| format!("{c} ({})", verdict_str(*v)))
+            .collect::<Vec<_>>();
+        println!(
+            "  generation {} ({}, {}): jobs {}; records of {}",
+            g.number,
+            g.trigger,
+            g.created_at,
+            if jobs.is_empty() {
+                "none".to_owned()
+            } else {
+                jobs.join(", ")
+            },
+            if records.is_empty() {
+                "none".to_owned()
+            } else {
+                records.join(", ")
+            }
+        );
+    }
     Ok(Outcome::Success)
+}
+
+/// A verdict as its JSON name (`qualified`, `disqualified`, …).
+fn verdict_str(v: Verdict) -> String {
+    serde_json::to_value(v)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }

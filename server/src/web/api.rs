@@ -7,6 +7,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use shortlist_runner::ServiceError;
+use shortlist_runner::service::views::Shown;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::AppState;
@@ -56,12 +57,20 @@ pub(crate) async fn study(
     ok(st.service.show(&name, which.version).await?)
 }
 
+/// `GET /api/studies/{name}/status[?version=N][&generations=N]`: with `generations`, the
+/// newest N generations in full and the others a line each (`earlier`).
 pub(crate) async fn status(
     State(st): State<AppState>,
     Path(name): Path<String>,
     Query(which): Query<Which>,
 ) -> ApiResult {
-    ok(st.service.run_progress(&name, which.version).await?)
+    let shown = which
+        .generations
+        .map_or(Shown::All, |count| Shown::Newest { count, also: None });
+    ok(st
+        .service
+        .run_progress_shown(&name, which.version, shown)
+        .await?)
 }
 
 /// `POST /api/studies` with a study file (TOML) as the body.

@@ -16,6 +16,7 @@ use shortlist_report::view::{Medium, screen_view};
 use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::ServiceError;
+use shortlist_runner::service::views::Shown;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::{AppState, html};
@@ -110,7 +111,15 @@ pub(crate) struct Which {
     /// `1` on a study's page: check its endpoint candidates now.
     #[serde(default)]
     pub(crate) check: Option<String>,
+    /// How many of the newest generations a study's page (default
+    /// [`GENERATIONS_IN_FULL`]) or status (default: all) shows in full.
+    #[serde(default)]
+    pub(crate) generations: Option<usize>,
 }
+
+/// How many of a study's newest generations its page shows with their jobs and runs; the others
+/// are a line each (a study run nightly has one a day), and `?generation=G` opens one in full.
+const GENERATIONS_IN_FULL: usize = 5;
 
 pub(crate) async fn study(
     State(st): State<AppState>,
@@ -118,7 +127,15 @@ pub(crate) async fn study(
     Query(which): Query<Which>,
 ) -> Result<Response, PageError> {
     let view = st.service.show(&name, which.version).await?;
-    let progress = st.service.run_progress(&name, Some(view.version)).await?;
+    // The newest generations in full, and the one the URL names; the others a line each.
+    let shown = Shown::Newest {
+        count: which.generations.unwrap_or(GENERATIONS_IN_FULL),
+        also: which.generation,
+    };
+    let progress = st
+        .service
+        .run_progress_shown(&name, Some(view.version), shown)
+        .await?;
     let versions = st.service.study_versions(&name).await?;
     let queue = st.service.workers().await?.queue;
     let slo = shortlist_study::study::Study::from_file("stored", view.study.clone())
@@ -305,9 +322,11 @@ pub(crate) async fn events(
                     }
                 }
             }
-            if let Ok(p) = service.run_progress(&name, Some(version)).await {
+            // The state alone, from the newest generation's jobs: this runs every half second
+            // for every open page, whatever the study's history.
+            if let Ok((state, ended)) = service.study_state(&name, version).await {
                 // The word the page's badge shows (a finish with cancelled or failed jobs says so).
-                let s = shortlist_app::state_word(p.state, p.ended).0.to_owned();
+                let s = shortlist_app::state_word(state, ended).0.to_owned();
                 if last_state.as_deref() != Some(&s) {
                     events.push(Ok(Event::default().event("state").data(s.clone())));
                     last_state = Some(s);

@@ -135,17 +135,12 @@ impl StudyService {
             if !uses {
                 continue;
             }
+            // The verdict and the generation of one record, the candidate's latest.
             let (verdict, generation) = match candidate {
-                Some(c) => (
-                    self.latest_verdict(&s.name, s.version, c).await?,
-                    self.store
-                        .records_of_study(&s.name, s.version)
-                        .await?
-                        .into_iter()
-                        .filter(|r| r.candidate == c)
-                        .map(|r| r.generation)
-                        .max(),
-                ),
+                Some(c) => self
+                    .latest_record_verdict(&s.name, s.version, c)
+                    .await?
+                    .map_or((None, None), |(v, g)| (Some(v), Some(g))),
                 None => (None, None),
             };
             out.push(StudyUse {

@@ -11,6 +11,7 @@
 
 use serde::Serialize;
 use shortlist_evals::stats::{McNemar, holm};
+use shortlist_store::generations::GenerationSpan;
 use shortlist_study::drift::{FigureCheck, FigureVerdict};
 use shortlist_study::record::SelectionRecord;
 use shortlist_study::rule::Outcome;
@@ -219,12 +220,11 @@ impl StudyService {
     ) -> Result<(), ServiceError> {
         let version = self.version_of(name, version).await?;
         self.store.verify_study(name, version).await?;
-        let has = self
+        let has = !self
             .store
-            .records_of_study(name, version)
+            .records_of_study_in(name, version, GenerationSpan::only(generation))
             .await?
-            .iter()
-            .any(|r| r.generation == generation);
+            .is_empty();
         if !has {
             return Err(ServiceError::invalid(
                 format!("study `{name}` v{version} generation {generation}"),

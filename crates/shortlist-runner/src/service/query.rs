@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use shortlist_store::generations::GenerationSpan;
 use shortlist_store::jobs::{Job, JobState};
 use shortlist_store::progress::ProgressRow;
 use shortlist_store::runs::{Run, RunKind};
@@ -12,8 +13,8 @@ use shortlist_study::record::Verdict;
 use shortlist_study::study::CandidateRef;
 
 use super::views::{
-    BaselineView, CandidateView, Ended, GenerationView, JobView, RunProgress, RunView, StudyState,
-    StudySummaryView, StudyView,
+    BaselineView, CandidateView, Ended, GenerationSummary, GenerationView, JobView, RunProgress,
+    RunView, Shown, StudyState, StudySummaryView, StudyView,
 };
 use super::{StudyService, not_found};
 use crate::error::ServiceError;
@@ -132,7 +133,7 @@ impl StudyService {
     }
 
     /// The latest record's verdict and the generation it was made from.
-    async fn latest_record_verdict(
+    pub(super) async fn latest_record_verdict(
         &self,
         study: &str,
         version: u32,
@@ -150,7 +151,7 @@ impl StudyService {
     pub async fn show(&self, name: &str, version: Option<u32>) -> Result<StudyView, ServiceError> {
         let version = self.version_of(name, version).await?;
         let stored = self.store.study(name, version).await?;
-        let jobs = self.store.jobs_of_study(name, version).await?;
+        let (latest_generation, jobs) = self.newest_jobs(name, version).await?;
         let (sha, at) = match &stored {
             StoredStudy::Draft(_) => (None, None),
             StoredStudy::Locked(l) => (Some(l.sha256.clone()), Some(l.locked_at.clone())),
@@ -190,8 +191,27 @@ impl StudyService {
             locked_at: at,
             study: stored.study().file().clone(),
             candidates,
-            latest_generation: jobs.iter().filter_map(|j| j.generation).max(),
+            latest_generation,
         })
+    }
+
+    /// A study version's newest generation that has jobs, and its jobs: all that its state
+    /// ([`state_of`], [`ended_of`]) depends on.
+    async fn newest_jobs(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<(Option<u32>, Vec<Job>), ServiceError> {
+        let latest = self.store.latest_job_generation(name, version).await?;
+        let jobs = match latest {
+            Some(latest) => {
+                self.store
+                    .jobs_of_study_in(name, version, GenerationSpan::only(latest))
+                    .await?
+            }
+            None => Vec::new(),
+        };
+        Ok((latest, jobs))
     }
 
     /// The versions of study `name`, oldest first (a store read of the study rows alone).
@@ -252,7 +272,7 @@ impl StudyService {
         let mut out = Vec::new();
         for s in self.store.list_studies().await? {
             let stored = self.store.study(&s.name, s.version).await?;
-            let jobs = self.store.jobs_of_study(&s.name, s.version).await?;
+            let (_, jobs) = self.newest_jobs(&s.name, s.version).await?;
             let mut verdicts = Vec::new();
             for c in &stored.study().file().candidates {
                 verdicts.push((
@@ -280,30 +300,24 @@ impl StudyService {
         name: &str,
         version: Option<u32>,
     ) -> Result<RunProgress, ServiceError> {
+        self.run_progress_shown(name, version, Shown::All).await
+    }
+
+    /// Where a study version's runs stand, the generations `shown` asks for in full (their
+    /// jobs' progress and their runs read for those alone) and the others a line each.
+    pub async fn run_progress_shown(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        shown: Shown,
+    ) -> Result<RunProgress, ServiceError> {
         let version = self.version_of(name, version).await?;
         // Read first: every event after it is news to whoever renders this view.
         let last_event_id = self.store.last_progress_id().await?;
         let stored = self.store.study(name, version).await?;
+        let locked = matches!(stored, StoredStudy::Locked(_));
         let jobs = self.store.jobs_of_study(name, version).await?;
-        let latest: BTreeMap<i64, ProgressEvent> = self
-            .store
-            .latest_progress(name, version)
-            .await?
-            .iter()
-            .map(|row| Ok((row.job_id, event_of(row)?)))
-            .collect::<Result<_, ServiceError>>()?;
-        let runs = if matches!(stored, StoredStudy::Locked(_)) {
-            self.store.runs_of_study(name, version).await?
-        } else {
-            Vec::new()
-        };
-        let records = if matches!(stored, StoredStudy::Locked(_)) {
-            self.store.records_of_study(name, version).await?
-        } else {
-            Vec::new()
-        };
-        let mut generations: Vec<GenerationView> = Vec::new();
-        let stored_generations = if matches!(stored, StoredStudy::Locked(_)) {
+        let stored_generations = if locked {
             self.store.generations(name, version).await?
         } else {
             Vec::new()
@@ -312,8 +326,81 @@ impl StudyService {
         numbers.extend(jobs.iter().filter_map(|j| j.generation));
         numbers.sort_unstable();
         numbers.dedup();
-        for number in numbers.into_iter().rev() {
+        numbers.reverse();
+        // The generations read in full: the newest ones as one span, and one more alone.
+        let spans: Vec<GenerationSpan> = match shown {
+            Shown::All => vec![GenerationSpan::ALL],
+            Shown::Newest { count, also } => {
+                let newest = &numbers[..count.min(numbers.len())];
+                let mut spans: Vec<GenerationSpan> = newest
+                    .last()
+                    .map(|&first| GenerationSpan {
+                        first,
+                        last: u32::MAX,
+                    })
+                    .into_iter()
+                    .collect();
+                if let Some(g) = also.filter(|g| !newest.contains(g)) {
+                    spans.push(GenerationSpan::only(g));
+                }
+                spans
+            }
+        };
+        let in_full = |g: u32| spans.iter().any(|s| s.first <= g && g <= s.last);
+        let mut latest: BTreeMap<i64, ProgressEvent> = BTreeMap::new();
+        let mut runs = Vec::new();
+        for &span in &spans {
+            for row in self.store.latest_progress_in(name, version, span).await? {
+                latest.insert(row.job_id, event_of(&row)?);
+            }
+            if locked {
+                runs.extend(self.store.runs_of_study_in(name, version, span).await?);
+            }
+        }
+        let records = if locked {
+            self.store.records_of_study(name, version).await?
+        } else {
+            Vec::new()
+        };
+        let mut generations: Vec<GenerationView> = Vec::new();
+        let mut earlier: Vec<GenerationSummary> = Vec::new();
+        for number in numbers {
             let g = stored_generations.iter().find(|g| g.number == number);
+            let trigger = g.map_or("manual", |g| g.trigger.as_str()).to_owned();
+            let created_at = g.map_or_else(String::new, |g| rfc3339_ms(g.created_at_ms));
+            // Records are listed oldest first: a candidate's newest record of the generation wins.
+            let verdicts: BTreeMap<String, Verdict> = records
+                .iter()
+                .filter(|r| r.generation == number)
+                .map(|r| (r.candidate.clone(), r.record.verdict))
+                .collect();
+            let its_jobs = jobs.iter().filter(|j| j.generation == Some(number));
+            if !in_full(number) {
+                let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+                let mut cancellable = 0;
+                for j in its_jobs {
+                    let word = if j.state == JobState::Failed && j.cancel_reason.is_some() {
+                        "cancelled"
+                    } else {
+                        j.state.as_str()
+                    };
+                    *counts.entry(word.to_owned()).or_default() += 1;
+                    if j.state == JobState::Queued
+                        || (j.state == JobState::Running && j.cancel_reason.is_none())
+                    {
+                        cancellable += 1;
+                    }
+                }
+                earlier.push(GenerationSummary {
+                    number,
+                    trigger,
+                    created_at,
+                    jobs: counts,
+                    cancellable,
+                    verdicts,
+                });
+                continue;
+            }
             let mut candidates: Vec<String> = records
                 .iter()
                 .filter(|r| r.generation == number)
@@ -321,19 +408,11 @@ impl StudyService {
                 .collect();
             let mut seen = std::collections::BTreeSet::new();
             candidates.retain(|c| seen.insert(c.clone()));
-            // Records are listed oldest first: a candidate's newest record of the generation wins.
-            let verdicts = records
-                .iter()
-                .filter(|r| r.generation == number)
-                .map(|r| (r.candidate.clone(), r.record.verdict))
-                .collect();
             generations.push(GenerationView {
                 number,
-                trigger: g.map_or("manual", |g| g.trigger.as_str()).to_owned(),
-                created_at: g.map_or_else(String::new, |g| rfc3339_ms(g.created_at_ms)),
-                jobs: jobs
-                    .iter()
-                    .filter(|j| j.generation == Some(number))
+                trigger,
+                created_at,
+                jobs: its_jobs
                     .map(|j| job_view(j, latest.get(&j.id).cloned()))
                     .collect::<Result<_, _>>()?,
                 records: candidates,
@@ -357,12 +436,45 @@ impl StudyService {
         Ok(RunProgress {
             study: name.to_owned(),
             version,
-            state: state_of(matches!(stored, StoredStudy::Locked(_)), &jobs),
+            state: state_of(locked, &jobs),
             ended: ended_of(&jobs),
             last_event_id,
             generations,
+            earlier,
             baseline,
         })
+    }
+
+    /// How many of a study version's jobs wait in the queue, by generation (generations with
+    /// none left out): from the jobs alone, without the records and progress a view reads.
+    pub async fn queued_jobs(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<BTreeMap<u32, usize>, ServiceError> {
+        let mut queued = BTreeMap::new();
+        for j in self.store.jobs_of_study(name, version).await? {
+            if let (JobState::Queued, Some(g)) = (j.state, j.generation) {
+                *queued.entry(g).or_default() += 1;
+            }
+        }
+        Ok(queued)
+    }
+
+    /// A study version's state and how its newest generation's unfinished jobs ended, from the
+    /// study row and that generation's jobs alone: what a page following a run asks for every
+    /// half second, whatever the study's history.
+    pub async fn study_state(
+        &self,
+        name: &str,
+        version: u32,
+    ) -> Result<(StudyState, Ended), ServiceError> {
+        let locked = matches!(
+            self.store.study(name, version).await?,
+            StoredStudy::Locked(_)
+        );
+        let (_, jobs) = self.newest_jobs(name, version).await?;
+        Ok((state_of(locked, &jobs), ended_of(&jobs)))
     }
 
     /// A case of the study's eval set with every candidate's stored answer from the newest

@@ -247,10 +247,62 @@ pub struct RunProgress {
     pub ended: Ended,
     /// The newest stored progress event when this was read: a follower asks for what came after.
     pub last_event_id: i64,
-    /// Newest first.
+    /// Newest first: every generation, or those asked for in full ([`Shown`]).
     pub generations: Vec<GenerationView>,
+    /// The other generations in a line each, newest first (only when some were not asked for
+    /// in full).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub earlier: Vec<GenerationSummary>,
     /// The generation accepted as this version's baseline, if one is.
     pub baseline: Option<BaselineView>,
+}
+
+/// Which generations a view of a study's runs shows in full. A study run nightly has a
+/// generation a day; its page shows the newest few with their jobs and runs, the others a line
+/// each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shown {
+    /// Every generation in full.
+    All,
+    /// The newest `count` in full, and `also` (any generation) with them.
+    Newest { count: usize, also: Option<u32> },
+}
+
+/// A generation in a line: when and why it ran, how its jobs ended, its records' verdicts.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GenerationSummary {
+    pub number: u32,
+    /// `manual`, `schedule` or `api`.
+    pub trigger: String,
+    /// RFC 3339.
+    pub created_at: String,
+    /// How many of its jobs are in each state, in a person's words (`queued`, `running`,
+    /// `done`, `failed`, `cancelled`); states with none are left out.
+    pub jobs: std::collections::BTreeMap<String, usize>,
+    /// Jobs a cancel would still stop: queued, or running and not yet told to stop.
+    pub cancellable: usize,
+    /// Each stored record's verdict, by candidate.
+    pub verdicts: std::collections::BTreeMap<String, Verdict>,
+}
+
+impl GenerationSummary {
+    /// Its jobs' counts in the order a person reads them: what still runs or waits, then how
+    /// the others ended.
+    pub fn job_counts(&self) -> Vec<(&str, usize)> {
+        const ORDER: [&str; 5] = ["running", "queued", "done", "failed", "cancelled"];
+        let mut counts: Vec<(&str, usize)> = ORDER
+            .iter()
+            .filter_map(|&state| Some((state, *self.jobs.get(state)?)))
+            .collect();
+        // A state this list does not know still counts.
+        counts.extend(
+            self.jobs
+                .iter()
+                .filter(|(state, _)| !ORDER.contains(&state.as_str()))
+                .map(|(state, n)| (state.as_str(), *n)),
+        );
+        counts
+    }
 }
 
 /// An accepted baseline: the run later runs are checked against.
