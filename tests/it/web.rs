@@ -996,6 +996,66 @@ fn untrusted_text_is_escaped() {
     }
 }
 
+/// A malformed query string or form is refused as bad input in the workbench's own shape — the
+/// API's JSON error, a page's error page — naming the field, never as axum's plain text.
+#[test]
+fn malformed_queries_and_forms_are_refused_in_the_workbenchs_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--workers", "0"], &[]);
+    let a = server.addr.as_str();
+    let text = study_text(dir.path(), "http://127.0.0.1:9#m");
+    let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
+    assert_eq!(created.status, 303, "{}", created.body);
+    for path in [
+        "/api/studies/mini/status?version=abc",
+        "/api/studies/mini/status?generations=-1",
+        "/api/studies/mini?version=1.5",
+    ] {
+        let reply = http(a, "GET", path, &[], b"");
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        let error = &reply.json()["error"];
+        assert_eq!(
+            (error["status"].as_u64(), error["class"].as_str()),
+            (Some(400), Some("bad_input")),
+            "{path}: {error}"
+        );
+        let field = if path.contains("generations") {
+            "generations"
+        } else {
+            "version"
+        };
+        let message = error["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("the query string could not be read: {field}")),
+            "{path}: {message}"
+        );
+    }
+    for (method, path, body) in [
+        ("GET", "/studies/mini?generations=-1", Vec::new()),
+        ("GET", "/studies/mini?version=abc", Vec::new()),
+        ("POST", "/studies/mini/lock", form(&[("version", "abc")])),
+    ] {
+        let reply = http(a, method, path, &[FORM], &body);
+        assert_eq!(reply.status, 400, "{path}: {}", reply.body);
+        assert!(
+            reply
+                .header("content-type")
+                .is_some_and(|t| t.starts_with("text/html")),
+            "{path}"
+        );
+        assert!(reply.body.contains("Bad input"), "{path}: {}", reply.body);
+        assert!(
+            reply.body.contains("could not be read: generations")
+                || reply.body.contains("could not be read: version"),
+            "{path}: {}",
+            reply.body
+        );
+    }
+    // Nothing was locked by the refused form.
+    let study = http(a, "GET", "/api/studies/mini", &[], b"").json();
+    assert_eq!(study["state"], "draft", "{study}");
+}
+
 /// A multipart/form-data body with these text fields (a field named `file` is sent as a file).
 pub(crate) fn multipart(fields: &[(&str, &str)]) -> (String, Vec<u8>) {
     let boundary = "----shortlist-test-boundary-7d1f";

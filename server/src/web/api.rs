@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -11,6 +11,7 @@ use shortlist_runner::service::views::Shown;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
 use super::AppState;
+use super::extract::Query;
 use super::pages::{Which, status_of};
 
 /// A failed API call: the status its class implies and `{"error": {"status", "class", "message"}}`.

@@ -1,8 +1,7 @@
 //! Eval sets and candidates: their pages, the import (preview, then store) and the register
 //! form, removing what no study uses, and their JSON API. (`/schedules`: `schedules.rs`.)
 
-use axum::Form;
-use axum::extract::{Multipart, Path, Query, State};
+use axum::extract::{Multipart, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
@@ -11,6 +10,7 @@ use shortlist_runner::ServiceError;
 use shortlist_runner::service::ImportFormat;
 use shortlist_runner::service::views::ImportPreview;
 
+use super::extract::{Form, Query};
 use super::pages::{PageError, attachment, file_name_part, status_of};
 use super::{AppState, html};
 
@@ -274,7 +274,7 @@ pub(crate) async fn remove_candidate(
 pub(crate) mod api {
     use axum::Json;
     use axum::body::Bytes;
-    use axum::extract::{Path, Query, State};
+    use axum::extract::{Path, State};
     use axum::response::{IntoResponse, Response};
     use serde::Deserialize;
     use shortlist_runner::ServiceError;
@@ -283,6 +283,7 @@ pub(crate) mod api {
     use super::VersionQuery;
     use crate::web::AppState;
     use crate::web::api::ApiError;
+    use crate::web::extract::Query;
 
     type ApiResult = Result<Response, ApiError>;
 

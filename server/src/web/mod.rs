@@ -6,6 +6,7 @@
 
 mod api;
 mod catalog;
+mod extract;
 mod new_study;
 mod pages;
 mod schedules;

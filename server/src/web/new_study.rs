@@ -5,8 +5,7 @@
 //! each refusal at its field, with nothing stored. `/studies/new?as=file` and `?from=NAME` (the
 //! study page's **Edit criteria…**): a study file's text, posted to `/studies`.
 
-use axum::Form;
-use axum::extract::{FromRequest, Multipart, Query, Request, State};
+use axum::extract::{FromRequest, Multipart, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
 use serde::Deserialize;
@@ -16,6 +15,7 @@ use shortlist_runner::service::guided::FormOutcome;
 use shortlist_runner::service::views::StudyView;
 use shortlist_study::form::StudyForm;
 
+use super::extract::{Form, Query};
 use super::pages::{PageError, status_of};
 use super::{AppState, html};
 
@@ -168,7 +168,7 @@ async fn read_new_study(st: &AppState, request: Request) -> Result<SentStudy, St
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
     if !multipart {
-        let Form(form) = Form::<NewStudy>::from_request(request, st)
+        let axum::Form(form) = axum::Form::<NewStudy>::from_request(request, st)
             .await
             .map_err(|e| format!("the form could not be read: {e}"))?;
         return Ok(SentStudy {

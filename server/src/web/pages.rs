@@ -4,8 +4,7 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Form;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Redirect, Response};
@@ -19,6 +18,7 @@ use shortlist_runner::ServiceError;
 use shortlist_runner::service::views::Shown;
 use shortlist_runner::service::{Pick, RunParams, Trigger};
 
+use super::extract::{Form, Query};
 use super::{AppState, html};
 
 /// A failed page: the status its error's class implies, and a page saying what failed.

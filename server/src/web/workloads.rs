@@ -2,8 +2,7 @@
 //! and arrivals, the upload (preview, then store; a public format converted), a version's
 //! download and its removal when no study pins it — and their JSON API.
 
-use axum::Form;
-use axum::extract::{Multipart, Path, Query, State};
+use axum::extract::{Multipart, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use shortlist_app::TraceForm;
@@ -11,6 +10,7 @@ use shortlist_runner::ServiceError;
 use shortlist_runner::service::traces::{TraceFormat, TracePreview};
 
 use super::catalog::VersionQuery;
+use super::extract::{Form, Query};
 use super::pages::{PageError, attachment, file_name_part, status_of};
 use super::{AppState, html};
 
@@ -137,7 +137,7 @@ pub(crate) async fn remove(
 pub(crate) mod api {
     use axum::Json;
     use axum::body::Bytes;
-    use axum::extract::{Path, Query, State};
+    use axum::extract::{Path, State};
     use axum::response::{IntoResponse, Response};
     use serde::Deserialize;
     use shortlist_runner::ServiceError;
@@ -146,6 +146,7 @@ pub(crate) mod api {
     use crate::web::AppState;
     use crate::web::api::ApiError;
     use crate::web::catalog::VersionQuery;
+    use crate::web::extract::Query;
 
     type ApiResult = Result<Response, ApiError>;
 
