@@ -329,8 +329,8 @@ fn earlier_generations(
                         {is_baseline.then(|| view! { " " <span class="badge good">"baseline"</span> })}
                     </td>
                     <td data-label=EARLIER_COLUMNS[1] class="small">{started}</td>
-                    <td data-label=EARLIER_COLUMNS[2]>{jobs}</td>
-                    <td data-label=EARLIER_COLUMNS[3]>
+                    <td data-label=EARLIER_COLUMNS[2] class="inline">{jobs}</td>
+                    <td data-label=EARLIER_COLUMNS[3] class="inline">
                         {if g.verdicts.is_empty() {
                             view! { <span class="muted small">"none"</span> }.into_any()
                         } else {

@@ -774,9 +774,16 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .unwrap()
         .len();
     assert!(record_links >= 2, "{record_links} record links");
-    // Generations are listed newest first: the last record link is generation 1's.
+    // Generations are listed newest first, the five newest in full and the others a row each
+    // under Earlier generations: the last record link there is generation 1's.
+    let earlier = c
+        .find_all(Locator::Css("#earlier tbody tr"))
+        .await
+        .unwrap()
+        .len();
+    assert!(earlier >= 1, "{earlier} earlier generations");
     c.execute(
-        "const links = document.querySelectorAll('.records a:not(.small)'); links[links.length - 1].click();",
+        "const links = document.querySelectorAll('#earlier ul a'); links[links.length - 1].click();",
         vec![],
     )
     .await

@@ -12,7 +12,7 @@ use shortlist_evals::EvalSet;
 use shortlist_loadgen::mock::{Answers, MockConfig, spawn_at};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::config::Config;
-use shortlist_runner::service::views::{Shown, StudyState};
+use shortlist_runner::service::views::{RunProgress, Shown, StudyState};
 use shortlist_runner::service::{Pick, RunParams, StudyService};
 use shortlist_runner::worker::{Outcome, Worker};
 use shortlist_study::record::Verdict;
@@ -336,6 +336,14 @@ async fn a_study_that_cannot_run_is_refused_before_it_runs() {
     assert!(e.to_string().contains("no such file"), "{e}");
 }
 
+/// The mini study's runs with the newest `count` generations in full, and `also`.
+async fn newest(service: &StudyService, count: usize, also: Option<u32>) -> RunProgress {
+    service
+        .run_progress_shown("mini", None, Shown::Newest { count, also })
+        .await
+        .unwrap()
+}
+
 /// A study run again and again (nightly, for a year) keeps its views cheap: a view asks for its
 /// newest generations in full and gets the others a line each, with the same figures as the
 /// whole view; the state a page follows comes from the newest generation alone.
@@ -384,17 +392,7 @@ async fn a_long_history_is_read_a_few_generations_at_a_time() {
     );
 
     // The newest two in full, exactly as the whole view has them; the others a line each.
-    let two = service
-        .run_progress_shown(
-            "mini",
-            None,
-            Shown::Newest {
-                count: 2,
-                also: None,
-            },
-        )
-        .await
-        .unwrap();
+    let two = newest(&service, 2, None).await;
     assert_eq!(two.generations, all.generations[..2]);
     assert_eq!((two.state, two.ended), (all.state, all.ended));
     assert_eq!(
@@ -418,17 +416,7 @@ async fn a_long_history_is_read_a_few_generations_at_a_time() {
     }
 
     // One more asked for by number: in full beside the newest, and no longer a line.
-    let also = service
-        .run_progress_shown(
-            "mini",
-            None,
-            Shown::Newest {
-                count: 1,
-                also: Some(1),
-            },
-        )
-        .await
-        .unwrap();
+    let also = newest(&service, 1, Some(1)).await;
     assert_eq!(
         also.generations
             .iter()
@@ -443,17 +431,7 @@ async fn a_long_history_is_read_a_few_generations_at_a_time() {
     );
 
     // None in full: the queued generation says what a cancel would still stop.
-    let none = service
-        .run_progress_shown(
-            "mini",
-            None,
-            Shown::Newest {
-                count: 0,
-                also: None,
-            },
-        )
-        .await
-        .unwrap();
+    let none = newest(&service, 0, None).await;
     assert!(none.generations.is_empty());
     assert_eq!(none.earlier.len(), 4);
     assert_eq!(
@@ -470,17 +448,7 @@ async fn a_long_history_is_read_a_few_generations_at_a_time() {
         (StudyState::Done, 4, 0)
     );
     assert!(service.queued_jobs("mini", 1).await.unwrap().is_empty());
-    let none = service
-        .run_progress_shown(
-            "mini",
-            None,
-            Shown::Newest {
-                count: 0,
-                also: None,
-            },
-        )
-        .await
-        .unwrap();
+    let none = newest(&service, 0, None).await;
     assert_eq!(
         (&none.earlier[0].jobs, none.earlier[0].cancellable),
         (&[("cancelled".to_owned(), 4)].into_iter().collect(), 0)

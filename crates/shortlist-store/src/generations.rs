@@ -40,9 +40,17 @@ impl GenerationSpan {
         }
     }
 
-    /// The bounds bound by [`GenerationSpan::condition`]'s parameters, when it has them.
-    pub(crate) fn bounds(self) -> Option<(i64, i64)> {
-        (self != GenerationSpan::ALL).then_some((i64::from(self.first), i64::from(self.last)))
+    /// `query` with the bounds [`GenerationSpan::condition`]'s parameters stand for bound, when
+    /// it has them.
+    pub(crate) fn bind<'q>(
+        self,
+        query: sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments>,
+    ) -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments> {
+        if self == GenerationSpan::ALL {
+            query
+        } else {
+            query.bind(i64::from(self.first)).bind(i64::from(self.last))
+        }
     }
 }
 

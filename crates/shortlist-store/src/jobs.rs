@@ -280,15 +280,12 @@ impl Store {
         version: u32,
         span: GenerationSpan,
     ) -> Result<Vec<Job>, StoreError> {
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let query = span.bind(sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE study = $1 AND study_version = $2{} ORDER BY id",
             span.condition("generation", 3)
         )))
         .bind(study)
-        .bind(i64::from(version));
-        if let Some((first, last)) = span.bounds() {
-            query = query.bind(first).bind(last);
-        }
+        .bind(i64::from(version)));
         let rows = query.fetch_all(&self.pool).await.map_err(sql(format!(
             "listing the jobs of study `{study}` v{version}"
         )))?;

@@ -133,19 +133,18 @@ impl Store {
         version: u32,
         span: GenerationSpan,
     ) -> Result<Vec<ProgressRow>, StoreError> {
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT p.id, p.job_id, p.at_ms, p.event_json FROM jobs j \
+        let query = span.bind(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT p.id, p.job_id, p.at_ms, p.event_json FROM jobs j \
              JOIN progress_events p \
              ON p.id = (SELECT MAX(q.id) FROM progress_events q WHERE q.job_id = j.id) \
              WHERE j.study = $1 AND j.study_version = $2{} \
              ORDER BY p.job_id",
-            span.condition("j.generation", 3)
-        )))
-        .bind(study)
-        .bind(i64::from(version));
-        if let Some((first, last)) = span.bounds() {
-            query = query.bind(first).bind(last);
-        }
+                span.condition("j.generation", 3)
+            )))
+            .bind(study)
+            .bind(i64::from(version)),
+        );
         let rows = query.fetch_all(&self.pool).await.map_err(sql(format!(
             "reading the latest progress of study `{study}` v{version}"
         )))?;

@@ -194,17 +194,14 @@ impl Store {
         version: u32,
         span: GenerationSpan,
     ) -> Result<Vec<StoredRecord>, StoreError> {
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
+        let query = span.bind(sqlx::query(sqlx::AssertSqlSafe(format!(
             "SELECT r.id, r.candidate, r.record_json, r.record_sha256, r.created_at_ms, r.generation \
              FROM selection_records r JOIN studies s ON s.id = r.study_id \
              WHERE s.name = $1 AND s.version = $2{} ORDER BY r.id",
             span.condition("r.generation", 3)
         )))
         .bind(study)
-        .bind(i64::from(version));
-        if let Some((first, last)) = span.bounds() {
-            query = query.bind(first).bind(last);
-        }
+        .bind(i64::from(version)));
         let rows = query.fetch_all(&self.pool).await.map_err(sql(format!(
             "listing the records of study `{study}` v{version}"
         )))?;

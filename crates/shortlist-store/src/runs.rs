@@ -334,17 +334,16 @@ impl Store {
         version: u32,
         span: GenerationSpan,
     ) -> Result<Vec<Run>, StoreError> {
-        let mut query = sqlx::query(sqlx::AssertSqlSafe(format!(
-            "SELECT {} FROM runs r JOIN studies s ON s.id = r.study_id \
+        let query = span.bind(
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "SELECT {} FROM runs r JOIN studies s ON s.id = r.study_id \
              WHERE s.name = $1 AND s.version = $2{} ORDER BY r.id",
-            prefixed("r", RUN_COLUMNS),
-            span.condition("r.generation", 3)
-        )))
-        .bind(name)
-        .bind(i64::from(version));
-        if let Some((first, last)) = span.bounds() {
-            query = query.bind(first).bind(last);
-        }
+                prefixed("r", RUN_COLUMNS),
+                span.condition("r.generation", 3)
+            )))
+            .bind(name)
+            .bind(i64::from(version)),
+        );
         let rows = query
             .fetch_all(&self.pool)
             .await

@@ -179,11 +179,7 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
             g.number,
             g.trigger,
             g.created_at,
-            if records.is_empty() {
-                "none yet".to_owned()
-            } else {
-                records.join(", ")
-            }
+            listed(&records, "none yet")
         );
         for j in &g.jobs {
             let progress = j.progress.as_ref().map_or_else(String::new, |p| {
@@ -247,19 +243,20 @@ pub(super) async fn status(service: &StudyService, a: StatusArgs) -> anyhow::Res
             g.number,
             g.trigger,
             g.created_at,
-            if jobs.is_empty() {
-                "none".to_owned()
-            } else {
-                jobs.join(", ")
-            },
-            if records.is_empty() {
-                "none".to_owned()
-            } else {
-                records.join(", ")
-            }
+            listed(&jobs, "none"),
+            listed(&records, "none")
         );
     }
     Ok(Outcome::Success)
+}
+
+/// Items joined with commas, or `none` when there are none.
+fn listed(items: &[String], none: &str) -> String {
+    if items.is_empty() {
+        none.to_owned()
+    } else {
+        items.join(", ")
+    }
 }
 
 /// A verdict as its JSON name (`qualified`, `disqualified`, …).
