@@ -453,11 +453,7 @@ fn cancelling_fails_at_once_the_job_of_a_worker_that_is_gone() {
     let (d, url) = (dir.path(), url.as_str());
     json(url, d, &["study", "run", "mini", "--queue-only", "--json"]);
     let mut w = worker(url, d, "doomed");
-    let held = wait_for(60, "the worker holding a quality job", || {
-        jobs(url, d)
-            .into_iter()
-            .find(|j| j["kind"] == "quality" && j["state"] == "running")
-    });
+    let held = quality_job_of(url, d, "doomed");
     w.kill().unwrap();
     w.wait().unwrap();
     wait_for(30, "the killed worker listed as gone", || {
