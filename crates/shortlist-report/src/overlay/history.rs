@@ -38,6 +38,29 @@ pub enum NightMark {
 
 const FLAG: RGBColor = RGBColor(0xf6, 0xd5, 0xd2);
 const MACHINE: RGBColor = RGBColor(0x9e, 0x9e, 0x9e);
+/// Below this many pixels a night, intervals are drawn as bands and points without markers.
+const DENSE_BELOW_PX: f64 = 10.0;
+/// The narrowest a flagged night's shading is drawn, in pixels.
+const MARK_MIN_PX: f64 = 3.0;
+/// The room one date label needs on the x axis, in pixels (`2026-12-01` at 13 px, and a gap).
+const LABEL_PX: f64 = 100.0;
+/// How opaque an interval's band is.
+const BAND_ALPHA: f64 = 0.22;
+
+/// Runs of consecutive nights that have an interval, `(night, lo, hi)` each: a band is drawn
+/// per run, so a night without an interval leaves a gap rather than a band bridging it.
+fn bands(intervals: impl Iterator<Item = (usize, f64, f64, f64)>) -> Vec<Vec<(usize, f64, f64)>> {
+    let mut runs: Vec<Vec<(usize, f64, f64)>> = Vec::new();
+    for (x, lo, _, hi) in intervals {
+        match runs.last_mut() {
+            Some(run) if run.last().is_some_and(|(last, _, _)| last + 1 == x) => {
+                run.push((x, lo, hi));
+            }
+            _ => runs.push(vec![(x, lo, hi)]),
+        }
+    }
+    runs
+}
 
 /// The chart: `nights` are the x labels, oldest first; `marks` flag nights by index.
 pub fn history_svg(
@@ -98,12 +121,19 @@ pub fn history_svg(
             -0.5..n as f64 - 0.5,
             0.0..y_max,
         )?;
+        let width = f64::from(chart.plotting_area().dim_in_pixel().0.max(1));
+        let per_night = width / n as f64;
+        // Night after night for months: a point and a bar a night would run together, so a dense
+        // chart draws each interval as a band and the figure as a line.
+        let dense = per_night < DENSE_BELOW_PX;
+        // A flagged night stays visible however many nights share the width.
+        let half = (0.45f64).max(MARK_MIN_PX / 2.0 / per_night);
         for (i, mark) in marks {
             let x = *i as f64;
             let drawn = match mark {
                 NightMark::Regression => chart
                     .draw_series(std::iter::once(Rectangle::new(
-                        [(x - 0.45, 0.0), (x + 0.45, y_max)],
+                        [(x - half, 0.0), (x + half, y_max)],
                         FLAG.filled(),
                     )))
                     .map(|_| ()),
@@ -124,7 +154,8 @@ pub fn history_svg(
             .bold_line_style(RGBColor(0xe6, 0xe6, 0xe6))
             .x_desc("night (due date)")
             .y_desc(spec.axis)
-            .x_labels(n.min(8))
+            // As many dates as fit side by side without touching.
+            .x_labels(n.min(((width / LABEL_PX) as usize).max(2)))
             .x_label_formatter(&|v| {
                 let i = v.round();
                 if (v - i).abs() < 1e-6 && i >= 0.0 && (i as usize) < labels.len() {
@@ -149,30 +180,63 @@ pub fn history_svg(
         for (i, (_, points)) in columns.iter().enumerate() {
             let lk = look(i);
             // Columns side by side within a night, so their bars never hide each other.
-            let dx = (i as f64 - (m - 1.0) / 2.0) * 0.12;
+            let dx = if dense {
+                0.0
+            } else {
+                (i as f64 - (m - 1.0) / 2.0) * 0.12
+            };
             let pts: Vec<(f64, f64)> = points
                 .iter()
                 .filter(|(_, v, _)| v.is_finite())
                 .map(|(x, v, _)| (*x as f64 + dx, v.clamp(0.0, y_max)))
                 .collect();
-            for (x, v, interval) in points {
-                let Some((lo, hi)) = interval.filter(|(lo, hi)| lo.is_finite() && hi.is_finite())
-                else {
-                    continue;
-                };
-                chart
-                    .draw_series(std::iter::once(ErrorBar::new_vertical(
-                        *x as f64 + dx,
-                        lo.clamp(0.0, y_max),
-                        v.clamp(0.0, y_max),
-                        hi.clamp(0.0, y_max),
-                        lk.color.stroke_width(1),
-                        6,
-                    )))
-                    .map_err(|e| e.to_string())?;
+            let intervals = points.iter().filter_map(|(x, v, interval)| {
+                let (lo, hi) = interval.filter(|(lo, hi)| lo.is_finite() && hi.is_finite())?;
+                let clamp = |v: f64| v.clamp(0.0, y_max);
+                Some((*x, clamp(lo), clamp(*v), clamp(hi)))
+            });
+            if dense {
+                for run in bands(intervals) {
+                    if let [(x, lo, hi)] = run[..] {
+                        // A night alone between gaps: its interval as a line.
+                        chart
+                            .draw_series(std::iter::once(PathElement::new(
+                                [(x as f64, lo), (x as f64, hi)],
+                                lk.color.mix(BAND_ALPHA * 2.0).stroke_width(3),
+                            )))
+                            .map_err(|e| e.to_string())?;
+                        continue;
+                    }
+                    let outline: Vec<(f64, f64)> = run
+                        .iter()
+                        .map(|(x, lo, _)| (*x as f64, *lo))
+                        .chain(run.iter().rev().map(|(x, _, hi)| (*x as f64, *hi)))
+                        .collect();
+                    chart
+                        .draw_series(std::iter::once(Polygon::new(
+                            outline,
+                            lk.color.mix(BAND_ALPHA).filled(),
+                        )))
+                        .map_err(|e| e.to_string())?;
+                }
+            } else {
+                for (x, lo, v, hi) in intervals {
+                    chart
+                        .draw_series(std::iter::once(ErrorBar::new_vertical(
+                            x as f64 + dx,
+                            lo,
+                            v,
+                            hi,
+                            lk.color.stroke_width(1),
+                            6,
+                        )))
+                        .map_err(|e| e.to_string())?;
+                }
             }
             line(&mut chart, pts.clone(), lk)?;
-            markers(&mut chart, lk, &pts, 4)?;
+            if !dense {
+                markers(&mut chart, lk, &pts, 4)?;
+            }
         }
         draw_key(&key, 20, &entries)
     })
@@ -226,6 +290,100 @@ mod tests {
             history_svg(&PASS, &[], &[], &[])
                 .unwrap()
                 .contains("no scheduled night measured this yet")
+        );
+    }
+
+    /// The x positions of the date labels drawn (`<text x="…">` followed by a date).
+    fn date_labels(svg: &str) -> Vec<f64> {
+        let lines: Vec<&str> = svg.lines().collect();
+        lines
+            .windows(2)
+            .filter(|w| {
+                let t = w[1].trim();
+                w[0].starts_with("<text") && t.len() == 10 && t.as_bytes()[4] == b'-'
+            })
+            .filter_map(|w| {
+                let x = w[0].split("x=\"").nth(1)?.split('"').next()?;
+                x.parse().ok()
+            })
+            .collect()
+    }
+
+    fn nights(n: usize) -> Vec<String> {
+        (0..n)
+            .map(|i| {
+                format!(
+                    "{}-{:02}-{:02}",
+                    2026 + i / 336,
+                    1 + i / 28 % 12,
+                    1 + i % 28
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dates_on_the_x_axis_never_touch_however_many_nights() {
+        for n in [1, 2, 5, 8, 14, 30, 90, 365, 1000] {
+            let points = (0..n).map(|i| (i, 0.5, Some((0.4, 0.6)))).collect();
+            let svg = history_svg(&PASS, &nights(n), &[("smol", points)], &[]).unwrap();
+            let xs = date_labels(&svg);
+            assert!(!xs.is_empty(), "{n} nights: no date drawn");
+            assert!(xs.len() <= n.min(5), "{n} nights: {} dates", xs.len());
+            for pair in xs.windows(2) {
+                assert!(pair[1] - pair[0] >= 80.0, "{n} nights: dates at {pair:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_year_of_nights_draws_bands_not_a_bar_and_a_marker_a_night() {
+        let n = 365;
+        // Night 100 has no point, night 200 a value without an interval, and night 300 stands
+        // alone between two nights without: four bands and one lone interval.
+        let points: Vec<_> = (0..n)
+            .filter(|i| *i != 100)
+            .map(|i| {
+                let bare = i == 200 || i == 299 || i == 301;
+                (i, 0.5, (!bare).then_some((0.4, 0.6)))
+            })
+            .collect();
+        let marks = [(42, NightMark::Regression)];
+        let dense = history_svg(&PASS, &nights(n), &[("smol", points)], &marks).unwrap();
+        assert_eq!(
+            dense.matches("<polygon").count(),
+            4,
+            "bands: 0–99, 101–199, 201–298, 302–364"
+        );
+        // One circle: the key's marker; none on the nights.
+        assert_eq!(dense.matches("<circle").count(), 1);
+        // The flagged night is at least 3 px wide although a night is about 1.2 px.
+        let flag = dense
+            .lines()
+            .find(|l| {
+                l.starts_with("<rect") && l.contains("F6D5D2") && !l.contains("height=\"12\"")
+            })
+            .expect("the flagged night is shaded");
+        let width: f64 = flag
+            .split("width=\"")
+            .nth(1)
+            .unwrap()
+            .split('"')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(width >= 3.0, "{flag}");
+        // A month of nights keeps a marker and a bar each.
+        let points = (0..30).map(|i| (i, 0.5, Some((0.4, 0.6)))).collect();
+        let sparse = history_svg(&PASS, &nights(30), &[("smol", points)], &[]).unwrap();
+        // A marker and the bar's middle a night, and the key's marker.
+        assert_eq!(sparse.matches("<circle").count(), 2 * 30 + 1);
+        assert_eq!(sparse.matches("<polygon").count(), 0);
+        assert!(
+            dense.len() < sparse.len() * 3,
+            "{} bytes for a year",
+            dense.len()
         );
     }
 }
