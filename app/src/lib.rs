@@ -33,7 +33,7 @@ pub use layout::{document, error_page, login_page};
 pub use new_study::{StudyFormPage, study_form_page};
 pub use pages::{state_word, study_page};
 pub use record::record_page;
-pub use schedules::{ScheduleForm, WebhookAdd, schedule_page, schedules_page};
+pub use schedules::{NIGHTS_IN_FULL, ScheduleForm, WebhookAdd, schedule_page, schedules_page};
 pub use study_text::{Editing, new_study_page};
 pub use workers::workers_page;
 pub use workloads::{TraceForm, workloads_page};
@@ -44,6 +44,14 @@ pub fn study_url(name: &str, version: Option<u32>) -> String {
         Some(v) => format!("/studies/{}?version={v}", encode(name)),
         None => format!("/studies/{}", encode(name)),
     }
+}
+
+/// Generation `generation` of a study version, opened in full where its page lands.
+pub fn generation_url(name: &str, version: u32, generation: u32) -> String {
+    format!(
+        "{}&generation={generation}#generation-{generation}",
+        study_url(name, Some(version))
+    )
 }
 
 /// A URL path segment or query value, percent-encoded (unreserved characters kept).

@@ -7,12 +7,29 @@ use shortlist_report::overlay::{HistorySeries, HistorySpec, NightMark, history_s
 use shortlist_runner::service::night::WebhookView;
 use shortlist_runner::service::schedule::{HistoryPoint, ScheduleView, TickView};
 
-use crate::layout::{document, list_table};
-use crate::{encode, study_url};
+use crate::layout::{card_table, document, list_table};
+use crate::{encode, generation_url, study_url};
 
 fn version_text(v: Option<u32>) -> String {
     v.map_or_else(|| "latest locked".to_owned(), |v| format!("v{v}"))
 }
+
+/// How many of a schedule's newest nights its page's tables show in full unless asked
+/// (`?nights=N`); the charts show every night.
+pub const NIGHTS_IN_FULL: usize = 30;
+
+/// The nights table's columns.
+const NIGHT_COLUMNS: &[&str; 9] = &[
+    "Due (UTC)",
+    "Candidate, run",
+    "Pass rate (95 % Wilson)",
+    "TTFT p99",
+    "Attainment",
+    "Goodput",
+    "Record",
+    "Night check",
+    "Changed",
+];
 
 /// The schedules list's columns.
 const SCHEDULE_COLUMNS: &[&str] = &[
@@ -321,9 +338,23 @@ pub fn schedule_page(
     timeline: Vec<HistoryPoint>,
     webhooks: Vec<WebhookView>,
     add: WebhookAdd,
+    shown: usize,
 ) -> String {
     let title = format!("Schedule {}", s.name);
     document(&title.clone(), move || {
+        let shown = shown.max(1);
+        let runs = nights(&timeline);
+        // The nights the tables show in full: the newest `shown` (by index into `runs`).
+        let first_shown = runs.len().saturating_sub(shown);
+        let in_full = |p: &HistoryPoint| {
+            runs.iter()
+                .position(|(_, v, g)| *v == p.version && *g == p.generation)
+                .is_some_and(|i| i >= first_shown)
+        };
+        let base = format!("/schedules/{}", encode(&s.name));
+        let more_nights = more(&base, "nights", shown, runs.len(), "nights");
+        let more_fingerprints = more(&base, "fingerprints", shown, runs.len(), "nights");
+        let more_instants = more(&base, "due", shown, history.len(), "due instants");
         let charts = history_charts(&timeline)
             .into_iter()
             .map(|(id, label, chart)| match chart {
@@ -335,11 +366,12 @@ pub fn schedule_page(
             })
             .collect_view();
         let changes = what_changed(&timeline);
-        let fingerprints = fingerprint_rows(&timeline);
+        let fingerprints = fingerprint_rows(&timeline, &in_full);
         let hooks = webhook_rows(&s.name, webhooks, add);
         let timeline_rows = timeline
             .iter()
             .rev()
+            .filter(|p| in_full(p))
             .map(|p| {
                 let (word, tone) = crate::verdict_word(Some(p.verdict));
                 let class = format!("badge {tone}");
@@ -369,37 +401,34 @@ pub fn schedule_page(
                     None => "–".to_owned(),
                 };
                 let changed_title = p.changed.join("\n");
-                let rate = format!(
-                    "{}/{} · {:.1} % [{:.1}–{:.1} %]",
-                    p.passed,
-                    p.n,
-                    p.pass_rate * 100.0,
-                    p.lo * 100.0,
-                    p.hi * 100.0
-                );
+                let rate = view! {
+                    <span class="nowrap">{format!("{:.1} %", p.pass_rate * 100.0)}</span><br/>
+                    <span class="small muted nowrap">{format!("{}/{} [{:.1}–{:.1} %]", p.passed, p.n, p.lo * 100.0, p.hi * 100.0)}</span>
+                };
                 let ttft = p
                     .ttft_p99_s
                     .map_or_else(|| "–".to_owned(), |t| format!("{t:.2} s"));
                 let attainment = p
                     .attainment
                     .map_or_else(|| "–".to_owned(), |a| format!("{:.1} %", a * 100.0));
+                let run = generation_url(&s.study, p.version, p.generation);
+                let [due, candidate, pass, ttft_label, attained, goodput, record, checked, changes] =
+                    NIGHT_COLUMNS;
                 view! {
                     <tr>
-                        <td class="mono small nowrap">{short_due(&p.due)}</td>
-                        <td>{p.candidate.clone()}</td>
-                        <td>{format!("v{} · g{}", p.version, p.generation)}</td>
-                        <td>{rate}</td>
-                        <td>{ttft}</td>
-                        <td>{attainment}</td>
-                        <td>{p.goodput_rps.map_or_else(|| "–".to_owned(), |g| format!("{g:.3} req/s"))}</td>
-                        <td><span class=class>{word}</span></td>
-                        <td><span class=check_class>{check}</span>{evidence}</td>
-                        <td class="small" title=changed_title>{changed}</td>
+                        <td data-label=*due class="mono small nowrap">{short_due(&p.due)}</td>
+                        <td data-label=*candidate>{p.candidate.clone()}<br/><a class="small nowrap" href=run>{format!("v{} · generation {}", p.version, p.generation)}</a></td>
+                        <td data-label=*pass>{rate}</td>
+                        <td data-label=*ttft_label class="inline">{ttft}</td>
+                        <td data-label=*attained class="inline">{attainment}</td>
+                        <td data-label=*goodput class="inline nowrap">{p.goodput_rps.map_or_else(|| "–".to_owned(), |g| format!("{g:.3} req/s"))}</td>
+                        <td data-label=*record class="inline"><span class=class>{word}</span></td>
+                        <td data-label=*checked><span class=check_class>{check}</span>{evidence}</td>
+                        <td data-label=*changes class="small inline" title=changed_title>{changed}</td>
                     </tr>
                 }
             })
             .collect_view();
-        let base = format!("/schedules/{}", encode(&s.name));
         let (action, label) = if s.enabled {
             (format!("{base}/pause"), "Pause")
         } else {
@@ -413,6 +442,7 @@ pub fn schedule_page(
         };
         let rows = history
             .into_iter()
+            .take(shown)
             .map(|t| {
                 let tone = match t.state.as_str() {
                     "started" => "good",
@@ -422,7 +452,7 @@ pub fn schedule_page(
                 let class = format!("badge {tone}");
                 let run = match (t.version, t.generation) {
                     (Some(v), Some(g)) => {
-                        let href = study_url(&t.study, Some(v));
+                        let href = generation_url(&t.study, v, g);
                         view! { <a href=href>{format!("v{v} · generation {g}")}</a> }.into_any()
                     }
                     _ => view! { <span class="muted">"–"</span> }.into_any(),
@@ -457,32 +487,29 @@ pub fn schedule_page(
                 <h2>"What changed"</h2>
                 {changes}
             </section>
-            <section class="card">
+            <section class="card" id="nights">
                 <h2>"Nights"</h2>
                 <p class="small muted">"Each night's check compares it with the night before: quality by the paired exact McNemar test (α = 0.05, per category with Holm's correction; a lost high-value case or a newly tripped disqualifier is always a regression), load figures by their 95 % intervals against the spread of the earlier nights."</p>
                 <div class="charts two">{charts}</div>
-                <div class="scroll">
-                    <table class="wide">
-                        <thead><tr><th>"Due (UTC)"</th><th>"Candidate"</th><th>"Run"</th><th>"Pass rate (95 % Wilson)"</th><th>"TTFT p99"</th><th>"Attainment"</th><th>"Goodput"</th><th>"Record"</th><th>"Night check"</th><th>"Changed"</th></tr></thead>
-                        <tbody>{timeline_rows}</tbody>
-                    </table>
-                </div>
+                {card_table("nights", NIGHT_COLUMNS, timeline_rows)}
+                {more_nights}
             </section>
-            <section class="card">
+            <section class="card" id="fingerprints">
                 <h2>"Fingerprints"</h2>
-                <p class="small muted">"What each night ran: a candidate's first night in full; after it, a value that differs from the candidate's night before is shown and marked, one that does not says “same”."</p>
+                <p class="small muted">"What each night ran: a candidate's first night in full; after it, a value that differs from the candidate's night before is shown and marked, one that does not says “same”. Of the nights before the ones shown, only those where something changed."</p>
                 <div class="scroll">
                     <table class="wide fingerprints">
                         <thead><tr><th>"Due (UTC)"</th><th>"Candidate"</th><th>"Source"</th><th>"Weights"</th><th>"Tokenizer"</th><th>"Template"</th><th>"Runtime"</th><th>"Code"</th><th>"Machine"</th></tr></thead>
                         <tbody>{fingerprints}</tbody>
                     </table>
                 </div>
+                {more_fingerprints}
             </section>
             <section class="card">
                 <h2>"Webhooks"</h2>
                 {hooks}
             </section>
-            <section class="card">
+            <section class="card" id="due">
                 <h2>"Due instants"</h2>
                 <p class="small muted">"Each due instant is handled once: started, skipped (caught up by a later run after a downtime), or failed with the reason."</p>
                 <div class="scroll">
@@ -491,12 +518,41 @@ pub fn schedule_page(
                         <tbody>{rows}</tbody>
                     </table>
                 </div>
+                {more_instants}
             </section>
         }
     })
 }
 
-/// What changed since the accepted baseline — or, without one, since the first night shown —
+/// Under a table that shows the newest `shown` of `total` nights (or due instants): how many it
+/// shows, and links that show more (at `#anchor`); nothing when it shows them all.
+fn more(base: &str, anchor: &str, shown: usize, total: usize, what: &str) -> Option<AnyView> {
+    if total <= shown {
+        return None;
+    }
+    let next = (shown * 3).min(total);
+    let link = |n: usize| format!("{base}?nights={n}#{anchor}");
+    let longer = (next < total).then(|| {
+        view! { <a href=link(next)>{format!("Show the newest {next}")}</a>" · " }
+    });
+    let charts = if anchor == "due" {
+        ""
+    } else {
+        "; the charts above show every night"
+    };
+    Some(
+        view! {
+            <p class="small muted more">
+                {format!("The newest {shown} of {total} {what}{charts}. ")}
+                {longer}
+                <a href=link(total)>{format!("Show all {total}")}</a>
+            </p>
+        }
+        .into_any(),
+    )
+}
+
+/// What changed since the accepted baseline — or, without one, since the first night —
 /// per candidate, shown first.
 fn what_changed(timeline: &[HistoryPoint]) -> AnyView {
     let mut names: Vec<&str> = Vec::new();
@@ -519,7 +575,7 @@ fn what_changed(timeline: &[HistoryPoint]) -> AnyView {
                 }
                 _ => (
                     format!(
-                        "since the first night shown ({})",
+                        "since the first night ({})",
                         first.due.get(..10).unwrap_or(&first.due)
                     ),
                     last.fingerprint.changes_since(&first.fingerprint).1,
@@ -536,15 +592,24 @@ fn what_changed(timeline: &[HistoryPoint]) -> AnyView {
     view! { <ul class="plain">{items}</ul> }.into_any()
 }
 
-/// One row per night and candidate; a cell that differs from the candidate's night before is
-/// marked.
-fn fingerprint_rows(timeline: &[HistoryPoint]) -> impl IntoView + use<> {
+/// One row per night and candidate — for the nights before those shown in full, only a
+/// candidate's first night and the nights where something changed; a cell that differs from
+/// the candidate's night before is marked.
+fn fingerprint_rows(
+    timeline: &[HistoryPoint],
+    in_full: &dyn Fn(&HistoryPoint) -> bool,
+) -> impl IntoView + use<> {
     let mut rows = Vec::new();
     for (i, p) in timeline.iter().enumerate().rev() {
         let before = timeline[..i]
             .iter()
             .rev()
             .find(|q| q.candidate == p.candidate);
+        let changed =
+            before.is_none_or(|b| !p.fingerprint.changes_since(&b.fingerprint).1.is_empty());
+        if !changed && !in_full(p) {
+            continue;
+        }
         let f = &p.fingerprint;
         // A ledger: a candidate's first night shows every value; later nights show a value only
         // where it changed (marked), and "same" (the value on hover) where it did not, so the

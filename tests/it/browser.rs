@@ -658,6 +658,29 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "cells said to be the same as the night before"
     );
     shoot(&c, "schedule").await;
+    // Two nights in full: their rows, the fingerprints of those two and of each candidate's
+    // first night (nothing changed on the nights between), the two newest due instants, and a
+    // link to all six; the charts keep every night.
+    c.goto(&format!("{base}/schedules/nightly?nights=2"))
+        .await
+        .unwrap();
+    let count = "return ['#nights tbody tr', '#fingerprints tbody tr', '#fingerprints td.changed', \
+                 '#due tbody tr', 'a[href=\"/schedules/nightly?nights=6#nights\"]'] \
+                 .map(s => document.querySelectorAll(s).length);";
+    let counts = c.execute(count, vec![]).await.unwrap();
+    assert_eq!(counts, json!([4, 6, 2, 2, 1]), "rows shown with two nights");
+    shoot(&c, "schedule-two-nights").await;
+    click(&c, Locator::Css("#nights p.more a")).await;
+    let all = format!("{base}/schedules/nightly?nights=6#nights");
+    c.wait().for_url(&all.parse().unwrap()).await.unwrap();
+    let counts = c.execute(count, vec![]).await.unwrap();
+    let shown: Vec<&Value> = counts.as_array().unwrap().iter().take(3).collect();
+    assert_eq!(
+        shown,
+        [&json!(12), &json!(12), &json!(2)],
+        "with all six nights"
+    );
+    assert_eq!(counts[4], 0, "no link to more");
 
     // A schedule added from the form — the study page's link chooses the study, the zone is the
     // browser's — and removed after the confirmation the script asks for.

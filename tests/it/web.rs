@@ -1006,12 +1006,21 @@ fn malformed_queries_and_forms_are_refused_in_the_workbenchs_shape() {
     let text = study_text(dir.path(), "http://127.0.0.1:9#m");
     let created = http(a, "POST", "/studies", &[FORM], &form(&[("toml", &text)]));
     assert_eq!(created.status, 303, "{}", created.body);
-    for path in [
-        "/api/studies/mini/status?version=abc",
-        "/api/studies/mini/status?generations=-1",
-        "/api/studies/mini?version=1.5",
+    for (method, path, field) in [
+        ("GET", "/api/studies/mini/status?version=abc", "version"),
+        (
+            "GET",
+            "/api/studies/mini/status?generations=-1",
+            "generations",
+        ),
+        ("GET", "/api/studies/mini?version=1.5", "version"),
+        (
+            "DELETE",
+            "/api/schedules/nightly/webhooks",
+            "missing field `url`",
+        ),
     ] {
-        let reply = http(a, "GET", path, &[], b"");
+        let reply = http(a, method, path, &[], b"");
         assert_eq!(reply.status, 400, "{path}: {}", reply.body);
         let error = &reply.json()["error"];
         assert_eq!(
@@ -1019,11 +1028,6 @@ fn malformed_queries_and_forms_are_refused_in_the_workbenchs_shape() {
             (Some(400), Some("bad_input")),
             "{path}: {error}"
         );
-        let field = if path.contains("generations") {
-            "generations"
-        } else {
-            "version"
-        };
         let message = error["message"].as_str().unwrap();
         assert!(
             message.starts_with(&format!("the query string could not be read: {field}")),
@@ -1034,6 +1038,12 @@ fn malformed_queries_and_forms_are_refused_in_the_workbenchs_shape() {
         ("GET", "/studies/mini?generations=-1", Vec::new()),
         ("GET", "/studies/mini?version=abc", Vec::new()),
         ("POST", "/studies/mini/lock", form(&[("version", "abc")])),
+        ("GET", "/schedules/nightly?nights=abc", Vec::new()),
+        (
+            "POST",
+            "/schedules/nightly/webhooks",
+            form(&[("secret", "x")]),
+        ),
     ] {
         let reply = http(a, method, path, &[FORM], &body);
         assert_eq!(reply.status, 400, "{path}: {}", reply.body);
@@ -1045,8 +1055,9 @@ fn malformed_queries_and_forms_are_refused_in_the_workbenchs_shape() {
         );
         assert!(reply.body.contains("Bad input"), "{path}: {}", reply.body);
         assert!(
-            reply.body.contains("could not be read: generations")
-                || reply.body.contains("could not be read: version"),
+            ["generations", "version", "nights", "missing field `url`"]
+                .iter()
+                .any(|field| reply.body.contains(&format!("could not be read: {field}"))),
             "{path}: {}",
             reply.body
         );

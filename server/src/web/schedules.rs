@@ -10,6 +10,7 @@ use shortlist_runner::ServiceError;
 use shortlist_runner::service::schedule::ScheduleSpec;
 use shortlist_store::schedules::ScheduleWhat;
 
+use crate::web::extract::{Form, Query};
 use crate::web::pages::{PageError, status_of};
 use crate::web::{AppState, html};
 
@@ -41,7 +42,7 @@ pub(crate) struct ListQuery {
 
 pub(crate) async fn list(
     State(st): State<AppState>,
-    axum::extract::Query(q): axum::extract::Query<ListQuery>,
+    Query(q): Query<ListQuery>,
 ) -> Result<Response, PageError> {
     let form = ScheduleForm {
         study: q.study.unwrap_or_default(),
@@ -93,7 +94,7 @@ pub(crate) struct AddForm {
 /// comes back with the reason and what was sent when it is refused.
 pub(crate) async fn add(
     State(st): State<AppState>,
-    axum::Form(form): axum::Form<AddForm>,
+    Form(form): Form<AddForm>,
 ) -> Result<Response, PageError> {
     let tz = match form.tz.trim() {
         "" => "UTC".to_owned(),
@@ -204,11 +205,20 @@ pub(crate) async fn api_remove(
     Ok(StatusCode::NO_CONTENT.into_response())
 }
 
+/// `/schedules/{name}[?nights=N]`: how many of the newest nights the tables show.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ScheduleQuery {
+    #[serde(default)]
+    nights: Option<usize>,
+}
+
 pub(crate) async fn show(
     State(st): State<AppState>,
     Path(name): Path<String>,
+    Query(q): Query<ScheduleQuery>,
 ) -> Result<Response, PageError> {
-    schedule_page(&st, &name, StatusCode::OK, None, String::new()).await
+    let shown = q.nights.unwrap_or(shortlist_app::NIGHTS_IN_FULL);
+    schedule_page(&st, &name, shown, StatusCode::OK, None, String::new()).await
 }
 
 /// The workbench's own webhook secret, when it has one.
@@ -218,16 +228,18 @@ fn server_secret() -> Option<String> {
         .filter(|s| !s.is_empty())
 }
 
-/// A schedule's page; `error` and `url`: a refused webhook and the URL that was sent.
+/// A schedule's page, its tables showing the newest `shown` nights; `error` and `url`: a
+/// refused webhook and the URL that was sent.
 async fn schedule_page(
     st: &AppState,
     name: &str,
+    shown: usize,
     status: StatusCode,
     error: Option<String>,
     url: String,
 ) -> Result<Response, PageError> {
     let view = st.service.schedule_view(name).await?;
-    let history = st.service.schedule_history(name, 200).await?;
+    let history = st.service.schedule_history(name, u32::MAX).await?;
     let timeline = st.service.schedule_timeline(name).await?;
     let webhooks = st.service.webhooks(name).await?;
     let add = shortlist_app::WebhookAdd {
@@ -237,7 +249,7 @@ async fn schedule_page(
     };
     Ok(html(
         status,
-        shortlist_app::schedule_page(view, history, timeline, webhooks, add),
+        shortlist_app::schedule_page(view, history, timeline, webhooks, add, shown),
     ))
 }
 
@@ -267,7 +279,7 @@ fn secret_of(given: String) -> Result<String, ServiceError> {
 pub(crate) async fn add_webhook(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    axum::Form(form): axum::Form<AddWebhookForm>,
+    Form(form): Form<AddWebhookForm>,
 ) -> Result<Response, PageError> {
     let url = form.url.trim().to_owned();
     let added = match secret_of(form.secret) {
@@ -279,7 +291,10 @@ pub(crate) async fn add_webhook(
             Ok(Redirect::to(&format!("/schedules/{}#add-webhook", encode(&name))).into_response())
         }
         Err(e) if e.is_not_found() => Err(e.into()),
-        Err(e) => schedule_page(&st, &name, status_of(&e), Some(e.to_string()), url).await,
+        Err(e) => {
+            let shown = shortlist_app::NIGHTS_IN_FULL;
+            schedule_page(&st, &name, shown, status_of(&e), Some(e.to_string()), url).await
+        }
     }
 }
 
@@ -287,7 +302,7 @@ pub(crate) async fn add_webhook(
 pub(crate) async fn remove_webhook(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    axum::Form(form): axum::Form<WebhookForm>,
+    Form(form): Form<WebhookForm>,
 ) -> Result<Response, PageError> {
     st.service.remove_webhook(&name, &form.url).await?;
     Ok(Redirect::to(&format!("/schedules/{}", encode(&name))).into_response())
@@ -314,7 +329,7 @@ pub(crate) async fn api_add_webhook(
 pub(crate) async fn api_remove_webhook(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    axum::extract::Query(form): axum::extract::Query<WebhookForm>,
+    Query(form): Query<WebhookForm>,
 ) -> Result<Response, crate::web::api::ApiError> {
     st.service.remove_webhook(&name, &form.url).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -331,7 +346,7 @@ pub(crate) struct WebhookForm {
 pub(crate) async fn enable_webhook(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    axum::Form(form): axum::Form<WebhookForm>,
+    Form(form): Form<WebhookForm>,
 ) -> Result<Response, PageError> {
     st.service.enable_webhook(&name, &form.url).await?;
     Ok(Redirect::to(&format!("/schedules/{}", encode(&name))).into_response())
@@ -367,7 +382,7 @@ pub(crate) async fn api_show(
     Path(name): Path<String>,
 ) -> Result<Response, crate::web::api::ApiError> {
     let view = st.service.schedule_view(&name).await?;
-    let history = st.service.schedule_history(&name, 200).await?;
+    let history = st.service.schedule_history(&name, u32::MAX).await?;
     let timeline = st.service.schedule_timeline(&name).await?;
     let webhooks = st.service.webhooks(&name).await?;
     Ok(axum::Json(serde_json::json!({

@@ -278,8 +278,9 @@ impl StudyService {
     /// check once its run finished.
     pub async fn schedule_timeline(&self, name: &str) -> Result<Vec<HistoryPoint>, ServiceError> {
         let row = self.store.schedule(name).await?;
-        // One read of the ticks: each carries its night's check once it was filed.
-        let mut ticks = self.store.ticks(row.id, 1000).await?;
+        // One read of all the ticks (a year of nights is a few hundred rows): each carries its
+        // night's check once it was filed.
+        let mut ticks = self.store.ticks(row.id, u32::MAX).await?;
         ticks.reverse();
         let mut seen = std::collections::BTreeSet::new();
         // A study version's records, read once however many runs it had.
