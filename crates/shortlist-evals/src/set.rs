@@ -14,7 +14,7 @@
 //! quoting style, `description` and unused set-level tools therefore do not change the version;
 //! anything that can change a score does.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -429,9 +429,9 @@ impl EvalSet {
         }
         let mut cases = Vec::with_capacity(wire.cases.len());
         let mut ids: BTreeMap<String, usize> = BTreeMap::new();
-        let mut search_from = 0;
+        let mut case_lines = text.map(CaseLines::new);
         for (i, wc) in wire.cases.iter().enumerate() {
-            let line = text.map_or(0, |t| case_line(t, &wc.id, &mut search_from));
+            let line = case_lines.as_mut().map_or(0, |c| c.line(&wc.id));
             let case = parse_case(wc, wire.system.as_deref(), &library).map_err(|(field, m)| {
                 let field = if field.is_empty() {
                     format!("cases[{i}]")
@@ -930,32 +930,63 @@ fn line_of(text: &str, needle: &str) -> usize {
         .map_or(0, |i| i + 1)
 }
 
-/// The line of the case with this id: the first line at or after `from` where an `id:` key (block
-/// or flow style, quoted or not) names it.
-fn case_line(text: &str, id: &str, from: &mut usize) -> usize {
-    for (i, l) in text.lines().enumerate().skip(*from) {
-        let mut rest = l;
-        while let Some(pos) = rest.find("id:") {
-            let key_starts_here = rest[..pos]
-                .chars()
-                .next_back()
-                .is_none_or(|c| c.is_whitespace() || c == '{' || c == ',' || c == '-');
-            let value = rest[pos + 3..].trim_start();
-            let token: String = match value.chars().next() {
-                Some(q @ ('"' | '\'')) => value[1..].chars().take_while(|c| *c != q).collect(),
-                _ => value
+/// Where each case's `id:` key stands in the text, found in one pass: a case's line is the first
+/// line after the previous case's where an `id:` key (block or flow style, quoted or not) names
+/// it — linear in the text however many cases it has (a set of tens of thousands of cases is
+/// read in one pass, not once per case).
+struct CaseLines {
+    /// Every `id:` key's value with the lines it stands on, in order.
+    lines: HashMap<String, Vec<usize>>,
+    /// The line of the case found last.
+    after: usize,
+}
+
+impl CaseLines {
+    fn new(text: &str) -> Self {
+        let mut lines: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, l) in text.lines().enumerate() {
+            let mut rest = l;
+            while let Some(pos) = rest.find("id:") {
+                let key_starts_here = rest[..pos]
                     .chars()
-                    .take_while(|c| !c.is_whitespace() && *c != ',' && *c != '}')
-                    .collect(),
-            };
-            if key_starts_here && token == id {
-                *from = i + 1;
-                return i + 1;
+                    .next_back()
+                    .is_none_or(|c| c.is_whitespace() || c == '{' || c == ',' || c == '-');
+                if key_starts_here {
+                    let value = rest[pos + 3..].trim_start();
+                    let token: String = match value.chars().next() {
+                        Some(q @ ('"' | '\'')) => {
+                            value[1..].chars().take_while(|c| *c != q).collect()
+                        }
+                        _ => value
+                            .chars()
+                            .take_while(|c| !c.is_whitespace() && *c != ',' && *c != '}')
+                            .collect(),
+                    };
+                    let at = lines.entry(token).or_default();
+                    if at.last() != Some(&(i + 1)) {
+                        at.push(i + 1);
+                    }
+                }
+                rest = &rest[pos + 3..];
             }
-            rest = &rest[pos + 3..];
+        }
+        CaseLines { lines, after: 0 }
+    }
+
+    /// The line of the case with this id (0: not found), after the case found last.
+    fn line(&mut self, id: &str) -> usize {
+        let Some(at) = self.lines.get(id) else {
+            return 0;
+        };
+        let i = at.partition_point(|line| *line <= self.after);
+        match at.get(i) {
+            Some(line) => {
+                self.after = *line;
+                *line
+            }
+            None => 0,
         }
     }
-    0
 }
 
 #[cfg(test)]
@@ -1157,11 +1188,20 @@ cases:
     #[test]
     fn case_lines_in_block_and_flow_style() {
         let text = "cases:\n  - {id: a, category: x}\n  - id: \"b\"\n  - {category: y, id: 'c'}\n  - tid: d\n";
-        let mut from = 0;
-        assert_eq!(case_line(text, "a", &mut from), 2);
-        assert_eq!(case_line(text, "b", &mut from), 3);
-        assert_eq!(case_line(text, "c", &mut from), 4);
-        assert_eq!(case_line(text, "d", &mut from), 0);
+        let mut lines = CaseLines::new(text);
+        assert_eq!(lines.line("a"), 2);
+        assert_eq!(lines.line("b"), 3);
+        assert_eq!(lines.line("c"), 4);
+        assert_eq!(lines.line("d"), 0);
+        // An id that appears again further on (in a check's value, say) is found after the case
+        // before it; one not after it is not found.
+        let text = "cases:\n  - id: a\n  - id: b\n    note: {id: a}\n  - id: a\n";
+        let mut lines = CaseLines::new(text);
+        assert_eq!(lines.line("a"), 2);
+        assert_eq!(lines.line("b"), 3);
+        assert_eq!(lines.line("a"), 4);
+        assert_eq!(lines.line("a"), 5);
+        assert_eq!(lines.line("a"), 0);
     }
 
     #[test]
