@@ -497,22 +497,26 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(sql(format!("loading the case results of run {run}")))?;
-        rows.iter()
-            .map(|r| {
-                let case_id: String = col(r, "case_results", &run, "case_id")?;
-                let key = format!("run {run} case {case_id}");
-                let passed: i64 = col(r, "case_results", &key, "passed")?;
-                Ok(CaseResult {
-                    passed: passed != 0,
-                    output: col(r, "case_results", &key, "output")?,
-                    scores: col_json(r, "case_results", &key, "scores_json")?,
-                    input_tokens: col_u(r, "case_results", &key, "input_tokens")?,
-                    output_tokens: col_u(r, "case_results", &key, "output_tokens")?,
-                    latency_s: col(r, "case_results", &key, "latency_s")?,
-                    case_id,
-                })
-            })
-            .collect()
+        rows.iter().map(|r| case_result_row(run, r)).collect()
+    }
+
+    /// One case's stored result in a run, if it has one (a case's page reads one, not the run's
+    /// thousands).
+    pub async fn case_result(
+        &self,
+        run: i64,
+        case_id: &str,
+    ) -> Result<Option<CaseResult>, StoreError> {
+        let row = sqlx::query(
+            "SELECT case_id, passed, output, scores_json, input_tokens, output_tokens, latency_s \
+             FROM case_results WHERE run_id = $1 AND case_id = $2",
+        )
+        .bind(run)
+        .bind(case_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(format!("loading case `{case_id}` of run {run}")))?;
+        row.as_ref().map(|r| case_result_row(run, r)).transpose()
     }
 
     /// Record that a case's request failed outside the model after `attempts` attempts (it is
@@ -570,17 +574,28 @@ impl Store {
         .fetch_all(&self.pool)
         .await
         .map_err(sql(format!("loading the case errors of run {run}")))?;
-        rows.iter()
-            .map(|r| {
-                let case: String = col(r, "case_errors", &run, "case_id")?;
-                let key = format!("run {run} case {case}");
-                Ok((
-                    case,
-                    col_u(r, "case_errors", &key, "attempts")?,
-                    col(r, "case_errors", &key, "error")?,
-                ))
-            })
-            .collect()
+        rows.iter().map(|r| case_error_row(run, r)).collect()
+    }
+
+    /// One case's last error in a run with its attempts, if it failed for good.
+    pub async fn case_error(
+        &self,
+        run: i64,
+        case_id: &str,
+    ) -> Result<Option<(u32, String)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT case_id, attempts, error FROM case_errors WHERE run_id = $1 AND case_id = $2",
+        )
+        .bind(run)
+        .bind(case_id)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(sql(format!(
+            "loading the error of case `{case_id}` of run {run}"
+        )))?;
+        row.as_ref()
+            .map(|r| case_error_row(run, r).map(|(_, attempts, error)| (attempts, error)))
+            .transpose()
     }
 
     /// The ids of the cases a run has finished: what a resumed run skips.
@@ -666,4 +681,31 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// A `case_results` row of run `run`.
+fn case_result_row(run: i64, r: &sqlx::any::AnyRow) -> Result<CaseResult, StoreError> {
+    let case_id: String = col(r, "case_results", &run, "case_id")?;
+    let key = format!("run {run} case {case_id}");
+    let passed: i64 = col(r, "case_results", &key, "passed")?;
+    Ok(CaseResult {
+        passed: passed != 0,
+        output: col(r, "case_results", &key, "output")?,
+        scores: col_json(r, "case_results", &key, "scores_json")?,
+        input_tokens: col_u(r, "case_results", &key, "input_tokens")?,
+        output_tokens: col_u(r, "case_results", &key, "output_tokens")?,
+        latency_s: col(r, "case_results", &key, "latency_s")?,
+        case_id,
+    })
+}
+
+/// A `case_errors` row of run `run`: the case, its attempts and its last error.
+fn case_error_row(run: i64, r: &sqlx::any::AnyRow) -> Result<(String, u32, String), StoreError> {
+    let case: String = col(r, "case_errors", &run, "case_id")?;
+    let key = format!("run {run} case {case}");
+    Ok((
+        case,
+        col_u(r, "case_errors", &key, "attempts")?,
+        col(r, "case_errors", &key, "error")?,
+    ))
 }

@@ -586,6 +586,18 @@ async fn runs_and_results(store: Store) {
     assert_eq!(results.len(), 12);
     assert_eq!(results[7], case(7, "first"));
     assert_eq!(results[11], case(11, "second"));
+    // One case read alone is the row of the whole read.
+    for r in [&results[0], &results[7], &results[11]] {
+        assert_eq!(
+            store
+                .case_result(run.id, &r.case_id)
+                .await
+                .unwrap()
+                .as_ref(),
+            Some(r)
+        );
+    }
+    assert_eq!(store.case_result(run.id, "nowhere").await.unwrap(), None);
     assert_eq!(store.finished_cases(run.id).await.unwrap().len(), 12);
     store.finish_run(run.id, Ok(())).await.unwrap();
     let done = store.run(run.id).await.unwrap();
@@ -1017,9 +1029,15 @@ async fn generations_keep_runs_apart(store: Store) {
         store.case_errors(r2.id).await.unwrap(),
         [("c1".to_owned(), 2, "HTTP 503".to_owned())]
     );
+    assert_eq!(
+        store.case_error(r2.id, "c1").await.unwrap(),
+        Some((2, "HTTP 503".to_owned()))
+    );
+    assert_eq!(store.case_error(r2.id, "c2").await.unwrap(), None);
     assert!(store.finished_cases(r2.id).await.unwrap().is_empty());
     store.clear_case_error(r2.id, "c1").await.unwrap();
     assert!(store.case_errors(r2.id).await.unwrap().is_empty());
+    assert_eq!(store.case_error(r2.id, "c1").await.unwrap(), None);
 }
 contract!(generations_keep_runs_apart);
 

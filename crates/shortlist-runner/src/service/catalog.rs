@@ -3,6 +3,7 @@
 //! a model folder or an endpoint URL), each with the studies that used it; and the recent runs.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use serde::Serialize;
 use shortlist_evals::EvalSet;
@@ -103,7 +104,68 @@ fn corrupt(what: String) -> impl FnOnce(shortlist_evals::EvalError) -> ServiceEr
     }
 }
 
+/// Stored eval set versions read through, by the SHA-256 of their stored text (a version's text
+/// never changes): the eval sets list, the home page and a set's page read every version's
+/// YAML at each render, and a set of thousands of cases takes a tenth of a second or more to
+/// read. Bounded: past [`CACHED_EVAL_SETS`] sets or [`CACHED_EVAL_CASES`] cases it starts again
+/// empty.
+#[derive(Default)]
+pub(crate) struct EvalSetCache {
+    entries: std::sync::Mutex<std::collections::HashMap<String, Arc<EvalSet>>>,
+}
+
+/// Eval set versions kept at most.
+const CACHED_EVAL_SETS: usize = 32;
+/// Cases kept at most, over all the sets kept.
+const CACHED_EVAL_CASES: usize = 200_000;
+
+impl std::fmt::Debug for EvalSetCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        f.debug_struct("EvalSetCache")
+            .field("sets", &entries.len())
+            .finish()
+    }
+}
+
+impl EvalSetCache {
+    /// The set stored as `yaml`, read once (`what` names it in an error).
+    fn read(&self, what: &str, yaml: &str) -> Result<Arc<EvalSet>, ServiceError> {
+        let key = ContentHash::of(yaml.as_bytes()).to_string();
+        if let Some(set) = self
+            .entries
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&key)
+        {
+            return Ok(Arc::clone(set));
+        }
+        let set = Arc::new(EvalSet::from_yaml(what, yaml).map_err(corrupt(what.to_owned()))?);
+        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        let cases: usize = entries.values().map(|s| s.cases().len()).sum();
+        if entries.len() >= CACHED_EVAL_SETS || cases + set.cases().len() > CACHED_EVAL_CASES {
+            entries.clear();
+        }
+        entries.insert(key, Arc::clone(&set));
+        Ok(set)
+    }
+}
+
 impl StudyService {
+    /// The eval set version a locked study pins, from the store, read once
+    /// ([`EvalSetCache`]).
+    pub(super) async fn pinned_set(
+        &self,
+        locked: &shortlist_study::study::LockedStudy,
+    ) -> Result<Arc<EvalSet>, ServiceError> {
+        let pinned = &locked.study.file().evalset;
+        let hash = ContentHash::parse(&pinned.sha256)
+            .ok_or_else(|| ServiceError::invalid("evalset.sha256", "not a SHA-256"))?;
+        let stored = self.store.eval_set_by_hash(&hash).await?;
+        let what = format!("the stored eval set {}", pinned.sha256);
+        self.eval_sets.read(&what, &stored.yaml)
+    }
+
     /// Every study version with its file, read once for a page that asks which studies use what.
     pub(super) async fn study_files(&self) -> Result<Vec<(StudySummary, StudyFile)>, ServiceError> {
         let mut out = Vec::new();
@@ -160,7 +222,7 @@ impl StudyService {
         for v in self.store.list_eval_sets().await? {
             let stored = self.store.eval_set(&v.name, Some(v.version)).await?;
             let what = format!("eval set `{}` v{}", v.name, v.version);
-            let set = EvalSet::from_yaml(&what, &stored.yaml).map_err(corrupt(what.clone()))?;
+            let set = self.eval_sets.read(&what, &stored.yaml)?;
             by_name
                 .entry(v.name.clone())
                 .or_default()
@@ -197,7 +259,7 @@ impl StudyService {
     ) -> Result<EvalSetView, ServiceError> {
         let stored = self.store.eval_set(name, version).await?;
         let what = format!("eval set `{name}` v{}", stored.meta.version);
-        let set = EvalSet::from_yaml(&what, &stored.yaml).map_err(corrupt(what.clone()))?;
+        let set = self.eval_sets.read(&what, &stored.yaml)?;
         let canonical: serde_json::Value =
             serde_json::from_str(&set.canonical_json()).unwrap_or_default();
         let cases = set

@@ -327,7 +327,7 @@ impl StudyService {
             outcomes.push(by_case);
         }
         let (locked, _, criteria) = &versions[&first];
-        let set = crate::jobs::stored_set(&self.store, locked).await?;
+        let set = self.pinned_set(locked).await?;
         let cases: Vec<CaseRow> = set
             .cases()
             .iter()

@@ -105,6 +105,8 @@ pub struct StudyService {
     comparisons: Arc<compare::CompareCache>,
     /// Stored traces described, by the SHA-256 of their bytes (a version's bytes never change).
     trace_facts: Arc<traces::FactsCache>,
+    /// Stored eval sets read through, by the hash of their text (a version's text never changes).
+    eval_sets: Arc<catalog::EvalSetCache>,
 }
 
 /// How long a run request holds its lease at most (a holder that died loses it then).
@@ -129,6 +131,7 @@ impl StudyService {
             requests: Arc::new(tokio::sync::Mutex::new(())),
             comparisons: Arc::default(),
             trace_facts: Arc::default(),
+            eval_sets: Arc::default(),
         }
     }
 

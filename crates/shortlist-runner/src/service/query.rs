@@ -488,7 +488,7 @@ impl StudyService {
     ) -> Result<super::views::CaseView, ServiceError> {
         let version = self.version_of(name, version).await?;
         let locked = self.store.verify_study(name, version).await?;
-        let set = crate::jobs::stored_set(&self.store, &locked).await?;
+        let set = self.pinned_set(&locked).await?;
         let case = set.case(case_id).ok_or_else(|| {
             ServiceError::Store(shortlist_store::StoreError::NotFound {
                 what: format!("case `{case_id}` in the eval set of study `{name}`"),
@@ -511,13 +511,7 @@ impl StudyService {
                 error: None,
             };
             if let Some(run) = run {
-                if let Some(stored) = self
-                    .store
-                    .case_results(run.id)
-                    .await?
-                    .into_iter()
-                    .find(|r| r.case_id == case_id)
-                {
+                if let Some(stored) = self.store.case_result(run.id, case_id).await? {
                     answer.result = Some(serde_json::from_value(stored.scores).map_err(|e| {
                         ServiceError::Corrupt {
                             what: format!("table `case_results`, run {}, case `{case_id}`", run.id),
@@ -528,11 +522,9 @@ impl StudyService {
                 }
                 answer.error = self
                     .store
-                    .case_errors(run.id)
+                    .case_error(run.id, case_id)
                     .await?
-                    .into_iter()
-                    .find(|(id, _, _)| id == case_id)
-                    .map(|(_, attempts, error)| format!("{error} (after {attempts} attempts)"));
+                    .map(|(attempts, error)| format!("{error} (after {attempts} attempts)"));
             }
             answers.push(answer);
         }
