@@ -6,7 +6,8 @@ use leptos::prelude::*;
 use shortlist_runner::engines::EndpointCheck;
 use shortlist_runner::service::ImportFormat;
 use shortlist_runner::service::views::{
-    CandidateDetail, CandidateSummary, EvalSetSummary, EvalSetView, ImportPreview, StudyUse,
+    CandidateDetail, CandidateSummary, EvalCaseView, EvalSetSummary, EvalSetView, ImportPreview,
+    StudyUse,
 };
 
 use crate::layout::{code_spans, document, list_table};
@@ -108,8 +109,9 @@ pub fn evalsets_page(sets: Vec<EvalSetSummary>) -> String {
     })
 }
 
-/// `/evalsets/{name}`: one version's cases with their text and checks, by category.
-pub fn evalset_page(v: EvalSetView) -> String {
+/// `/evalsets/{name}`: one version's cases with their text and checks, by category — a large
+/// set a few cases per category, one category or a search's matches a page at a time.
+pub fn evalset_page(v: EvalSetView, filter: CaseFilter) -> String {
     let title = format!("{} v{}", v.name, v.version);
     document(&title.clone(), move || {
         let name = v.name.clone();
@@ -140,52 +142,7 @@ pub fn evalset_page(v: EvalSetView) -> String {
                 view! { <li><a class=class href=href>{format!("v{n}")}</a>" "<span class="mono small">{sha.clone()}</span></li> }
             })
             .collect_view();
-        // A small set is shown whole; a large one keeps each case folded until asked for.
-        let open = v.cases.len() <= 40;
-        let mut groups: Vec<(String, Vec<_>)> = Vec::new();
-        for c in v.cases {
-            match groups.iter_mut().find(|(k, _)| *k == c.category) {
-                Some((_, list)) => list.push(c),
-                None => groups.push((c.category.clone(), vec![c])),
-            }
-        }
-        let sections = groups
-            .into_iter()
-            .map(|(cat, cases)| {
-                let heading = format!(
-                    "{cat} · {} case{}",
-                    cases.len(),
-                    if cases.len() == 1 { "" } else { "s" }
-                );
-                let items = cases
-                    .into_iter()
-                    .map(|c| {
-                        let messages = c
-                            .messages
-                            .into_iter()
-                            .map(|(role, text)| view! { <div class="msg"><span class="role">{role}</span><pre class="text">{text}</pre></div> })
-                            .collect_view();
-                        let checks = c
-                            .checks
-                            .into_iter()
-                            .map(|(n, json)| view! { <li><strong>{n}</strong>" "<code class="small">{json}</code></li> })
-                            .collect_view();
-                        let tools = (!c.tools.is_empty()).then(|| view! { <p class="small">"Tools: " {c.tools.join(", ")}</p> });
-                        let system = c.system.map(|s| view! { <div class="msg"><span class="role">"system"</span><pre class="text">{s}</pre></div> });
-                        view! {
-                            <details class="case-item" open=open>
-                                <summary><span class="mono">{c.id.clone()}</span></summary>
-                                {system}
-                                {messages}
-                                {tools}
-                                <ul class="checks">{checks}</ul>
-                            </details>
-                        }
-                    })
-                    .collect_view();
-                view! { <section class="card"><h2>{heading}</h2>{items}</section> }
-            })
-            .collect_view();
+        let cases = case_sections(&v.name, v.version, &v.categories, v.cases, &filter);
         let desc = v.description.clone();
         view! {
             <p class="crumbs"><a href="/evalsets">"Eval sets"</a> " / " {v.name.clone()}</p>
@@ -218,9 +175,211 @@ pub fn evalset_page(v: EvalSetView) -> String {
                     })}
                 </section>
             </div>
-            {sections}
+            {cases}
         }
     })
+}
+
+/// Which of an eval set's cases its page shows: one category's, those whose id or text holds
+/// `q` (any case), and which page of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CaseFilter {
+    pub category: Option<String>,
+    pub q: Option<String>,
+    /// From 1.
+    pub page: usize,
+}
+
+/// A set of at most this many cases is shown whole, each case unfolded up to 40.
+const SHOWN_WHOLE: usize = 200;
+/// A larger set shows this many cases of each category, each category's whole list a link.
+const CASES_PER_CATEGORY: usize = 20;
+/// One category's cases, or a search's, a page at a time.
+pub const CASES_PER_PAGE: usize = 100;
+
+/// The cases part of an eval set's page: small sets whole; larger ones a search form, a few
+/// cases per category and each category's list (or a search's matches) a page at a time.
+fn case_sections(
+    name: &str,
+    version: u32,
+    categories: &[(String, usize)],
+    cases: Vec<EvalCaseView>,
+    filter: &CaseFilter,
+) -> AnyView {
+    let total = cases.len();
+    let q = filter.q.as_deref().map(str::trim).filter(|q| !q.is_empty());
+    let category = filter.category.as_deref().filter(|c| !c.is_empty());
+    let base = format!("/evalsets/{}?version={version}", encode(name));
+    if total <= SHOWN_WHOLE && q.is_none() && category.is_none() {
+        // A small set is shown whole; a larger one keeps each case folded until asked for.
+        let open = total <= 40;
+        return by_category(cases)
+            .into_iter()
+            .map(|(cat, list)| {
+                let heading = cases_heading(&cat, list.len());
+                let items = list.into_iter().map(|c| case_item(c, open)).collect_view();
+                view! { <section class="card"><h2>{heading}</h2>{items}</section> }
+            })
+            .collect_view()
+            .into_any();
+    }
+    let options = categories
+        .iter()
+        .map(|(c, n)| {
+            let selected = category == Some(c.as_str());
+            view! { <option value=c.clone() selected=selected>{format!("{c} ({n})")}</option> }
+        })
+        .collect_view();
+    let search = view! {
+        <section class="card" id="cases">
+            <h2>{format!("Cases ({total})")}</h2>
+            <form method="get" action=format!("/evalsets/{}", encode(name)) class="row search">
+                <input type="hidden" name="version" value=version.to_string()/>
+                <label for="q" class="small muted">"Find"</label>
+                <input id="q" name="q" type="search" value=q.unwrap_or_default().to_owned() placeholder="a case id or words from its text" autocomplete="off"/>
+                <span class="pair">
+                    <label for="category" class="small muted">"in"</label>
+                    <select id="category" name="category">
+                        <option value="" selected=category.is_none()>"every category"</option>
+                        {options}
+                    </select>
+                    <button type="submit" class="secondary">"Show"</button>
+                </span>
+            </form>
+        </section>
+    };
+    if q.is_none() && category.is_none() {
+        // The first cases of each category, each category's list a link away.
+        let sections = by_category(cases)
+            .into_iter()
+            .map(|(cat, list)| {
+                let n = list.len();
+                let heading = cases_heading(&cat, n);
+                let all = format!("{base}&category={}#cases", encode(&cat));
+                let items = list
+                    .into_iter()
+                    .take(CASES_PER_CATEGORY)
+                    .map(|c| case_item(c, false))
+                    .collect_view();
+                let more = (n > CASES_PER_CATEGORY).then(|| view! {
+                    <p class="small more">{format!("The first {CASES_PER_CATEGORY} of {n}. ")}<a href=all>{format!("All {n} cases of {cat}")}</a></p>
+                });
+                view! { <section class="card"><h2>{heading}</h2>{items}{more}</section> }
+            })
+            .collect_view();
+        return view! { {search}{sections} }.into_any();
+    }
+    let needle = q.map(str::to_lowercase);
+    let matching: Vec<EvalCaseView> = cases
+        .into_iter()
+        .filter(|c| category.is_none_or(|k| c.category == k))
+        .filter(|c| needle.as_deref().is_none_or(|n| case_matches(c, n)))
+        .collect();
+    let found = matching.len();
+    let pages = found.div_ceil(CASES_PER_PAGE).max(1);
+    let page = filter.page.clamp(1, pages);
+    let what = match (category, q) {
+        (Some(c), Some(q)) => format!("{found} cases of {c} holding “{q}”"),
+        (Some(c), None) => cases_heading(c, found),
+        (None, Some(q)) => format!("{found} cases holding “{q}”"),
+        (None, None) => unreachable!("a filter is set here"),
+    };
+    let link = |p: usize| {
+        let mut href = base.clone();
+        if let Some(c) = category {
+            href.push_str(&format!("&category={}", encode(c)));
+        }
+        if let Some(q) = q {
+            href.push_str(&format!("&q={}", encode(q)));
+        }
+        href.push_str(&format!("&page={p}#cases"));
+        href
+    };
+    let pager = || {
+        (pages > 1).then(|| {
+            let previous =
+                (page > 1).then(|| view! { <a href=link(page - 1) rel="prev">"← Previous"</a>" " });
+            let next =
+                (page < pages).then(|| view! { " "<a href=link(page + 1) rel="next">"Next →"</a> });
+            view! { <p class="small pager">{previous}{format!("Page {page} of {pages}")}{next}</p> }
+        })
+    };
+    let items = matching
+        .into_iter()
+        .skip((page - 1) * CASES_PER_PAGE)
+        .take(CASES_PER_PAGE)
+        .map(|c| case_item(c, false))
+        .collect_view();
+    let empty = (found == 0).then(|| view! { <p class="muted">"No case matches."</p> });
+    let back = format!("{base}#cases");
+    view! {
+        {search}
+        <section class="card">
+            <h2>{what}</h2>
+            <p class="small"><a href=back>"Every category"</a></p>
+            {pager()}
+            {empty}
+            {items}
+            {pager()}
+        </section>
+    }
+    .into_any()
+}
+
+/// `cat · N cases`.
+fn cases_heading(category: &str, n: usize) -> String {
+    format!("{category} · {n} case{}", if n == 1 { "" } else { "s" })
+}
+
+/// Cases grouped by category, in the order the categories first appear.
+fn by_category(cases: Vec<EvalCaseView>) -> Vec<(String, Vec<EvalCaseView>)> {
+    let mut groups: Vec<(String, Vec<EvalCaseView>)> = Vec::new();
+    for c in cases {
+        match groups.iter_mut().find(|(k, _)| *k == c.category) {
+            Some((_, list)) => list.push(c),
+            None => groups.push((c.category.clone(), vec![c])),
+        }
+    }
+    groups
+}
+
+/// Whether a case's id or text holds `needle` (lower case), ignoring case.
+fn case_matches(c: &EvalCaseView, needle: &str) -> bool {
+    c.id.to_lowercase().contains(needle)
+        || c.messages
+            .iter()
+            .any(|(_, text)| text.to_lowercase().contains(needle))
+        || c.system
+            .as_deref()
+            .is_some_and(|s| s.to_lowercase().contains(needle))
+}
+
+/// One case, folded under its id unless `open`: its messages, tools and checks.
+fn case_item(c: EvalCaseView, open: bool) -> impl IntoView {
+    let messages = c
+        .messages
+        .into_iter()
+        .map(|(role, text)| view! { <div class="msg"><span class="role">{role}</span><pre class="text">{text}</pre></div> })
+        .collect_view();
+    let checks = c
+        .checks
+        .into_iter()
+        .map(
+            |(n, json)| view! { <li><strong>{n}</strong>" "<code class="small">{json}</code></li> },
+        )
+        .collect_view();
+    let tools = (!c.tools.is_empty())
+        .then(|| view! { <p class="small">"Tools: " {c.tools.join(", ")}</p> });
+    let system = c.system.map(|s| view! { <div class="msg"><span class="role">"system"</span><pre class="text">{s}</pre></div> });
+    view! {
+        <details class="case-item" open=open>
+            <summary><span class="mono">{c.id}</span></summary>
+            {system}
+            {messages}
+            {tools}
+            <ul class="checks">{checks}</ul>
+        </details>
+    }
 }
 
 /// What the import form was filled with.

@@ -24,7 +24,12 @@ pub struct CompareFilter {
     pub category: String,
     /// Case ids containing this text (empty: all).
     pub search: String,
+    /// Which page of the cases kept, from 1 ([`CASE_ROWS_PER_PAGE`] a page).
+    pub page: usize,
 }
+
+/// Case rows a page of the comparison shows.
+pub const CASE_ROWS_PER_PAGE: usize = 200;
 
 impl CompareFilter {
     fn keeps(&self, row: &CaseRow) -> bool {
@@ -224,15 +229,28 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 }
             })
             .collect_view();
-        let shown: Vec<CaseRow> = cmp
-            .cases
-            .iter()
-            .filter(|r| filter.keeps(r))
-            .cloned()
-            .collect();
+        let kept: Vec<&CaseRow> = cmp.cases.iter().filter(|r| filter.keeps(r)).collect();
         let times = case_times(&candidates, &cmp.cases);
         let total = cmp.cases.len();
-        let count = format!("{} of {total} cases", shown.len());
+        let pages = kept.len().div_ceil(CASE_ROWS_PER_PAGE).max(1);
+        let page = filter.page.clamp(1, pages);
+        let first = (page - 1) * CASE_ROWS_PER_PAGE;
+        let count = if pages == 1 {
+            format!("{} of {total} cases", kept.len())
+        } else {
+            format!(
+                "{} of {total} cases; {}–{} shown",
+                kept.len(),
+                first + 1,
+                (first + CASE_ROWS_PER_PAGE).min(kept.len())
+            )
+        };
+        let shown: Vec<CaseRow> = kept
+            .into_iter()
+            .skip(first)
+            .take(CASE_ROWS_PER_PAGE)
+            .cloned()
+            .collect();
         let study = cmp.study.clone();
         // A case's page shows the answers of the comparison's own version and generation.
         let which = format!("?version={}&generation={}", cmp.version, cmp.generation);
@@ -254,7 +272,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                         let mut detail = format!(
                             "{} · {}",
                             row.latencies_s[i].map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s")),
-                            row.tokens[i].map_or_else(|| "–".to_owned(), |t| format!("{t} tokens"))
+                            row.tokens[i].map_or_else(|| "–".to_owned(), |t| format!("{t} token{}", if t == 1 { "" } else { "s" }))
                         );
                         if let Some(gap) = row.gaps.get(i).copied().flatten().filter(|&g| g < NEAR_TIE) {
                             detail.push_str(&format!(" · near-tie (gap {gap:.3})"));
@@ -270,6 +288,26 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             candidates.join(",")
         } else {
             filter.candidates.clone()
+        };
+        let page_href = |p: usize| {
+            format!(
+                "/studies/{}/compare?version={}&candidates={}&mode={}&category={}&q={}&page={p}#case-count",
+                encode(&cmp.study),
+                cmp.version,
+                encode(&joined),
+                encode(&filter.mode),
+                encode(&filter.category),
+                encode(&filter.search)
+            )
+        };
+        let pager = || {
+            (pages > 1).then(|| {
+            let previous = (page > 1)
+                .then(|| view! { <a href=page_href(page - 1) rel="prev">"← Previous"</a>" " });
+            let next = (page < pages)
+                .then(|| view! { " "<a href=page_href(page + 1) rel="next">"Next →"</a> });
+            view! { <p class="small pager">{previous}{format!("Page {page} of {pages}")}{next}</p> }
+        })
         };
         let mode_links = ["disagreements", "failures", "all"]
             .into_iter()
@@ -421,6 +459,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                     <button type="submit">"Filter"</button>
                 </form>
                 <p class="muted small" id="case-count">{count}</p>
+                {pager()}
                 <p class="muted small" id="case-times">{times}</p>
                 <div class="scroll">
                     <table class="cases">
@@ -428,6 +467,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                         <tbody>{case_rows}</tbody>
                     </table>
                 </div>
+                {pager()}
             </section>
         }
     })

@@ -24,8 +24,8 @@ mod workloads;
 
 pub use case::case_page;
 pub use catalog::{
-    ImportForm, RegisterForm, candidate_page, candidates_page, evalset_page, evalsets_page,
-    import_page,
+    CASES_PER_PAGE, CaseFilter, ImportForm, RegisterForm, candidate_page, candidates_page,
+    evalset_page, evalsets_page, import_page,
 };
 pub use compare::{CompareFilter, compare_page};
 pub use home::{HomeData, home_page};

@@ -1087,6 +1087,193 @@ pub(crate) fn multipart(fields: &[(&str, &str)]) -> (String, Vec<u8>) {
     (format!("multipart/form-data; boundary={boundary}"), body)
 }
 
+/// An eval set of `counts` cases per category: ids `CATEGORY-N`, inputs naming their number.
+fn eval_set_yaml(name: &str, counts: &[(&str, usize)]) -> String {
+    let mut yaml = format!("format: shortlist.evalset.v1\nname: {name}\ncases:\n");
+    for (category, n) in counts {
+        for i in 0..*n {
+            yaml.push_str(&format!(
+                "  - id: {category}-{i}\n    category: {category}\n    input: Question number {i} of {category}?\n    checks: [{{type: contains, value: \"{i}\"}}]\n"
+            ));
+        }
+    }
+    yaml
+}
+
+#[test]
+fn a_large_eval_set_is_shown_a_few_cases_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, &["--workers", "0", "--schedule-every", "0"], &[]);
+    let a = server.addr.as_str();
+    let db = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
+    let store = |yaml: &str| {
+        std::fs::write(d.join("set.yaml"), yaml).unwrap();
+        let out = shortlist()
+            .env("DATABASE_URL", &db)
+            .args(["eval", "store", "set.yaml"])
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    let items = |path: &str| {
+        let page = http(a, "GET", path, &[], b"");
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        let ids: Vec<String> = page
+            .body
+            .split("class=\"case-item\"")
+            .skip(1)
+            .filter_map(|item| {
+                let id = item.split("<span class=\"mono\">").nth(1)?;
+                Some(id.split('<').next()?.to_owned())
+            })
+            .collect();
+        (ids, page.body)
+    };
+    // A small set is shown whole, as before.
+    store(&eval_set_yaml("small", &[("ordinary", 30), ("refusal", 3)]));
+    let (ids, _) = items("/evalsets/small");
+    assert_eq!(ids.len(), 33);
+    // A large one: twenty cases of each category, and each category's list a link away.
+    store(&eval_set_yaml(
+        "large",
+        &[("ordinary", 250), ("refusal", 30), ("high-value", 5)],
+    ));
+    let (ids, body) = items("/evalsets/large");
+    assert_eq!(ids.len(), 20 + 20 + 5, "{ids:?}");
+    assert_eq!(ids[0], "ordinary-0");
+    assert!(body.contains("href=\"/evalsets/large?version=1&amp;category=ordinary#cases\""));
+    assert!(body.contains("href=\"/evalsets/large?version=1&amp;category=refusal#cases\""));
+    assert!(
+        !body.contains("category=high-value#cases"),
+        "five cases are all shown"
+    );
+    // One category, a hundred cases a page; a page past the last shows the last.
+    let (ids, body) = items("/evalsets/large?version=1&category=ordinary");
+    assert_eq!(ids.len(), 100);
+    assert!(body.contains("page=2#cases"), "a link to the next page");
+    let (ids, _) = items("/evalsets/large?category=ordinary&page=3");
+    assert_eq!(ids.len(), 50);
+    assert_eq!(
+        (ids[0].as_str(), ids[49].as_str()),
+        ("ordinary-200", "ordinary-249")
+    );
+    let (last, _) = items("/evalsets/large?category=ordinary&page=99");
+    assert_eq!(last, ids);
+    // Found by id or text, in one category or any, ignoring case.
+    let (ids, _) = items("/evalsets/large?q=NUMBER%204%20OF");
+    assert_eq!(ids, ["ordinary-4", "refusal-4", "high-value-4"]);
+    let (ids, _) = items("/evalsets/large?q=-2&category=refusal");
+    let expected: Vec<String> = [2, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29]
+        .iter()
+        .map(|i| format!("refusal-{i}"))
+        .collect();
+    assert_eq!(ids, expected);
+    let (ids, _) = items("/evalsets/large?q=nowhere");
+    assert!(ids.is_empty());
+    // A page number that is not one is refused as bad input.
+    assert_eq!(
+        http(a, "GET", "/evalsets/large?page=x", &[], b"").status,
+        400
+    );
+    // The API still gives every case.
+    let set = http(a, "GET", "/api/evalsets/large", &[], b"").json();
+    assert_eq!(set["cases"].as_array().unwrap().len(), 285);
+}
+
+#[test]
+fn a_comparison_of_many_cases_is_shown_a_page_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    // Two endpoints that disagree on every case: one answers "Paris", the other not.
+    std::fs::write(
+        d.join("paris.jsonl"),
+        "{\"match\": \"capital\", \"content\": \"Paris.\"}\n",
+    )
+    .unwrap();
+    let paris = Mock::start(&["--answers", d.join("paris.jsonl").to_str().unwrap()]);
+    let other = Mock::start(&[]);
+    let mut yaml = "format: shortlist.evalset.v1\nname: many\ncases:\n".to_owned();
+    for i in 0..450 {
+        yaml.push_str(&format!(
+            "  - id: capital-{i:03}\n    category: ordinary\n    input: What is the capital of France? (ticket {i})\n    checks: [{{type: contains, value: Paris}}]\n"
+        ));
+    }
+    std::fs::write(d.join("many.yaml"), &yaml).unwrap();
+    let set = shortlist_evals::EvalSet::from_yaml("many.yaml", &yaml).unwrap();
+    let study = std::fs::read_to_string(data("study/mini.study.toml"))
+        .unwrap()
+        .replace("name = \"mini\"", "name = \"many\"")
+        .replace("@EVALSET@", "many.yaml")
+        .replace("@SHA256@", set.sha256())
+        .replace("@SOURCE@", &format!("{}#mock", paris.url))
+        .replace("rate_rps = 0.5", "rate_rps = 8.0")
+        .replace("peak_rps = 0.5", "peak_rps = 8.0")
+        .replace("sweep_rps = [1.0, 2.0]", "sweep_rps = [16.0]")
+        .replacen(
+            "[[disqualifier]]",
+            &format!(
+                "[[candidate]]\nname = \"other\"\nsource = \"{}#mock\"\nprice_per_device_hour = 0.05\n\n[[disqualifier]]",
+                other.url
+            ),
+            1,
+        );
+    std::fs::write(d.join("many.study.toml"), study).unwrap();
+    let db = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
+    for args in [
+        &["study", "create", "many.study.toml"][..],
+        &["study", "lock", "many"],
+        &["study", "run", "many", "--stale-after", "0"],
+    ] {
+        let out = shortlist()
+            .env("DATABASE_URL", &db)
+            .args(args)
+            .current_dir(d)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    }
+    let server = Server::start(d, &["--workers", "0", "--schedule-every", "0"], &[]);
+    let a = server.addr.as_str();
+    let rows = |query: &str| {
+        let path = format!("/studies/many/compare?version=1&candidates=smol,other{query}");
+        let page = http(a, "GET", &path, &[], b"");
+        assert_eq!(page.status, 200, "{path}: {}", page.body);
+        let ids: Vec<String> = page
+            .body
+            .split("<a href=\"/studies/many/cases/")
+            .skip(1)
+            .filter_map(|row| Some(row.split('?').next()?.to_owned()))
+            .collect();
+        (ids, page.body)
+    };
+    // 450 disagreements, 200 a page; a page past the last shows the last.
+    let (first, body) = rows("");
+    assert_eq!(first.len(), 200);
+    assert_eq!(
+        (first[0].as_str(), first[199].as_str()),
+        ("capital-000", "capital-199")
+    );
+    assert!(
+        body.contains("mode=&amp;category=&amp;q=&amp;page=2#case-count"),
+        "a link to page 2"
+    );
+    let (third, body) = rows("&page=3");
+    assert_eq!(third.len(), 50);
+    assert_eq!(third[0], "capital-400");
+    assert!(body.contains("page=2#case-count") && !body.contains("page=4#case-count"));
+    assert_eq!(rows("&page=9").0, third);
+    // The filters choose the rows before the pages do.
+    let (found, _) = rows("&mode=all&q=capital-3");
+    assert_eq!(found.len(), 100, "capital-300 to capital-399");
+    assert_eq!(rows("&mode=failures&page=2").0.len(), 200);
+    assert_eq!(
+        http(a, "GET", "/studies/many/compare?page=-1", &[], b"").status,
+        400
+    );
+}
+
 #[test]
 fn eval_sets_and_candidates_are_kept_and_shown() {
     let dir = tempfile::tempdir().unwrap();

@@ -25,13 +25,34 @@ pub(crate) async fn evalsets(State(st): State<AppState>) -> Result<Response, Pag
     Ok(html(StatusCode::OK, shortlist_app::evalsets_page(sets)))
 }
 
+/// `/evalsets/{name}[?version=N][&category=C][&q=TEXT][&page=P]`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct EvalSetQuery {
+    #[serde(default)]
+    version: Option<u32>,
+    #[serde(default)]
+    category: Option<String>,
+    #[serde(default)]
+    q: Option<String>,
+    #[serde(default)]
+    page: Option<usize>,
+}
+
 pub(crate) async fn evalset(
     State(st): State<AppState>,
     Path(name): Path<String>,
-    Query(q): Query<VersionQuery>,
+    Query(q): Query<EvalSetQuery>,
 ) -> Result<Response, PageError> {
     let view = st.service.eval_set(&name, q.version).await?;
-    Ok(html(StatusCode::OK, shortlist_app::evalset_page(view)))
+    let filter = shortlist_app::CaseFilter {
+        category: q.category,
+        q: q.q,
+        page: q.page.unwrap_or(1),
+    };
+    Ok(html(
+        StatusCode::OK,
+        shortlist_app::evalset_page(view, filter),
+    ))
 }
 
 #[derive(Debug, Deserialize)]

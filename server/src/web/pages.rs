@@ -356,6 +356,9 @@ pub(crate) struct CompareQuery {
     category: Option<String>,
     #[serde(default)]
     q: Option<String>,
+    /// Which page of the cases (from 1).
+    #[serde(default)]
+    page: Option<usize>,
 }
 
 pub(crate) async fn compare(
@@ -384,6 +387,7 @@ pub(crate) async fn compare(
                 mode: q.mode.unwrap_or_default(),
                 category: q.category.unwrap_or_default(),
                 search: q.q.unwrap_or_default(),
+                page: q.page.unwrap_or(1),
             },
         ),
     ))
