@@ -55,7 +55,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use sqlx::any::{AnyPoolOptions, install_default_drivers};
 use sqlx::migrate::{Migration, MigrationType, Migrator};
-use sqlx::{Any, AnyPool, Executor, SqlStr, Transaction};
+use sqlx::{Any, AnyPool, Connection, Executor, SqlStr, Transaction};
 
 pub use error::StoreError;
 
@@ -329,6 +329,22 @@ impl Store {
         // connection, kept for the life of the pool, is the only way to see one database.
         let memory =
             backend == Backend::Sqlite && (url.contains(":memory:") || url.contains("mode=memory"));
+        let connect_error = |source| StoreError::Connect {
+            url: error::redact(url),
+            source,
+        };
+        if !memory {
+            // One connection first, outside the pool: a database that cannot be opened (a
+            // damaged SQLite file, a refused password) says why at once, where the pool would
+            // retry it until its timeout and then say only that it timed out.
+            let mut probe = sqlx::AnyConnection::connect(url)
+                .await
+                .map_err(connect_error)?;
+            if backend == Backend::Sqlite {
+                probe.execute(SQLITE_PRAGMAS).await.map_err(connect_error)?;
+            }
+            probe.close().await.map_err(connect_error)?;
+        }
         let options = if memory {
             AnyPoolOptions::new()
                 .max_connections(1)
@@ -349,10 +365,7 @@ impl Store {
             })
             .connect(url)
             .await
-            .map_err(|source| StoreError::Connect {
-                url: error::redact(url),
-                source,
-            })?;
+            .map_err(connect_error)?;
         migrator(backend)
             .run(&pool)
             .await

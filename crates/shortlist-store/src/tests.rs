@@ -913,6 +913,21 @@ async fn sqlite_connections_get_wal_and_busy_timeout() {
 }
 
 #[tokio::test]
+async fn a_file_that_is_not_a_database_is_refused_with_the_reason() {
+    // The pool alone retried the connection until its timeout and then said only that it had
+    // timed out; the first connection, made apart, says what is wrong with the file.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.db");
+    std::fs::write(&path, vec![0x5a_u8; 64 * 1024]).unwrap();
+    let url = format!("sqlite://{}", path.display());
+    let e = Store::connect(&url).await.expect_err("refused");
+    assert!(matches!(e, StoreError::Connect { .. }), "{e:?}");
+    let why = e.to_string();
+    assert!(why.contains("not a database"), "{why}");
+    assert!(!why.contains("timed out"), "{why}");
+}
+
+#[tokio::test]
 async fn in_memory_sqlite_is_one_database() {
     let store = Store::connect("sqlite::memory:").await.unwrap();
     let id = store
