@@ -163,10 +163,28 @@ pub(crate) fn main() -> ExitCode {
         Ok(Outcome::CheckFailed) => ExitCode::from(1),
         Err(err) => {
             let class = class_of(&err);
-            eprintln!("error: {err:#}");
+            eprintln!("error: {}", message_of(&err));
             ExitCode::from(class.exit_code())
         }
     }
+}
+
+/// An error and its causes on one line, each cause after a colon — but a cause whose text the
+/// line already holds is left out: many errors say their cause in their own text and give it as
+/// their source too, and `{:#}` would say it twice or three times.
+fn message_of(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if line.contains(&text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(&text);
+    }
+    line
 }
 
 /// The class of an error: that of the first application error in its chain, else bad input.
@@ -263,4 +281,47 @@ fn init_tracing(default: &str) {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr)
         .try_init();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::message_of;
+
+    #[derive(Debug)]
+    struct Inner;
+    impl std::fmt::Display for Inner {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("(code: 26) file is not a database")
+        }
+    }
+    impl std::error::Error for Inner {}
+
+    /// Says its cause in its own text and gives it as its source too, as sqlx's errors do.
+    #[derive(Debug)]
+    struct Outer(Inner);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "error returned from database: {}", self.0)
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    #[test]
+    fn a_cause_is_said_once() {
+        let err = anyhow::Error::new(Outer(Inner)).context("opening the database");
+        assert_eq!(
+            message_of(&err),
+            "opening the database: error returned from database: (code: 26) file is not a database"
+        );
+        // A cause the text does not hold yet is still said.
+        let err = anyhow::Error::new(Inner).context("reading x.yaml");
+        assert_eq!(
+            message_of(&err),
+            "reading x.yaml: (code: 26) file is not a database"
+        );
+    }
 }
