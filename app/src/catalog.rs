@@ -10,7 +10,7 @@ use shortlist_runner::service::views::{
     StudyUse,
 };
 
-use crate::layout::{code_spans, document, list_table};
+use crate::layout::{code_spans, document, list_table, pager};
 use crate::{encode, verdict_word};
 
 /// The studies that use something, as links.
@@ -295,15 +295,7 @@ fn case_sections(
         href.push_str(&format!("&page={p}#cases"));
         href
     };
-    let pager = || {
-        (pages > 1).then(|| {
-            let previous =
-                (page > 1).then(|| view! { <a href=link(page - 1) rel="prev">"← Previous"</a>" " });
-            let next =
-                (page < pages).then(|| view! { " "<a href=link(page + 1) rel="next">"Next →"</a> });
-            view! { <p class="small pager">{previous}{format!("Page {page} of {pages}")}{next}</p> }
-        })
-    };
+    let page_links = || pager(page, pages, &link);
     let items = matching
         .into_iter()
         .skip((page - 1) * CASES_PER_PAGE)
@@ -317,10 +309,10 @@ fn case_sections(
         <section class="card">
             <h2>{what}</h2>
             <p class="small"><a href=back>"Every category"</a></p>
-            {pager()}
+            {page_links()}
             {empty}
             {items}
-            {pager()}
+            {page_links()}
         </section>
     }
     .into_any()

@@ -300,15 +300,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                 encode(&filter.search)
             )
         };
-        let pager = || {
-            (pages > 1).then(|| {
-            let previous = (page > 1)
-                .then(|| view! { <a href=page_href(page - 1) rel="prev">"← Previous"</a>" " });
-            let next = (page < pages)
-                .then(|| view! { " "<a href=page_href(page + 1) rel="next">"Next →"</a> });
-            view! { <p class="small pager">{previous}{format!("Page {page} of {pages}")}{next}</p> }
-        })
-        };
+        let page_links = || crate::layout::pager(page, pages, &page_href);
         let mode_links = ["disagreements", "failures", "all"]
             .into_iter()
             .map(|m| {
@@ -459,7 +451,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                     <button type="submit">"Filter"</button>
                 </form>
                 <p class="muted small" id="case-count">{count}</p>
-                {pager()}
+                {page_links()}
                 <p class="muted small" id="case-times">{times}</p>
                 <div class="scroll">
                     <table class="cases">
@@ -467,7 +459,7 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                         <tbody>{case_rows}</tbody>
                     </table>
                 </div>
-                {pager()}
+                {page_links()}
             </section>
         }
     })

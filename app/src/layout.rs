@@ -121,3 +121,19 @@ pub fn card_table(
         </div>
     }
 }
+
+/// Links to the pages before and after page `page` of `pages` (from 1), `href` giving a page's
+/// address; nothing when there is one page.
+pub fn pager(
+    page: usize,
+    pages: usize,
+    href: &dyn Fn(usize) -> String,
+) -> Option<impl IntoView + use<>> {
+    let previous = (page > 1).then(|| href(page - 1));
+    let next = (page < pages).then(|| href(page + 1));
+    (pages > 1).then(move || {
+        let previous = previous.map(|h| view! { <a href=h rel="prev">"← Previous"</a>" " });
+        let next = next.map(|h| view! { " "<a href=h rel="next">"Next →"</a> });
+        view! { <p class="small pager">{previous}{format!("Page {page} of {pages}")}{next}</p> }
+    })
+}
