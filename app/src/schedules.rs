@@ -184,11 +184,12 @@ fn nights(timeline: &[HistoryPoint]) -> Vec<(String, u32, u32)> {
 type Pick = fn(&HistoryPoint) -> Option<(f64, Option<(f64, f64)>)>;
 
 /// The history charts: pass rate, attainment at the target rate, TTFT p99 and goodput, each
-/// night with its 95 % interval, regression nights shaded and machine-only nights marked.
+/// night with its 95 % interval, regression nights shaded and machine-only nights marked; `runs`
+/// are the timeline's [`nights`].
 fn history_charts(
     timeline: &[HistoryPoint],
+    runs: &[(String, u32, u32)],
 ) -> Vec<(&'static str, String, Result<String, String>)> {
-    let runs = nights(timeline);
     let index = |p: &HistoryPoint| {
         runs.iter()
             .position(|(_, v, g)| *v == p.version && *g == p.generation)
@@ -355,7 +356,7 @@ pub fn schedule_page(
         let more_nights = more(&base, "nights", shown, runs.len(), "nights");
         let more_fingerprints = more(&base, "fingerprints", shown, runs.len(), "nights");
         let more_instants = more(&base, "due", shown, history.len(), "due instants");
-        let charts = history_charts(&timeline)
+        let charts = history_charts(&timeline, &runs)
             .into_iter()
             .map(|(id, label, chart)| match chart {
                 Ok(svg) => view! {

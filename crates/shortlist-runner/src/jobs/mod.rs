@@ -355,14 +355,29 @@ pub(crate) async fn stored_set(
     store: &Store,
     locked: &LockedStudy,
 ) -> Result<EvalSet, ServiceError> {
+    let (what, yaml) = pinned_yaml(store, locked).await?;
+    EvalSet::from_yaml(&locked.study.file().evalset.path, &yaml).map_err(|e| {
+        ServiceError::Corrupt {
+            what,
+            why: e.to_string(),
+        }
+    })
+}
+
+/// The stored text of the eval set version a locked study pins, with what to call it in an
+/// error (`the stored eval set SHA256`).
+pub(crate) async fn pinned_yaml(
+    store: &Store,
+    locked: &LockedStudy,
+) -> Result<(String, String), ServiceError> {
     let pinned = &locked.study.file().evalset;
     let hash = ContentHash::parse(&pinned.sha256)
         .ok_or_else(|| ServiceError::invalid("evalset.sha256", "not a SHA-256"))?;
     let stored = store.eval_set_by_hash(&hash).await?;
-    EvalSet::from_yaml(&pinned.path, &stored.yaml).map_err(|e| ServiceError::Corrupt {
-        what: format!("the stored eval set {}", pinned.sha256),
-        why: e.to_string(),
-    })
+    Ok((
+        format!("the stored eval set {}", pinned.sha256),
+        stored.yaml,
+    ))
 }
 
 /// Run the body of the job in `ctx`.

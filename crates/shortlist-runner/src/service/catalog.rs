@@ -158,12 +158,8 @@ impl StudyService {
         &self,
         locked: &shortlist_study::study::LockedStudy,
     ) -> Result<Arc<EvalSet>, ServiceError> {
-        let pinned = &locked.study.file().evalset;
-        let hash = ContentHash::parse(&pinned.sha256)
-            .ok_or_else(|| ServiceError::invalid("evalset.sha256", "not a SHA-256"))?;
-        let stored = self.store.eval_set_by_hash(&hash).await?;
-        let what = format!("the stored eval set {}", pinned.sha256);
-        self.eval_sets.read(&what, &stored.yaml)
+        let (what, yaml) = crate::jobs::pinned_yaml(&self.store, locked).await?;
+        self.eval_sets.read(&what, &yaml)
     }
 
     /// Every study version with its file, read once for a page that asks which studies use what.
