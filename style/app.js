@@ -1,13 +1,30 @@
 // Live progress on a study's page: server-sent events of the stored progress events update the
 // job rows in place. Without this script the page still works: it offers a refresh link. Also:
-// forms that destroy something ask for confirmation first, and a new schedule's time zone is
-// the browser's.
+// forms that destroy something ask for confirmation first, a file too large to upload is
+// refused before it is sent, and a new schedule's time zone is the browser's.
 "use strict";
 (function () {
   // A form that destroys something asks first (data-confirm holds the question).
   document.querySelectorAll("form[data-confirm]").forEach(function (form) {
     form.addEventListener("submit", function (event) {
       if (!window.confirm(form.dataset.confirm)) event.preventDefault();
+    });
+  });
+  // A file past the server's limit is refused here, before minutes of uploading end in a 413.
+  document.querySelectorAll("input[type=file][data-max-bytes]").forEach(function (input) {
+    input.addEventListener("change", function () {
+      const max = Number(input.dataset.maxBytes);
+      const file = input.files && input.files[0];
+      // As the server writes sizes: 16 MiB, 1.6 MiB, 400000 bytes.
+      const mib = function (n) {
+        if (n % 1048576 === 0) return n / 1048576 + " MiB";
+        return n >= 1048576 ? (n / 1048576).toFixed(1) + " MiB" : n + " bytes";
+      };
+      input.setCustomValidity(file && max > 0 && file.size > max
+        ? file.name + " is " + mib(file.size) + ", more than the " + mib(max) +
+          " this workbench takes here; " + (input.dataset.larger || "")
+        : "");
+      input.reportValidity();
     });
   });
   // A new schedule's time zone defaults to the browser's.

@@ -392,6 +392,7 @@ pub fn import_page(
     form: ImportForm,
     preview: Option<ImportPreview>,
     error: Option<String>,
+    max_bytes: usize,
 ) -> String {
     document("Import an eval set", move || {
         let editing = form.editing.clone();
@@ -465,14 +466,15 @@ pub fn import_page(
                         </p>
                     }
                 })}
-                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                {error.map(|e| view! { <p class="error-box" role="alert">{crate::layout::code_spans(&e)}</p> })}
                 <form method="post" action="/evalsets/import" enctype="multipart/form-data" class="stack">
                     <label for="format">"Format"</label>
                     <select id="format" name="format">{options}</select>
                     <label for="name">"Name of the eval set"</label>
                     <input id="name" name="name" value=form.name.clone() placeholder="support-v2" autocomplete="off"/>
                     <label for="file">"File"</label>
-                    <input id="file" type="file" name="file"/>
+                    <input id="file" type="file" name="file" data-max-bytes=max_bytes.to_string() data-larger="the command line stores an eval set of any size: shortlist eval store FILE" aria-describedby="file-limit"/>
+                    <span class="hint" id="file-limit">{format!("At most {} here; the command line stores an eval set of any size: ", crate::layout::size(max_bytes))} <code>"shortlist eval store FILE"</code></span>
                     <label for="text">"…or its text"</label>
                     <textarea id="text" name="text" rows="10" spellcheck="false">{form.text.clone()}</textarea>
                     <label for="answers">"BFCL possible answers (optional file)"</label>
@@ -538,7 +540,7 @@ pub fn candidates_page(
                     </p>
                 })}
                 <p class="small">"A GGUF file (" <code>"gguf:PATH"</code> "), a model folder holding one (" <code>"folder:PATH"</code> "), or an OpenAI-compatible endpoint (" <code>"http://host:port#MODEL"</code> "). A GGUF file is read for what it says about itself. Paths are on the server."</p>
-                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                {error.map(|e| view! { <p class="error-box" role="alert">{crate::layout::code_spans(&e)}</p> })}
                 <form method="post" action="/candidates" class="stack">
                     <label for="cname">"Name"</label>
                     <input id="cname" name="name" value=form.name.clone() autocomplete="off"/>

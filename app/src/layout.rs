@@ -57,6 +57,18 @@ pub fn code_spans(text: &str) -> impl IntoView + use<> {
         .collect_view()
 }
 
+/// A size as people read it: `16 MiB`, `1.5 MiB (1572864 bytes)`, `4000 bytes`.
+pub fn size(bytes: usize) -> String {
+    const MIB: usize = 1 << 20;
+    if bytes >= MIB && bytes.is_multiple_of(MIB) {
+        format!("{} MiB", bytes / MIB)
+    } else if bytes >= MIB {
+        format!("{:.1} MiB ({bytes} bytes)", bytes as f64 / MIB as f64)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
 /// A page for an error: its status, a title and what happened, in words.
 pub fn error_page(status: u16, title: &str, message: &str) -> String {
     let (title, message) = (title.to_owned(), message.to_owned());
@@ -64,7 +76,7 @@ pub fn error_page(status: u16, title: &str, message: &str) -> String {
         view! {
             <section class="card error">
                 <h1>{format!("{status} · {title}")}</h1>
-                <p>{message}</p>
+                <p>{code_spans(&message)}</p>
                 <p><a href="/">"Back to the studies"</a></p>
             </section>
         }

@@ -96,7 +96,7 @@ fn add_form(studies: Vec<String>, form: ScheduleForm, error: Option<String>) -> 
     view! {
         <section class="card" id="add">
             <h2>"Add a schedule"</h2>
-            {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+            {error.map(|e| view! { <p class="error-box" role="alert">{crate::layout::code_spans(&e)}</p> })}
             {no_study.then(|| view! {
                 <p class="muted">"No study is locked yet: a schedule runs a locked study again, so lock one first (its page has the button)."</p>
             })}
@@ -715,7 +715,7 @@ fn webhook_rows(schedule: &str, hooks: Vec<WebhookView>, add: WebhookAdd) -> Any
             <code>"X-Shortlist-Signature: sha256=HMAC-SHA256(secret, body)"</code>
             ", which the receiver checks with the same secret. http:// only: put a relay in front of an https receiver."
         </p>
-        {add.error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+        {add.error.map(|e| view! { <p class="error-box" role="alert">{crate::layout::code_spans(&e)}</p> })}
         <form method="post" action=base class="stack narrow">
             <label for="wurl">"URL"</label>
             <input id="wurl" name="url" type="text" required placeholder="http://receiver.internal:9000/shortlist" value=add.url spellcheck="false"/>

@@ -96,7 +96,7 @@ pub fn new_study_page(
         view! {
             {intro}
             <section class="card">
-                {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+                {error.map(|e| view! { <p class="error-box" role="alert">{crate::layout::code_spans(&e)}</p> })}
                 <form method="post" action="/studies" enctype="multipart/form-data" class="stack">
                     {from.map(|(name, version)| view! {
                         <input type="hidden" name="from" value=name/>

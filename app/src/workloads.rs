@@ -122,12 +122,14 @@ fn facts_view(f: &TraceFacts) -> impl IntoView + use<> {
     }
 }
 
-/// `/workloads`: every stored trace version, and the upload form with its preview.
+/// `/workloads`: every stored trace version, and the upload form with its preview;
+/// `max_bytes`: the largest upload the server takes there.
 pub fn workloads_page(
     traces: Vec<TraceSummary>,
     form: TraceForm,
     preview: Option<TracePreview>,
     error: Option<String>,
+    max_bytes: usize,
 ) -> String {
     document("Workloads", move || {
         let empty = traces.is_empty();
@@ -201,7 +203,7 @@ pub fn workloads_page(
         view! {
             <h1>"Workloads"</h1>
             <p class="question">"A study replays one workload against every candidate: a practice shape synthesized from a seed (chosen in the new-study form), or your product's own traffic as a recorded trace, kept here. A study pins a trace by the SHA-256 of its bytes."</p>
-            {error.map(|e| view! { <p class="error-box" role="alert">{e}</p> })}
+            {error.map(|e| view! { <p class="error-box" role="alert">{crate::layout::code_spans(&e)}</p> })}
             {preview_view}
             {empty.then(|| view! { <section class="card"><p class="muted">"No trace is stored yet. Upload one below; a study whose file names a trace stores it too."</p></section> })}
             {stored}
@@ -214,7 +216,8 @@ pub fn workloads_page(
                     <label for="name">"Name (blank: the name in the trace's header)"</label>
                     <input id="name" name="name" value=form.name.clone() placeholder="support-traffic" autocomplete="off"/>
                     <label for="file">"File"</label>
-                    <input id="file" type="file" name="file"/>
+                    <input id="file" type="file" name="file" data-max-bytes=max_bytes.to_string() data-larger="the command line stores a trace of any size: shortlist trace store FILE" aria-describedby="file-limit"/>
+                    <span class="hint" id="file-limit">{format!("At most {} here; the command line stores a trace of any size: ", crate::layout::size(max_bytes))} <code>"shortlist trace store FILE"</code></span>
                     <label for="text">"…or its text"</label>
                     <textarea id="text" name="text" rows="8" spellcheck="false">{form.text.clone()}</textarea>
                     {form.not_kept.map(|n| view! {

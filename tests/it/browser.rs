@@ -833,3 +833,87 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         "exactly one page"
     );
 }
+
+/// A trace past the upload limit: the page's script refuses the file before a byte is sent, and
+/// a browser that sends it anyway (no script) gets the workbench's page naming the limit, not a
+/// broken connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_past_the_limit_is_refused_before_it_is_sent_and_after() {
+    let Some(driver) = driver() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(
+        d,
+        &[
+            "--workers",
+            "0",
+            "--schedule-every",
+            "0",
+            "--max-trace-bytes",
+            "400000",
+        ],
+        &[],
+    );
+    let base = format!("http://{}", server.addr);
+    let (day, week) = (d.join("day.trace.jsonl"), d.join("week.trace.jsonl"));
+    std::fs::write(&day, crate::workloads::trace_of(2_000)).unwrap();
+    std::fs::write(&week, crate::workloads::trace_of(200_000)).unwrap();
+    let profile = tempfile::tempdir().unwrap();
+    let c = browser(&driver, profile.path()).await;
+    c.goto(&format!("{base}/workloads")).await.unwrap();
+    let validity = "return document.getElementById('file').validationMessage;";
+
+    // Chosen, the large file is refused at once; Preview sends nothing.
+    let input = c.find(Locator::Id("file")).await.unwrap();
+    input.send_keys(week.to_str().unwrap()).await.unwrap();
+    let message = c.execute(validity, vec![]).await.unwrap();
+    let message = message.as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("week.trace.jsonl is 16.4 MiB, more than the 400000 bytes")
+            && message.contains("shortlist trace store FILE"),
+        "{message}"
+    );
+    click(&c, Locator::Css("button[value=preview]")).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = c
+        .execute(
+            "return !!document.querySelector('#preview, .error-box');",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(sent, json!(false), "the large file was sent");
+    shoot(&c, "workloads-file-too-large").await;
+
+    // A file within the limit is sent and previewed.
+    let input = c.find(Locator::Id("file")).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys(day.to_str().unwrap()).await.unwrap();
+    assert_eq!(c.execute(validity, vec![]).await.unwrap(), json!(""));
+    click(&c, Locator::Css("button[value=preview]")).await;
+    c.wait().for_element(Locator::Id("preview")).await.unwrap();
+
+    // Sent without the script's check, the large file gets the server's refusal in the page.
+    let input = c.find(Locator::Id("file")).await.unwrap();
+    input.clear().await.unwrap();
+    input.send_keys(week.to_str().unwrap()).await.unwrap();
+    c.execute(
+        "const i = document.getElementById('file'); i.setCustomValidity(''); i.form.submit();",
+        vec![],
+    )
+    .await
+    .unwrap();
+    c.wait()
+        .for_element(Locator::Css(".error-box"))
+        .await
+        .unwrap();
+    let refusal = text_of(&c, ".error-box").await;
+    assert!(
+        refusal.contains("400000 bytes at most")
+            && refusal.contains("shortlist serve --max-trace-bytes BYTES"),
+        "{refusal}"
+    );
+    assert!(c.find(Locator::Id("preview")).await.is_err());
+    shoot(&c, "workloads-refused-as-too-large").await;
+    c.close().await.unwrap();
+}

@@ -1055,9 +1055,14 @@ fn malformed_queries_and_forms_are_refused_in_the_workbenchs_shape() {
         );
         assert!(reply.body.contains("Bad input"), "{path}: {}", reply.body);
         assert!(
-            ["generations", "version", "nights", "missing field `url`"]
-                .iter()
-                .any(|field| reply.body.contains(&format!("could not be read: {field}"))),
+            [
+                "generations",
+                "version",
+                "nights",
+                "missing field <code>url</code>"
+            ]
+            .iter()
+            .any(|field| reply.body.contains(&format!("could not be read: {field}"))),
             "{path}: {}",
             reply.body
         );
@@ -1574,12 +1579,22 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
     // Each refusal names its field and why; the form comes back with what was sent; nothing
     // is stored.
     for (field, value, status, says) in [
-        ("cron", "0 25 * * 1-5", 400, "hour field `25`"),
+        ("cron", "0 25 * * 1-5", 400, "hour field <code>25</code>"),
         ("tz", "Nowhere/City", 400, "Nowhere/City"),
-        ("candidates", "ghost", 400, "no candidate `ghost`"),
+        (
+            "candidates",
+            "ghost",
+            400,
+            "no candidate <code>ghost</code>",
+        ),
         ("what", "everything", 400, "expected all, quality or load"),
         ("study", "nothing", 404, "nothing"),
-        ("name", "nightly", 400, "a schedule named `nightly` exists"),
+        (
+            "name",
+            "nightly",
+            400,
+            "a schedule named <code>nightly</code> exists",
+        ),
     ] {
         let fields: Vec<(&str, &str)> = weekdays
             .iter()

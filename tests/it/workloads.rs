@@ -416,3 +416,164 @@ fn a_trace_uploaded_in_the_workbench_is_chosen_in_the_form_and_replayed() {
     );
     assert_eq!(perf["target_counts"]["scheduled"], json!(6), "{record}");
 }
+
+/// A trace of ours with `requests` requests, some 90 bytes each.
+pub(crate) fn trace_of(requests: usize) -> String {
+    let mut text = format!(
+        "{{\"format\":\"shortlist.trace.v1\",\"name\":\"day\",\"mode\":\"online\",\"duration_s\":{requests}.0}}\n"
+    );
+    for i in 0..requests {
+        text.push_str(&format!(
+            "{{\"id\":\"r{i}\",\"t\":{i}.25,\"input_tokens\":{},\"output_tokens\":{},\"modality\":\"text\"}}\n",
+            100 + i % 50,
+            10 + i % 7
+        ));
+    }
+    text
+}
+
+#[test]
+fn an_upload_past_its_limit_is_refused_naming_the_limit_and_the_way_round_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &[
+            "--workers",
+            "0",
+            "--schedule-every",
+            "0",
+            "--max-upload-bytes",
+            "100000",
+            "--max-trace-bytes",
+            "400000",
+        ],
+        &[],
+    );
+    let a = server.addr.as_str();
+    let (day, week) = (trace_of(2_000), trace_of(5_000));
+    assert!((100_000..400_000).contains(&day.len()) && week.len() > 400_000);
+    let plain = [("content-type", "text/plain")];
+
+    // A trace over the other bodies' limit but within its own is taken, through the API and
+    // the page's form alike.
+    let preview = http(a, "POST", "/api/workloads", &plain, day.as_bytes());
+    assert_eq!(preview.status, 200, "{}", preview.body);
+    assert_eq!(preview.json()["facts"]["stats"]["requests"], 2_000);
+    let (ct, body) = multipart(&[("format", "shortlist"), ("file", &day), ("action", "store")]);
+    let stored = http(a, "POST", "/workloads", &[("content-type", &ct)], &body);
+    assert_eq!(stored.status, 200, "{}", stored.body);
+    assert_eq!(
+        http(a, "GET", "/api/workloads", &[], b"").json()[0]["versions"][0]["facts"]["stats"]["requests"],
+        2_000
+    );
+
+    // Past it: the API's error document and the page with its form, each naming the limit, the
+    // option that sets it and the command that stores any size; nothing stored.
+    let refused = http(a, "POST", "/api/workloads", &plain, week.as_bytes());
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    let e = refused.json();
+    assert_eq!(
+        (&e["error"]["status"], &e["error"]["class"]),
+        (&json!(413), &json!("too_large"))
+    );
+    let message = e["error"]["message"].as_str().unwrap();
+    for named in ["400000 bytes", "--max-trace-bytes", "shortlist trace store"] {
+        assert!(message.contains(named), "{named}: {message}");
+    }
+    let (ct, body) = multipart(&[
+        ("format", "shortlist"),
+        ("file", &week),
+        ("action", "store"),
+    ]);
+    let page = http(a, "POST", "/workloads", &[("content-type", &ct)], &body);
+    assert_eq!(page.status, 413, "{}", page.body);
+    assert!(
+        page.body.contains(r#"action="/workloads""#),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("--max-trace-bytes BYTES</code>"),
+        "{}",
+        page.body
+    );
+    assert_eq!(
+        http(a, "GET", "/api/workloads", &[], b"").json()[0]["versions"]
+            .as_array()
+            .unwrap()
+            .len(),
+        1
+    );
+    // The form says its limit before anything is sent (the page's script refuses a larger file).
+    let form_page = http(a, "GET", "/workloads", &[], b"").body;
+    assert!(
+        form_page.contains(r#"data-max-bytes="400000""#),
+        "{form_page}"
+    );
+
+    // Any other body is held to `--max-upload-bytes`: an eval set through the API and the
+    // import form, a study, a urlencoded form.
+    let refused = http(
+        a,
+        "POST",
+        "/api/evalsets/import?format=shortlist&name=big",
+        &plain,
+        day.as_bytes(),
+    );
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    let message = refused.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for named in ["100000 bytes", "--max-upload-bytes", "shortlist eval store"] {
+        assert!(message.contains(named), "{named}: {message}");
+    }
+    let (ct, body) = multipart(&[
+        ("format", "shortlist"),
+        ("file", &day),
+        ("action", "preview"),
+    ]);
+    let page = http(
+        a,
+        "POST",
+        "/evalsets/import",
+        &[("content-type", &ct)],
+        &body,
+    );
+    assert_eq!(page.status, 413, "{}", page.body);
+    assert!(
+        page.body.contains(r#"action="/evalsets/import""#),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains("--max-upload-bytes BYTES</code>"),
+        "{}",
+        page.body
+    );
+    let import_form = http(a, "GET", "/evalsets/import", &[], b"").body;
+    assert!(
+        import_form.contains(r#"data-max-bytes="100000""#),
+        "{import_form}"
+    );
+    let refused = http(a, "POST", "/api/studies", &plain, day.as_bytes());
+    assert_eq!(refused.status, 413, "{}", refused.body);
+    assert_eq!(refused.json()["error"]["class"], "too_large");
+    let long = format!("name=nightly&study={}", "x".repeat(120_000));
+    let form_refused = http(
+        a,
+        "POST",
+        "/schedules",
+        &[("content-type", "application/x-www-form-urlencoded")],
+        long.as_bytes(),
+    );
+    assert_eq!(form_refused.status, 413, "{}", form_refused.body);
+    assert!(
+        form_refused
+            .body
+            .contains("--max-upload-bytes BYTES</code>"),
+        "{}",
+        form_refused.body
+    );
+    assert_eq!(http(a, "GET", "/healthz", &[], b"").status, 200);
+}

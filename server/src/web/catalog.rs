@@ -86,12 +86,12 @@ pub(crate) async fn import_form(
     };
     Ok(html(
         StatusCode::OK,
-        shortlist_app::import_page(form, None, None),
+        shortlist_app::import_page(form, None, None, st.limits.upload),
     ))
 }
 
 /// The import form's fields, read from its multipart body (files as UTF-8 text).
-async fn read_import(body: Multipart) -> Result<(ImportForm, bool), String> {
+async fn read_import(body: Multipart) -> Result<(ImportForm, bool), shortlist_http::FieldsError> {
     let mut form = ImportForm::default();
     let (mut file, mut store) = (String::new(), false);
     for (name, text) in shortlist_http::text_fields(body).await? {
@@ -133,22 +133,28 @@ async fn import_of(
 pub(crate) async fn import(State(st): State<AppState>, body: Multipart) -> Response {
     let (form, store) = match read_import(body).await {
         Ok(f) => f,
-        Err(why) => {
+        Err(e) => {
+            let (status, why) = st.limits.unread("/evalsets/import", e);
             return html(
-                StatusCode::BAD_REQUEST,
-                shortlist_app::import_page(ImportForm::default(), None, Some(why)),
+                status,
+                shortlist_app::import_page(
+                    ImportForm::default(),
+                    None,
+                    Some(why),
+                    st.limits.upload,
+                ),
             );
         }
     };
     match import_of(&st, &form, store).await {
         Ok(preview) => html(
             StatusCode::OK,
-            shortlist_app::import_page(form, Some(preview), None),
+            shortlist_app::import_page(form, Some(preview), None, st.limits.upload),
         ),
         // Nothing was stored: the form comes back with the error and what was sent.
         Err(e) => html(
             status_of(&e),
-            shortlist_app::import_page(form, None, Some(e.to_string())),
+            shortlist_app::import_page(form, None, Some(e.to_string()), st.limits.upload),
         ),
     }
 }

@@ -9,7 +9,8 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::html;
+use super::security::too_large;
+use super::{AppState, html};
 
 /// A query string read as `T` (axum's `Query`, refused in the workbench's own shape).
 pub(crate) struct Query<T>(pub T);
@@ -33,13 +34,17 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
     }
 }
 
-impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Form<T> {
+impl<T: DeserializeOwned> FromRequest<AppState> for Form<T> {
     type Rejection = Response;
 
-    async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let api = request.uri().path().starts_with("/api/");
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let path = request.uri().path().to_owned();
+        let api = path.starts_with("/api/");
         match axum::Form::<T>::from_request(request, state).await {
             Ok(axum::Form(value)) => Ok(Form(value)),
+            Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                Err(too_large(api, &state.limits.refusal(&path)))
+            }
             Err(e) => Err(refused(api, e.status(), "the form", &e.body_text())),
         }
     }

@@ -34,8 +34,12 @@ use crate::cli::Outcome;
 const STYLE: &str = include_str!("../../../style/style.css");
 const SCRIPT: &str = include_str!("../../../style/app.js");
 
-/// The default upload limit.
+/// The default limit of a request's body.
 pub const MAX_UPLOAD_BYTES: usize = 16 << 20;
+/// The default limit of an uploaded trace's body: a day of a product's traffic runs to hundreds
+/// of thousands of requests, some 100 bytes each in our format (reading one takes about six
+/// times its size in memory).
+pub const MAX_TRACE_BYTES: usize = 256 << 20;
 
 #[derive(Debug, clap::Args)]
 pub(crate) struct ServeArgs {
@@ -59,9 +63,73 @@ pub(crate) struct ServeArgs {
     stale_after: u64,
     #[command(flatten)]
     notify: crate::cli::schedule::NotifyArgs,
-    /// Largest request body accepted, bytes (larger: 413).
+    /// Largest request body accepted, bytes (larger: 413), but for uploaded traces.
     #[arg(long, default_value_t = MAX_UPLOAD_BYTES)]
     max_upload_bytes: usize,
+    /// Largest uploaded trace (`/workloads`, `/api/workloads`), bytes (larger: 413).
+    #[arg(long, default_value_t = MAX_TRACE_BYTES)]
+    max_trace_bytes: usize,
+}
+
+/// How large a request's body may be: an uploaded trace's, and any other's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyLimits {
+    /// Any body but an uploaded trace's (`--max-upload-bytes`).
+    pub upload: usize,
+    /// An uploaded trace's (`--max-trace-bytes`).
+    pub trace: usize,
+}
+
+impl Default for BodyLimits {
+    fn default() -> Self {
+        Self {
+            upload: MAX_UPLOAD_BYTES,
+            trace: MAX_TRACE_BYTES,
+        }
+    }
+}
+
+impl BodyLimits {
+    /// Whether `path` takes a trace as its body.
+    fn takes_a_trace(path: &str) -> bool {
+        matches!(path, "/workloads" | "/api/workloads")
+    }
+
+    /// Why a body sent to `path` was refused as too large: the limit, the option that sets it,
+    /// and where the command line stores such a file without one.
+    pub(crate) fn refusal(&self, path: &str) -> String {
+        let (limit, option) = if Self::takes_a_trace(path) {
+            (self.trace, "--max-trace-bytes")
+        } else {
+            (self.upload, "--max-upload-bytes")
+        };
+        let instead = if Self::takes_a_trace(path) {
+            "; the command line stores a trace of any size: `shortlist trace store FILE` (`--from azure|mooncake|burstgpt` for a public format)"
+        } else if path.starts_with("/evalsets") || path.starts_with("/api/evalsets") {
+            "; the command line stores an eval set of any size: `shortlist eval store FILE` (`shortlist eval import` converts other tools' formats first)"
+        } else {
+            ""
+        };
+        format!(
+            "the upload is larger than this workbench takes here ({} at most; `shortlist serve {option} BYTES` sets it){instead}",
+            shortlist_app::size(limit)
+        )
+    }
+}
+
+impl BodyLimits {
+    /// A multipart form sent to `path` that could not be read: its status and why.
+    pub(crate) fn unread(
+        &self,
+        path: &str,
+        e: shortlist_http::FieldsError,
+    ) -> (StatusCode, String) {
+        let status = e.status();
+        match e {
+            shortlist_http::FieldsError::TooLarge => (status, self.refusal(path)),
+            shortlist_http::FieldsError::Unreadable(why) => (status, why),
+        }
+    }
 }
 
 /// What every handler shares.
@@ -74,6 +142,8 @@ pub struct AppState {
     /// Counts the progress events any process stored (PostgreSQL's LISTEN/NOTIFY); `None` where
     /// there is no such channel (SQLite): progress streams then poll.
     pub progress: Option<tokio::sync::watch::Receiver<u64>>,
+    /// How large a request's body may be.
+    pub limits: BodyLimits,
 }
 
 /// A task that follows the database's progress announcements, counting them on a watch channel
@@ -111,7 +181,8 @@ pub(crate) async fn progress_announcements(
 }
 
 /// The application as a value.
-pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
+pub fn router(state: AppState) -> Router {
+    let limits = state.limits;
     Router::new()
         .route("/", get(pages::home))
         .route(
@@ -158,7 +229,12 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/schedules", get(schedules::list).post(schedules::add))
         .route("/schedules/{name}", get(schedules::show))
         .route("/workers", get(pages::workers))
-        .route("/workloads", get(workloads::list).post(workloads::upload))
+        .route(
+            "/workloads",
+            get(workloads::list)
+                .post(workloads::upload)
+                .layer(DefaultBodyLimit::max(limits.trace)),
+        )
         .route("/workloads/{name}/trace.jsonl", get(workloads::download))
         .route("/workloads/{name}/remove", post(workloads::remove))
         .route("/schedules/{name}/remove", post(schedules::remove))
@@ -216,7 +292,9 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
         .route("/api/workers", get(api::workers))
         .route(
             "/api/workloads",
-            get(workloads::api::list).post(workloads::api::upload),
+            get(workloads::api::list)
+                .post(workloads::api::upload)
+                .layer(DefaultBodyLimit::max(limits.trace)),
         )
         .route("/api/workloads/{name}", delete(workloads::api::remove))
         .route("/healthz", get(|| async { "ok" }))
@@ -230,7 +308,7 @@ pub fn router(state: AppState, max_upload_bytes: usize) -> Router {
             get(|| async { asset("text/javascript; charset=utf-8", SCRIPT) }),
         )
         .fallback(|| async { pages::not_found("no such page") })
-        .layer(DefaultBodyLimit::max(max_upload_bytes))
+        .layer(DefaultBodyLimit::max(limits.upload))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             security::guard,
@@ -338,6 +416,10 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
             token,
             metrics: Arc::new(security::Metrics::default()),
             progress,
+            limits: BodyLimits {
+                upload: args.max_upload_bytes,
+                trace: args.max_trace_bytes,
+            },
         };
         println!("http://{local}");
         eprintln!(
@@ -350,7 +432,7 @@ pub(crate) fn run(args: ServeArgs, config: &Config) -> anyhow::Result<Outcome> {
         let limits = shortlist_http::Limits::default();
         shortlist_http::serve(
             listener,
-            router(state, args.max_upload_bytes),
+            router(state),
             &limits,
             async {
                 let signal = crate::cli::app::interrupted().await;

@@ -161,7 +161,11 @@ struct SentStudy {
 
 /// The new-study form as sent: pasted (urlencoded) or uploaded (multipart, with the study file
 /// and optionally its eval set); an uploaded file wins over the text box.
-async fn read_new_study(st: &AppState, request: Request) -> Result<SentStudy, String> {
+async fn read_new_study(
+    st: &AppState,
+    request: Request,
+) -> Result<SentStudy, (StatusCode, String)> {
+    let path = request.uri().path().to_owned();
     let multipart = request
         .headers()
         .get(header::CONTENT_TYPE)
@@ -170,19 +174,31 @@ async fn read_new_study(st: &AppState, request: Request) -> Result<SentStudy, St
     if !multipart {
         let axum::Form(form) = axum::Form::<NewStudy>::from_request(request, st)
             .await
-            .map_err(|e| format!("the form could not be read: {e}"))?;
+            .map_err(|e| match e.status() {
+                StatusCode::PAYLOAD_TOO_LARGE => (e.status(), st.limits.refusal(&path)),
+                _ => (
+                    StatusCode::BAD_REQUEST,
+                    format!("the form could not be read: {e}"),
+                ),
+            })?;
         return Ok(SentStudy {
             toml: form.toml,
             evalset: None,
             from: form.from.map(|f| (f, form.from_version)),
         });
     }
-    let body = Multipart::from_request(request, st)
-        .await
-        .map_err(|e| format!("the upload could not be read: {e}"))?;
+    let body = Multipart::from_request(request, st).await.map_err(|e| {
+        (
+            StatusCode::BAD_REQUEST,
+            format!("the upload could not be read: {e}"),
+        )
+    })?;
     let (mut sent, mut file, mut from, mut from_version) =
         (SentStudy::default(), String::new(), None, None);
-    for (name, text) in shortlist_http::text_fields(body).await? {
+    let fields = shortlist_http::text_fields(body)
+        .await
+        .map_err(|e| st.limits.unread(&path, e))?;
+    for (name, text) in fields {
         match name.as_str() {
             "toml" => sent.toml = text,
             "file" => file = text,
@@ -222,9 +238,9 @@ async fn editing(
 pub(crate) async fn create_study(State(st): State<AppState>, request: Request) -> Response {
     let sent = match read_new_study(&st, request).await {
         Ok(sent) => sent,
-        Err(why) => {
+        Err((status, why)) => {
             return html(
-                StatusCode::BAD_REQUEST,
+                status,
                 shortlist_app::new_study_page(String::new(), Some(why), None, Vec::new()),
             );
         }

@@ -107,6 +107,35 @@ fn refuse(status: StatusCode, api: bool, why: &str) -> Response {
     }
 }
 
+/// Whether `response` is axum's own plain-text 413 (a body past the route's limit, refused by
+/// an extractor before the handler ran).
+fn axum_refused_as_too_large(response: &Response) -> bool {
+    response.status() == StatusCode::PAYLOAD_TOO_LARGE
+        && response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/plain"))
+}
+
+/// A body past its limit refused in the workbench's shape (413, `too_large`).
+pub(crate) fn too_large(api: bool, why: &str) -> Response {
+    let status = StatusCode::PAYLOAD_TOO_LARGE;
+    if api {
+        let body = serde_json::json!({"error": {
+            "status": status.as_u16(),
+            "class": "too_large",
+            "message": why,
+        }});
+        (status, axum::Json(body)).into_response()
+    } else {
+        super::html(
+            status,
+            shortlist_app::error_page(status.as_u16(), "Too large", why),
+        )
+    }
+}
+
 /// The middleware.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let started = Instant::now();
@@ -134,7 +163,12 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
             "this workbench needs its access token for writes and the API: log in at /login, or send Authorization: Bearer TOKEN",
         )
     } else {
-        next.run(request).await
+        let response = next.run(request).await;
+        if axum_refused_as_too_large(&response) {
+            too_large(api, &state.limits.refusal(&path))
+        } else {
+            response
+        }
     };
     let mut response = response;
     let h = response.headers_mut();

@@ -6,6 +6,7 @@ use axum::extract::{Multipart, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Redirect, Response};
 use shortlist_app::TraceForm;
+use shortlist_http::FieldsError;
 use shortlist_runner::ServiceError;
 use shortlist_runner::service::traces::{TraceFormat, TracePreview};
 
@@ -27,20 +28,24 @@ async fn page(
     let traces = st.service.list_traces().await?;
     Ok(html(
         status,
-        shortlist_app::workloads_page(traces, form, preview, error),
+        shortlist_app::workloads_page(traces, form, preview, error, st.limits.trace),
     ))
 }
 
-pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, PageError> {
-    let form = TraceForm {
+/// The upload form as it first stands.
+fn upload_form() -> TraceForm {
+    TraceForm {
         format: "shortlist".to_owned(),
         ..TraceForm::default()
-    };
-    page(&st, StatusCode::OK, form, None, None).await
+    }
+}
+
+pub(crate) async fn list(State(st): State<AppState>) -> Result<Response, PageError> {
+    page(&st, StatusCode::OK, upload_form(), None, None).await
 }
 
 /// The upload form's fields, read from its multipart body (files as UTF-8 text).
-async fn read_upload(body: Multipart) -> Result<(TraceForm, bool), String> {
+async fn read_upload(body: Multipart) -> Result<(TraceForm, bool), FieldsError> {
     let mut form = TraceForm::default();
     let (mut file, mut store) = (String::new(), false);
     for (name, text) in shortlist_http::text_fields(body).await? {
@@ -85,15 +90,9 @@ pub(crate) async fn upload(
 ) -> Result<Response, PageError> {
     let (form, store) = match read_upload(body).await {
         Ok(f) => f,
-        Err(why) => {
-            return page(
-                &st,
-                StatusCode::BAD_REQUEST,
-                TraceForm::default(),
-                None,
-                Some(why),
-            )
-            .await;
+        Err(e) => {
+            let (status, why) = st.limits.unread("/workloads", e);
+            return page(&st, status, upload_form(), None, Some(why)).await;
         }
     };
     match upload_of(&st, &form, store).await {
@@ -177,12 +176,12 @@ pub(crate) mod api {
         Query(q): Query<UploadQuery>,
         body: Bytes,
     ) -> ApiResult {
-        let text = String::from_utf8(body.to_vec())
+        let text = std::str::from_utf8(&body)
             .map_err(|_| ServiceError::invalid("the request body", "not UTF-8 text"))?;
         let format = TraceFormat::parse(&q.format)?;
         let p = st
             .service
-            .import_trace(format, "the request body", &q.name, &text, q.store)
+            .import_trace(format, "the request body", &q.name, text, q.store)
             .await?;
         Ok(Json(serde_json::to_value(p).unwrap_or_default()).into_response())
     }
