@@ -229,6 +229,34 @@ fn a_draft_is_deleted_and_a_locked_version_is_kept() {
     std::fs::write(&study, text.replace("six trivial", "six easy")).unwrap();
     let out = sl(&url, d, &["study", "create", study.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // Both versions are listed, each with its state and its candidates (no record yet).
+    let listed = json_of(&sl(&url, d, &["study", "list", "--json"]));
+    let rows: Vec<_> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap(),
+                s["version"].as_u64().unwrap(),
+                s["state"].as_str().unwrap(),
+                s["lock_sha256"].is_string(),
+                s["verdicts"].clone(),
+            )
+        })
+        .collect();
+    let unrecorded = serde_json::json!([["smol", null]]);
+    assert_eq!(
+        rows,
+        [
+            ("mini", 1, "locked", true, unrecorded.clone()),
+            ("mini", 2, "draft", false, unrecorded)
+        ]
+    );
+    assert!(
+        listed[1]["question"].as_str().unwrap().contains("six easy"),
+        "{listed}"
+    );
 
     // No record is asked of what cannot have one, and the refusal says which it is.
     for (args, why) in [
@@ -564,6 +592,16 @@ fn a_study_runs_through_the_binary_against_canned_answers() {
     let ran = json_of(&out);
     assert_eq!(ran["generation"], 1);
     assert_eq!(ran["done"].as_array().unwrap().len(), 4, "{ran}");
+    // The list says the run is done and gives the record's verdict.
+    let listed = json_of(&sl(&url, d, &["study", "list", "--json"]));
+    assert_eq!(
+        (&listed[0]["state"], &listed[0]["verdicts"]),
+        (
+            &serde_json::json!("done"),
+            &serde_json::json!([["smol", "disqualified"]])
+        ),
+        "{listed}"
+    );
     let record = |generation: &str| {
         let out = sl(
             &url,

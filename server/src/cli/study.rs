@@ -1,7 +1,7 @@
-//! `shortlist study create|lock|verify|run|cancel|retry|delete|show|status|accept|check`: studies fixed in advance, stored in the
+//! `shortlist study list|create|lock|verify|run|cancel|retry|delete|show|status|accept|check`: studies fixed in advance, stored in the
 //! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs. Every
 //! subcommand parses its arguments, calls the application service and prints its view
-//! (`show` and `status`: `study_status.rs`).
+//! (`list`, `show` and `status`: `study_status.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,6 +20,10 @@ use super::output::print_json;
 
 #[derive(Debug, clap::Subcommand)]
 pub(crate) enum Command {
+    /// Every stored study version: its state (draft, locked, running, done — or failed or
+    /// cancelled), its question and each candidate's latest verdict (`--json`: as
+    /// `GET /api/studies` gives them).
+    List(super::output::JsonArgs),
     /// Store a study file with its eval set version, SLO, workload and candidates (metadata read
     /// from each GGUF). Changing a locked study makes a new version.
     Create(CreateArgs),
@@ -199,6 +203,7 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Lock(a) => lock(&service, a).await,
             Command::Verify(a) => verify(&service, a).await,
             Command::Run(a) => run_study(&service, a).await,
+            Command::List(a) => super::study_status::list(&service, a).await,
             Command::Show(a) => super::study_status::show(&service, a).await,
             Command::Status(a) => super::study_status::status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,

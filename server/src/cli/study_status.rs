@@ -1,9 +1,9 @@
-//! `shortlist study show|status`: a study as stored (its criteria, lock and candidates, or its
-//! file's text) and where its runs stand, read from the database alone.
+//! `shortlist study list|show|status`: the stored studies, a study as stored (its criteria, lock
+//! and candidates, or its file's text) and where its runs stand, read from the database alone.
 
 use serde_json::json;
 use shortlist_runner::service::StudyService;
-use shortlist_runner::service::views::{Shown, StudyView};
+use shortlist_runner::service::views::{Ended, Shown, StudyState, StudyView};
 use shortlist_study::record::Verdict;
 
 use super::Outcome;
@@ -41,6 +41,51 @@ pub(crate) struct StatusArgs {
     /// Print one JSON document.
     #[arg(long)]
     json: bool,
+}
+
+pub(super) async fn list(
+    service: &StudyService,
+    args: super::output::JsonArgs,
+) -> anyhow::Result<Outcome> {
+    let studies = service.list_studies().await?;
+    if args.json {
+        print_json(&studies)?;
+    } else if studies.is_empty() {
+        println!("no studies stored (`shortlist study create FILE` stores one)");
+    } else {
+        for s in &studies {
+            let verdicts = s
+                .verdicts
+                .iter()
+                .map(|(c, v)| match v {
+                    Some(v) => format!("{c} ({})", verdict_str(*v)),
+                    None => format!("{c} (no record)"),
+                })
+                .collect::<Vec<_>>();
+            println!(
+                "{} v{} ({}): {}",
+                s.name,
+                s.version,
+                state_word(s.state, s.ended),
+                listed(&verdicts, "no candidates")
+            );
+            println!("  {}", s.question);
+        }
+    }
+    Ok(Outcome::Success)
+}
+
+/// A study version's state as the workbench says it: a finished run with failed or cancelled
+/// jobs says so.
+fn state_word(state: StudyState, ended: Ended) -> &'static str {
+    match state {
+        StudyState::Draft => "draft",
+        StudyState::Locked => "locked",
+        StudyState::Running => "running",
+        StudyState::Done if ended.cancelled > 0 => "cancelled",
+        StudyState::Done if ended.failed > 0 => "failed",
+        StudyState::Done => "done",
+    }
 }
 
 pub(super) async fn show(service: &StudyService, args: ShowArgs) -> anyhow::Result<Outcome> {
