@@ -83,6 +83,35 @@ pub fn error_page(status: u16, title: &str, message: &str) -> String {
     })
 }
 
+/// A 404 for a mistyped name: what was not found, and links to the stored names close to it
+/// (`near`: each name with its page).
+pub fn not_found_page(message: &str, near: Vec<(String, String)>) -> String {
+    let message = message.to_owned();
+    document("Not found", move || {
+        let count = near.len();
+        let links = near
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, href))| {
+                let sep = match i {
+                    0 => "",
+                    i if i + 1 == count => " or ",
+                    _ => ", ",
+                };
+                view! { {sep}<a href=href>{name}</a> }
+            })
+            .collect_view();
+        view! {
+            <section class="card error">
+                <h1>"404 · Not found"</h1>
+                <p>{code_spans(&message)}</p>
+                <p class="near">"Did you mean " {links} "?"</p>
+                <p><a href="/">"Back to the studies"</a></p>
+            </section>
+        }
+    })
+}
+
 /// `/login`: the access token, for a workbench that needs one.
 pub fn login_page(error: Option<String>) -> String {
     document("Log in", move || {

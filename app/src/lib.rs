@@ -29,7 +29,7 @@ pub use catalog::{
 };
 pub use compare::{CompareFilter, compare_page};
 pub use home::{HomeData, home_page};
-pub use layout::{document, error_page, login_page, size};
+pub use layout::{document, error_page, login_page, not_found_page, size};
 pub use new_study::{StudyFormPage, study_form_page};
 pub use pages::{state_word, study_page};
 pub use record::record_page;

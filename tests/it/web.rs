@@ -1810,3 +1810,69 @@ fn eval_sets_and_candidates_are_kept_and_shown() {
     assert_eq!(added.status, 303, "{}", added.body);
     assert_eq!(hooks()[0]["url"], "http://127.0.0.1:9/own");
 }
+
+/// A mistyped name — a study's, a candidate's — is answered with the stored names close to it:
+/// links on the 404 page, `near` in the API's error document, the command line's "did you
+/// mean"; a name close to nothing gets the plain 404.
+#[test]
+fn a_mistyped_name_is_answered_with_the_names_close_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let server = Server::start(d, &["--workers", "0", "--schedule-every", "0"], &[]);
+    let a = server.addr.as_str();
+    let text = study_text(d, "http://127.0.0.1:9#nothing");
+    let created = http(
+        a,
+        "POST",
+        "/api/studies",
+        &[("content-type", "text/plain")],
+        text.as_bytes(),
+    );
+    assert!(created.status < 300, "{}", created.body);
+
+    let page = http(a, "GET", "/studies/mimi", &[], b"");
+    assert_eq!(page.status, 404, "{}", page.body);
+    assert!(
+        page.body.contains(r#"<p class="near">Did you mean "#)
+            && page.body.contains(r#"<a href="/studies/mini">mini</a>"#),
+        "{}",
+        page.body
+    );
+    let api = http(a, "GET", "/api/studies/Mini/status", &[], b"");
+    assert_eq!(api.status, 404, "{}", api.body);
+    let e = api.json();
+    assert_eq!(
+        (
+            &e["error"]["status"],
+            &e["error"]["class"],
+            &e["error"]["near"]
+        ),
+        (
+            &serde_json::json!(404),
+            &serde_json::json!("bad_input"),
+            &serde_json::json!(["mini"])
+        ),
+        "{e}"
+    );
+    // Far from every stored name: no offer.
+    let far = http(a, "GET", "/api/studies/payroll", &[], b"").json();
+    assert_eq!(far["error"]["near"], Value::Null, "{far}");
+    let far = http(a, "GET", "/studies/payroll", &[], b"");
+    assert_eq!(far.status, 404);
+    assert!(!far.body.contains("Did you mean"), "{}", far.body);
+
+    // The command line says the same.
+    let url = format!("sqlite://{}?mode=rwc", d.join("web.db").display());
+    let out = crate::support::shortlist()
+        .env("DATABASE_URL", &url)
+        .current_dir(d)
+        .args(["study", "status", "mnii"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("did you mean `mini`?"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

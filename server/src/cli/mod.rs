@@ -163,10 +163,36 @@ pub(crate) fn main() -> ExitCode {
         Ok(Outcome::CheckFailed) => ExitCode::from(1),
         Err(err) => {
             let class = class_of(&err);
-            eprintln!("error: {}", message_of(&err));
+            eprintln!("error: {}{}", message_of(&err), names_near(&err, &config));
             ExitCode::from(class.exit_code())
         }
     }
+}
+
+/// "; did you mean `support-assistant`?" when `err` is a name not stored (a study, schedule,
+/// candidate, eval set or trace) and stored names are close to it; else nothing.
+fn names_near(err: &anyhow::Error, config: &shortlist_runner::config::Config) -> String {
+    let Some(missing) = err.chain().find_map(|cause| {
+        if let Some(e) = cause.downcast_ref::<shortlist_runner::ServiceError>() {
+            e.missing().map(str::to_owned)
+        } else if let Some(shortlist_store::StoreError::NotFound { what }) =
+            cause.downcast_ref::<shortlist_store::StoreError>()
+        {
+            Some(what.clone())
+        } else {
+            None
+        }
+    }) else {
+        return String::new();
+    };
+    let Ok(rt) = app::runtime() else {
+        return String::new();
+    };
+    let near = rt.block_on(async {
+        let service = app::existing_service(config).await.ok()?;
+        service.names_near(&missing).await.ok()
+    });
+    shortlist_runner::service::near::did_you_mean(&near.unwrap_or_default())
 }
 
 /// An error and its causes on one line, each cause after a colon — but a cause whose text the

@@ -31,7 +31,15 @@ impl IntoResponse for ApiError {
             "class": self.0.class(),
             "message": self.0.to_string(),
         }});
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(what) = self.0.missing() {
+            response.extensions_mut().insert(super::pages::Missing {
+                what: what.to_owned(),
+                message: self.0.to_string(),
+                class: serde_json::to_value(self.0.class()).unwrap_or_default(),
+            });
+        }
+        response
     }
 }
 

@@ -311,6 +311,10 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(limits.upload))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            pages::offer_near,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             security::guard,
         ))
         .with_state(state)

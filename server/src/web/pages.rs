@@ -57,10 +57,82 @@ impl IntoResponse for PageError {
             StatusCode::UNPROCESSABLE_ENTITY => "Not comparable",
             _ => "Not possible",
         };
-        html(
+        let mut response = html(
             status,
             shortlist_app::error_page(status.as_u16(), title, &self.0.to_string()),
-        )
+        );
+        if let Some(what) = self.0.missing() {
+            response.extensions_mut().insert(Missing {
+                what: what.to_owned(),
+                message: self.0.to_string(),
+                class: serde_json::to_value(self.0.class()).unwrap_or_default(),
+            });
+        }
+        response
+    }
+}
+
+/// On a not-found answer: what was asked for and not found ("study `supprt`") and the error's
+/// whole message, for [`offer_near`] to say which stored names are close.
+#[derive(Debug, Clone)]
+pub(crate) struct Missing {
+    pub(crate) what: String,
+    pub(crate) message: String,
+    /// The error's class, as the API's error document names it.
+    pub(crate) class: serde_json::Value,
+}
+
+/// The middleware that answers a mistyped name with the stored names close to it: a page's 404
+/// links them ("Did you mean support-assistant?"), the API's error document lists them in
+/// `near` and its message says them.
+pub(crate) async fn offer_near(
+    axum::extract::State(st): axum::extract::State<AppState>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let response = next.run(request).await;
+    let Some(missing) = response.extensions().get::<Missing>().cloned() else {
+        return response;
+    };
+    let near = match st.service.names_near(&missing.what).await {
+        Ok(near) if !near.is_empty() => near,
+        _ => return response,
+    };
+    let message = format!(
+        "{}{}",
+        missing.message,
+        shortlist_runner::service::near::did_you_mean(&near)
+    );
+    let status = response.status();
+    if api {
+        let body = serde_json::json!({"error": {
+            "status": status.as_u16(),
+            "class": missing.class,
+            "message": message,
+            "near": near,
+        }});
+        return (status, axum::Json(body)).into_response();
+    }
+    let links = near
+        .iter()
+        .map(|n| (n.clone(), href_of(&missing.what, n)))
+        .collect();
+    html(
+        status,
+        shortlist_app::not_found_page(&missing.message, links),
+    )
+}
+
+/// Where the workbench shows the stored thing `name` of the kind `missing` names.
+fn href_of(missing: &str, name: &str) -> String {
+    let e = shortlist_app::encode(name);
+    match missing.split_once(" `").map(|(kind, _)| kind) {
+        Some("study") => shortlist_app::study_url(name, None),
+        Some("schedule") => format!("/schedules/{e}"),
+        Some("candidate") => format!("/candidates/{e}"),
+        Some("eval set") => format!("/evalsets/{e}"),
+        _ => "/workloads".to_owned(),
     }
 }
 
