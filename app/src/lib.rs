@@ -4,9 +4,10 @@
 //! sets and model outputs is untrusted: it only ever reaches the page as escaped text.
 //!
 //! ```
-//! let html = shortlist_app::error_page(404, "Not found", "no study `x`");
+//! let html = shortlist_app::error_page(404, "Not found", "no study `x` <here>");
 //! assert!(html.starts_with("<!DOCTYPE html>"));
-//! assert!(html.contains("no study `x`"));
+//! // Backticked names as code; the rest as escaped text.
+//! assert!(html.contains("no study <code>x</code> &lt;here&gt;"));
 //! ```
 
 mod case;
@@ -27,7 +28,7 @@ pub use catalog::{
     CASES_PER_PAGE, CaseFilter, ImportForm, RegisterForm, candidate_page, candidates_page,
     evalset_page, evalsets_page, import_page,
 };
-pub use compare::{CompareFilter, compare_page};
+pub use compare::{CompareFilter, compare_page, pair_verdict, summary_rows, ttft_population};
 pub use home::{HomeData, home_page};
 pub use layout::{document, error_page, login_page, not_found_page, size};
 pub use new_study::{StudyFormPage, study_form_page};
