@@ -32,7 +32,8 @@ pub struct CompareFilter {
 pub const CASE_ROWS_PER_PAGE: usize = 200;
 
 impl CompareFilter {
-    fn keeps(&self, row: &CaseRow) -> bool {
+    /// Whether the case table shows `row`.
+    pub fn keeps(&self, row: &CaseRow) -> bool {
         let mode = match self.mode.as_str() {
             "failures" => row.outcomes.contains(&Some(false)),
             "all" => true,
@@ -111,9 +112,107 @@ fn summary_row(
     view! { <tr><th scope="row">{label}</th>{cells}</tr> }.into_any()
 }
 
+/// The comparison's figures under the verdicts, a row each, a cell per record: what the page's
+/// Verdicts table and `shortlist study compare` show.
+pub fn summary_rows(records: &[SelectionRecord]) -> Vec<(&'static str, Vec<String>)> {
+    type Cell = fn(&SelectionRecord) -> String;
+    let rows: [(&'static str, Cell); 9] = [
+        ("Tripped rules", |r| {
+            let tripped: Vec<String> = r
+                .disqualifiers
+                .iter()
+                .filter(|d| d.outcome == shortlist_study::rule::Outcome::Trip)
+                .map(|d| {
+                    format!(
+                        "{}: {}, observed {}",
+                        d.rule,
+                        d.condition,
+                        d.observed.clone().unwrap_or_else(|| "–".to_owned())
+                    )
+                })
+                .collect();
+            if tripped.is_empty() {
+                "none".to_owned()
+            } else {
+                tripped.join("; ")
+            }
+        }),
+        ("Pass rate", |r| {
+            let o = &r.quality.overall;
+            format!(
+                "{}/{} · {:.1} % [{:.1}–{:.1} %]",
+                o.passed,
+                o.n,
+                o.rate * 100.0,
+                o.lo * 100.0,
+                o.hi * 100.0
+            )
+        }),
+        ("Near-ties", |r| {
+            r.quality.near_ties.as_ref().map_or_else(
+                || "not measured".to_owned(),
+                |n| {
+                    format!(
+                        "{} of {} cases (top-2 logit gap < {})",
+                        n.cases, n.known, n.threshold
+                    )
+                },
+            )
+        }),
+        ("Attainment at target", |r| pct(r.performance.attainment)),
+        ("Goodput at target", |r| {
+            format!(
+                "{:.3} req/s (throughput {:.3})",
+                r.performance.goodput_rps, r.performance.throughput_rps
+            )
+        }),
+        ("TTFT p99", |r| {
+            r.performance
+                .latencies
+                .iter()
+                .find(|l| l.metric == "TTFT")
+                .and_then(|l| l.p99_s)
+                .map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s"))
+        }),
+        ("Capacity", |r| {
+            r.performance
+                .capacity_rps
+                .map_or_else(|| "none".to_owned(), |c| format!("{c} req/s"))
+        }),
+        ("Memory", |r| r.memory.summary.clone()),
+        ("Cost per hour (ordinary / peak)", |r| match &r.cost {
+            Cost::Estimate(e) => format!(
+                "{} / {} {}",
+                amount(e.ordinary.cost_per_hour),
+                amount(e.peak.cost_per_hour),
+                e.currency
+            ),
+            Cost::Unavailable(no) => format!("not available: {}", no.why),
+        }),
+    ];
+    rows.into_iter()
+        .map(|(label, cell)| (label, records.iter().map(cell).collect()))
+        .collect()
+}
+
+/// A pair's exact McNemar verdict in words, and its badge's tone.
+pub fn pair_verdict(p_value: f64) -> (String, &'static str) {
+    // Three decimals say 0.000 for a p that is not zero.
+    let p = if p_value < 0.001 {
+        "p < 0.001".to_owned()
+    } else {
+        format!("p = {p_value:.3}")
+    };
+    if p_value < 0.05 {
+        (format!("differ ({p})"), "warn")
+    } else {
+        (format!("no significant difference ({p})"), "none")
+    }
+}
+
 /// Which requests the TTFT figures — the p99 row and the overlaid curves — are of: one line
 /// when every column's population is the same (the workload and SLO are), else one per column.
-fn ttft_population(candidates: &[String], records: &[SelectionRecord]) -> String {
+pub fn ttft_population(candidates: &[String], records: &[SelectionRecord]) -> String {
     let of = |r: &SelectionRecord| {
         r.performance
             .latencies
@@ -209,14 +308,8 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
             .into_iter()
             .map(|p| {
                 let line = format!("{} vs {}", p.a, p.b);
-                let (verdict, tone) = if p.p_value < 0.05 {
-                    (format!("differ (p = {:.3})", p.p_value), "badge warn")
-                } else {
-                    (
-                        format!("no significant difference (p = {:.3})", p.p_value),
-                        "badge none",
-                    )
-                };
+                let (verdict, tone) = pair_verdict(p.p_value);
+                let tone = format!("badge {tone}");
                 view! {
                     <tr>
                         <td>{line}</td>
@@ -363,29 +456,10 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
                                     view! { <td><span class=class>{word}</span></td> }
                                 }).collect_view()}
                             </tr>
-                            {summary_row("Tripped rules", &records, |r| {
-                                let tripped: Vec<String> = r.disqualifiers.iter()
-                                    .filter(|d| d.outcome == shortlist_study::rule::Outcome::Trip)
-                                    .map(|d| format!("{}: {}, observed {}", d.rule, d.condition, d.observed.clone().unwrap_or_else(|| "–".to_owned())))
-                                    .collect();
-                                if tripped.is_empty() { "none".to_owned() } else { tripped.join("; ") }
-                            })}
-                            {summary_row("Pass rate", &records, |r| format!(
-                                "{}/{} · {:.1} % [{:.1}–{:.1} %]",
-                                r.quality.overall.passed, r.quality.overall.n, r.quality.overall.rate * 100.0,
-                                r.quality.overall.lo * 100.0, r.quality.overall.hi * 100.0))}
-                            {summary_row("Near-ties", &records, |r| r.quality.near_ties.as_ref().map_or_else(
-                                || "not measured".to_owned(),
-                                |n| format!("{} of {} cases (top-2 logit gap < {})", n.cases, n.known, n.threshold)))}
-                            {summary_row("Attainment at target", &records, |r| pct(r.performance.attainment))}
-                            {summary_row("Goodput at target", &records, |r| format!("{:.3} req/s (throughput {:.3})", r.performance.goodput_rps, r.performance.throughput_rps))}
-                            {summary_row("TTFT p99", &records, |r| r.performance.latencies.iter().find(|l| l.metric == "TTFT").and_then(|l| l.p99_s).map_or_else(|| "–".to_owned(), |s| format!("{s:.2} s")))}
-                            {summary_row("Capacity", &records, |r| r.performance.capacity_rps.map_or_else(|| "none".to_owned(), |c| format!("{c} req/s")))}
-                            {summary_row("Memory", &records, |r| r.memory.summary.clone())}
-                            {summary_row("Cost per hour (ordinary / peak)", &records, |r| match &r.cost {
-                                Cost::Estimate(e) => format!("{} / {} {}", amount(e.ordinary.cost_per_hour), amount(e.peak.cost_per_hour), e.currency),
-                                Cost::Unavailable(no) => format!("not available: {}", no.why),
-                            })}
+                            {summary_rows(&records).into_iter().map(|(label, values)| {
+                                let cells = values.into_iter().map(|v| view! { <td>{v}</td> }).collect_view();
+                                view! { <tr><th scope="row">{label}</th>{cells}</tr> }
+                            }).collect_view()}
                         </tbody>
                     </table>
                 </div>
@@ -468,6 +542,19 @@ pub fn compare_page(cmp: Comparison, filter: CompareFilter) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pairs_p_is_never_written_as_zero() {
+        assert_eq!(
+            pair_verdict(1e-12),
+            ("differ (p < 0.001)".to_owned(), "warn")
+        );
+        assert_eq!(pair_verdict(0.0123).0, "differ (p = 0.012)");
+        assert_eq!(
+            pair_verdict(0.81),
+            ("no significant difference (p = 0.810)".to_owned(), "none")
+        );
+    }
 
     fn row(concurrency: Vec<Option<u32>>) -> CaseRow {
         CaseRow {

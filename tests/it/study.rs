@@ -662,6 +662,106 @@ fn a_study_runs_through_the_binary_against_canned_answers() {
         serde_json::json!({"done": status["generations"][1]["jobs"].as_array().unwrap().len()})
     );
     assert_eq!(line["cancellable"], 0);
+
+    // The two generations side by side from the command line: the same canned answers, so the
+    // paired table has no discordant case and no case is listed as a disagreement.
+    let out = sl(
+        &url,
+        d,
+        &[
+            "study",
+            "compare",
+            "mini",
+            "--candidates",
+            "smol,smol@g1",
+            "--json",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let cmp = json_of(&out);
+    let columns: Vec<_> = cmp["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| (c["candidate"].clone(), c["generation"].clone()))
+        .collect();
+    assert_eq!(
+        columns,
+        [
+            (serde_json::json!("smol"), serde_json::json!(2)),
+            (serde_json::json!("smol"), serde_json::json!(1))
+        ]
+    );
+    let pair = &cmp["pairs"][0];
+    assert_eq!(
+        (
+            &pair["both_pass"],
+            &pair["only_a"],
+            &pair["only_b"],
+            &pair["both_fail"]
+        ),
+        (
+            &serde_json::json!(5),
+            &serde_json::json!(0),
+            &serde_json::json!(0),
+            &serde_json::json!(1)
+        ),
+        "{pair}"
+    );
+    assert_eq!(cmp["cases"].as_array().unwrap().len(), 6);
+    assert!(
+        cmp["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["disagreement"] == false),
+        "{cmp}"
+    );
+    // The JSON is the API's document; without `--candidates`, every candidate of the version.
+    let all = json_of(&sl(&url, d, &["study", "compare", "mini", "--json"]));
+    assert_eq!(all["candidates"], serde_json::json!(["smol"]));
+    // A column that is not a candidate is refused as bad input.
+    let out = sl(
+        &url,
+        d,
+        &["study", "compare", "mini", "--candidates", "smol,ghost"],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+
+    // One case with its answer, of the newest generation or an earlier one: the canned
+    // "The answer is 7." fails the arithmetic check.
+    let case = |args: &[&str]| {
+        let mut all = vec!["study", "case", "mini", "arithmetic", "--json"];
+        all.extend_from_slice(args);
+        let out = sl(&url, d, &all);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        json_of(&out)
+    };
+    let newest = case(&[]);
+    assert_eq!(
+        (
+            &newest["id"],
+            &newest["generation"],
+            &newest["answers"][0]["candidate"]
+        ),
+        (
+            &serde_json::json!("arithmetic"),
+            &serde_json::json!(2),
+            &serde_json::json!("smol")
+        ),
+        "{newest}"
+    );
+    let answer = &newest["answers"][0];
+    assert_eq!(answer["output"], "The answer is 7.", "{newest}");
+    assert_eq!(answer["result"]["outcome"], "fail", "{newest}");
+    assert_eq!(case(&["--generation", "1"])["generation"], 1);
+    let out = sl(&url, d, &["study", "case", "mini", "arithmetc"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("did you mean `arithmetic`?"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// The demo study of `scripts/demo` reads as it is: created from another folder (its eval set

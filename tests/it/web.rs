@@ -1854,6 +1854,24 @@ fn a_mistyped_name_is_answered_with_the_names_close_to_it() {
         ),
         "{e}"
     );
+    // A case through the API (locked, not run yet: no answers stored), and a mistyped one.
+    let lock = http(a, "POST", "/api/studies/mini/lock", &[], b"");
+    assert!(lock.status < 300, "{}", lock.body);
+    let case = http(a, "GET", "/api/studies/mini/cases/capital", &[], b"").json();
+    assert_eq!(
+        (&case["id"], &case["generation"]),
+        (&serde_json::json!("capital"), &Value::Null),
+        "{case}"
+    );
+    assert_eq!(case["answers"][0]["result"], Value::Null, "{case}");
+    let typo = http(a, "GET", "/studies/mini/cases/captial", &[], b"");
+    assert_eq!(typo.status, 404, "{}", typo.body);
+    assert!(
+        typo.body
+            .contains(r#"<a href="/studies/mini/cases/capital">capital</a>"#),
+        "{}",
+        typo.body
+    );
     // Far from every stored name: no offer.
     let far = http(a, "GET", "/api/studies/payroll", &[], b"").json();
     assert_eq!(far["error"]["near"], Value::Null, "{far}");

@@ -29,6 +29,7 @@ mod record;
 mod report;
 pub(crate) mod schedule;
 mod study;
+mod study_compare;
 mod study_status;
 mod trace;
 mod trace_store;

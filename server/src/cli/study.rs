@@ -1,7 +1,7 @@
-//! `shortlist study list|create|lock|verify|run|cancel|retry|delete|show|status|accept|check`: studies fixed in advance, stored in the
+//! `shortlist study list|create|lock|verify|run|cancel|retry|delete|show|status|compare|case|accept|check`: studies fixed in advance, stored in the
 //! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs. Every
 //! subcommand parses its arguments, calls the application service and prints its view
-//! (`list`, `show` and `status`: `study_status.rs`).
+//! (`list`, `show` and `status`: `study_status.rs`; `compare` and `case`: `study_compare.rs`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -53,6 +53,14 @@ pub(crate) enum Command {
     /// with the worker and machine that executed them, the records made (from the database
     /// alone, so it follows runs of other processes).
     Status(super::study_status::StatusArgs),
+    /// Candidates side by side, as the workbench's comparison: verdicts, pass rates with
+    /// their intervals, load figures, memory and cost, the paired exact McNemar table, and the
+    /// cases where they disagree. Columns may come from other versions and generations judged
+    /// by the same eval set, workload and SLO (others are refused, naming what differs).
+    Compare(super::study_compare::CompareArgs),
+    /// One case of the study's eval set with every candidate's answer in a generation: the
+    /// prompt, the checks, each answer's outcome, text and checks' verdicts with their reasons.
+    Case(super::study_compare::CaseArgs),
     /// Accept a finished generation as the study version's baseline.
     Accept(AcceptArgs),
     /// Each candidate's latest run against the baseline or the previous run: paired exact
@@ -205,6 +213,8 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Run(a) => run_study(&service, a).await,
             Command::List(a) => super::study_status::list(&service, a).await,
             Command::Show(a) => super::study_status::show(&service, a).await,
+            Command::Compare(a) => super::study_compare::compare(&service, a).await,
+            Command::Case(a) => super::study_compare::case(&service, a).await,
             Command::Status(a) => super::study_status::status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,
             Command::Retry(a) => {

@@ -196,6 +196,19 @@ pub(crate) async fn compare(
         .await?)
 }
 
+/// `GET /api/studies/{name}/cases/{case}[?version=N&generation=G]`: one case with every
+/// candidate's answer (`study case --json`).
+pub(crate) async fn case(
+    State(st): State<AppState>,
+    Path((name, case)): Path<(String, String)>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    ok(st
+        .service
+        .case(&name, which.version, &case, which.generation)
+        .await?)
+}
+
 pub(crate) async fn record(
     State(st): State<AppState>,
     Path((name, candidate)): Path<(String, String)>,

@@ -259,6 +259,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/studies/{name}/retry", post(api::retry))
         .route("/api/studies/{name}/baseline", post(api::accept_baseline))
         .route("/api/studies/{name}/compare", get(api::compare))
+        .route("/api/studies/{name}/cases/{case}", get(api::case))
         .route(
             "/api/studies/{name}/candidates/{candidate}/record",
             get(api::record),

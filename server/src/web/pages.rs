@@ -16,7 +16,7 @@ use shortlist_report::{PaperSize, charts, render_pdf};
 use shortlist_runner::ErrorClass;
 use shortlist_runner::ServiceError;
 use shortlist_runner::service::views::Shown;
-use shortlist_runner::service::{Pick, RunParams, Trigger};
+use shortlist_runner::service::{RunParams, Trigger};
 
 use super::extract::{Form, Query};
 use super::{AppState, html};
@@ -127,6 +127,12 @@ pub(crate) async fn offer_near(
 /// Where the workbench shows the stored thing `name` of the kind `missing` names.
 fn href_of(missing: &str, name: &str) -> String {
     let e = shortlist_app::encode(name);
+    if let Some(study) = missing
+        .split_once("` in the eval set of study `")
+        .and_then(|(_, s)| s.strip_suffix('`'))
+    {
+        return format!("/studies/{}/cases/{e}", shortlist_app::encode(study));
+    }
     match missing.split_once(" `").map(|(kind, _)| kind) {
         Some("study") => shortlist_app::study_url(name, None),
         Some("schedule") => format!("/schedules/{e}"),
@@ -438,17 +444,10 @@ pub(crate) async fn compare(
     Path(name): Path<String>,
     Query(q): Query<CompareQuery>,
 ) -> Result<Response, PageError> {
-    let picks = match q.candidates.as_deref().filter(|c| !c.trim().is_empty()) {
-        Some(list) => Pick::parse_list(list)?,
-        None => st
-            .service
-            .show(&name, q.version)
-            .await?
-            .candidates
-            .iter()
-            .map(|c| Pick::of(&c.name))
-            .collect(),
-    };
+    let picks = st
+        .service
+        .picks_or_all(&name, q.version, q.candidates.as_deref())
+        .await?;
     let cmp = st.service.compare(&name, q.version, &picks, None).await?;
     Ok(html(
         StatusCode::OK,

@@ -180,6 +180,26 @@ impl StudyService {
     /// column. `version` is the default version of the columns; `generation`, when given, the
     /// default generation. A comparison of unchanged records is built once and then served
     /// from memory ([`CompareCache`]).
+    /// The columns `list` names (`a,b@g2`), or — when it names none — every candidate of the
+    /// study version, as the comparison opens by default.
+    pub async fn picks_or_all(
+        &self,
+        name: &str,
+        version: Option<u32>,
+        list: Option<&str>,
+    ) -> Result<Vec<Pick>, ServiceError> {
+        match list.filter(|c| !c.trim().is_empty()) {
+            Some(list) => Pick::parse_list(list),
+            None => Ok(self
+                .show(name, version)
+                .await?
+                .candidates
+                .iter()
+                .map(|c| Pick::of(&c.name))
+                .collect()),
+        }
+    }
+
     pub async fn compare(
         &self,
         name: &str,

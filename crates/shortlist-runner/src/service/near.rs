@@ -1,6 +1,6 @@
 //! Names close to one that was not found — "did you mean `support-assistant`?" — for the
-//! command line's and the workbench's refusals of a mistyped study, schedule, candidate, eval set
-//! or trace.
+//! command line's and the workbench's refusals of a mistyped study, schedule, candidate, eval set,
+//! trace or case.
 
 use super::StudyService;
 use crate::ServiceError;
@@ -13,6 +13,14 @@ impl StudyService {
     /// "study `supprt-assistant`") close to the name it asked for, closest first. Empty when
     /// `missing` is not of that shape ("study `x` v5": the study exists) or nothing is close.
     pub async fn names_near(&self, missing: &str) -> Result<Vec<String>, ServiceError> {
+        if let Some((case, study)) = case_and_study(missing) {
+            // A case of the latest version's eval set (the one a mistyped case id was sought in
+            // unless a version was named, and close in any other).
+            let version = self.version_of(study, None).await?;
+            let locked = self.store.verify_study(study, version).await?;
+            let set = self.pinned_set(&locked).await?;
+            return Ok(closest(case, set.cases().iter().map(|c| c.id())));
+        }
         let Some((kind, name)) = kind_and_name(missing) else {
             return Ok(Vec::new());
         };
@@ -48,6 +56,14 @@ fn kind_and_name(missing: &str) -> Option<(&str, &str)> {
     let (kind, rest) = missing.split_once(" `")?;
     let name = rest.strip_suffix('`')?;
     (!name.contains('`')).then_some((kind, name))
+}
+
+/// "case `x` in the eval set of study `s`" → ("x", "s").
+fn case_and_study(missing: &str) -> Option<(&str, &str)> {
+    let rest = missing.strip_prefix("case `")?;
+    let (case, rest) = rest.split_once("` in the eval set of study `")?;
+    let study = rest.strip_suffix('`')?;
+    Some((case, study))
 }
 
 /// The names among `among` close to `name`, closest first, at most [`OFFERED`]: the same but
@@ -166,6 +182,11 @@ mod tests {
         assert_eq!(kind_and_name("study `x` v5"), None);
         assert_eq!(kind_and_name("a record of `x` in study `s` v2"), None);
         assert_eq!(kind_and_name("job 7"), None);
+        assert_eq!(
+            case_and_study("case `capitl` in the eval set of study `mini`"),
+            Some(("capitl", "mini"))
+        );
+        assert_eq!(case_and_study("study `mini`"), None);
     }
 
     #[test]
