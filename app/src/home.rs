@@ -1,9 +1,11 @@
-//! `/`: the studies list with each candidate's verdict, what is running now, the recent runs,
-//! and — on a workbench without a study — the three steps to the first one.
+//! `/`: the studies list — each study once, its latest version with each candidate's verdict
+//! and, while that version has not run, the records that stand meanwhile —, what is running
+//! now, the recent runs, and — on a workbench without a study — the three steps to the first
+//! one.
 
 use leptos::prelude::*;
 use shortlist_runner::service::views::{
-    EvalSetSummary, JobView, QueueView, RecentRun, StudySummaryView,
+    EvalSetSummary, JobView, QueueView, RecentRun, StudyListing,
 };
 
 use crate::layout::{card_table, document, list_table};
@@ -13,7 +15,8 @@ use crate::verdict_word;
 /// What the studies list shows.
 #[derive(Debug, Clone)]
 pub struct HomeData {
-    pub studies: Vec<StudySummaryView>,
+    /// Each study once: its latest version, with the version whose records stand meanwhile.
+    pub studies: Vec<StudyListing>,
     /// Jobs running now: study, version and the job.
     pub running: Vec<(String, u32, JobView)>,
     /// Stored eval sets.
@@ -67,10 +70,32 @@ pub fn home_page(data: HomeData) -> String {
             .collect_view();
         let study_rows = studies
             .into_iter()
-            .map(|s| {
+            .map(|listing| {
+                let s = listing.latest;
                 let href = crate::study_url(&s.name, Some(s.version));
                 let name = format!("{} v{}", s.name, s.version);
                 let (word, tone) = state_word(s.state, s.ended);
+                let versions = (listing.versions > 1).then(|| {
+                    view! { <div class="muted small">{format!("{} versions", listing.versions)}</div> }
+                });
+                // While the latest has not run to the end, the records of the newest version
+                // that has stand: a line under the latest's badges, linked to it.
+                let standing = listing.standing.map(|earlier| {
+                    let href = crate::study_url(&earlier.name, Some(earlier.version));
+                    let (state, _) = state_word(earlier.state, earlier.ended);
+                    let verdicts = earlier
+                        .verdicts
+                        .iter()
+                        .map(|(c, v)| format!("{c} {}", verdict_word(*v).0))
+                        .collect::<Vec<_>>()
+                        .join(", ");
+                    view! {
+                        <div class="muted small standing">
+                            <a href=href>{format!("v{} ({state})", earlier.version)}</a>
+                            {format!(": {verdicts}")}
+                        </div>
+                    }
+                });
                 let verdicts = s
                     .verdicts
                     .iter()
@@ -84,10 +109,10 @@ pub fn home_page(data: HomeData) -> String {
                 let state_class = format!("badge {tone}");
                 view! {
                     <tr>
-                        <td data-label=STUDY_COLUMNS[0]><a href=href>{name}</a></td>
+                        <td data-label=STUDY_COLUMNS[0]><a href=href>{name}</a>{versions}</td>
                         <td data-label=STUDY_COLUMNS[1]>{s.question}</td>
                         <td data-label=STUDY_COLUMNS[2]><span class=state_class>{word}</span></td>
-                        <td data-label=STUDY_COLUMNS[3]><div class="badges">{verdicts}</div></td>
+                        <td data-label=STUDY_COLUMNS[3]><div class="badges">{verdicts}</div>{standing}</td>
                     </tr>
                 }
             })

@@ -828,11 +828,21 @@ fn forms_runs_and_refusals_over_http() {
     let v3 = http(a, "GET", "/api/studies/mini/status", &[], b"").json();
     assert_eq!(v3["version"], 3, "{v3}");
     assert_eq!(v3["generations"], serde_json::json!([]), "{v3}");
+    // The studies list shows the study once: its latest version (v3, not run) with its three
+    // versions, and the records that stand meanwhile — the newest version that ran, v2.
     let home = http(a, "GET", "/", &[], b"").body;
-    for v in 1..=3 {
-        let link = format!(r#"href="/studies/mini?version={v}""#);
-        assert!(home.contains(&link), "{link}: {home}");
-    }
+    assert_eq!(
+        home.matches(r#"href="/studies/mini?version=3""#).count(),
+        1,
+        "{home}"
+    );
+    assert!(home.contains("3 versions"), "{home}");
+    assert!(
+        home.contains(r#"<a href="/studies/mini?version=2">v2 (done)</a>: smol disqualified"#),
+        "{home}"
+    );
+    // v1 is no row of its own (its run is among the recent runs).
+    assert!(!home.contains(r#">mini v1</a>"#), "{home}");
 
     // Edit criteria: the form holds v3's text as stored; saved unchanged, nothing is stored;
     // changed, it is v4, a draft; a refused save comes back as the same edit page.

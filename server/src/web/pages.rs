@@ -151,7 +151,7 @@ pub(crate) fn not_found(why: &str) -> Response {
 }
 
 pub(crate) async fn home(State(st): State<AppState>) -> Result<Response, PageError> {
-    let studies = st.service.list_studies().await?;
+    let studies = st.service.study_listing().await?;
     let running = st.service.running_jobs().await?;
     let evalsets = st.service.list_eval_sets().await?;
     let candidates = st.service.candidate_count().await?;

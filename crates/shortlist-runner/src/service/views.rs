@@ -158,6 +158,15 @@ pub struct StudySummaryView {
     pub verdicts: Vec<(String, Option<Verdict>)>,
 }
 
+/// A study on the studies list: its latest version, its number of versions, and the newest
+/// earlier version that ran to the end while the latest has not.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StudyListing {
+    pub latest: StudySummaryView,
+    pub versions: u32,
+    pub standing: Option<StudySummaryView>,
+}
+
 /// A job with its latest progress.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct JobView {
