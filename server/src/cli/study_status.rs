@@ -3,7 +3,7 @@
 
 use serde_json::json;
 use shortlist_runner::service::StudyService;
-use shortlist_runner::service::views::{Ended, Shown, StudyState, StudyView};
+use shortlist_runner::service::views::{Shown, StudyView};
 use shortlist_study::record::Verdict;
 
 use super::Outcome;
@@ -66,26 +66,13 @@ pub(super) async fn list(
                 "{} v{} ({}): {}",
                 s.name,
                 s.version,
-                state_word(s.state, s.ended),
+                shortlist_app::state_word(s.state, s.ended).0,
                 listed(&verdicts, "no candidates")
             );
             println!("  {}", s.question);
         }
     }
     Ok(Outcome::Success)
-}
-
-/// A study version's state as the workbench says it: a finished run with failed or cancelled
-/// jobs says so.
-fn state_word(state: StudyState, ended: Ended) -> &'static str {
-    match state {
-        StudyState::Draft => "draft",
-        StudyState::Locked => "locked",
-        StudyState::Running => "running",
-        StudyState::Done if ended.cancelled > 0 => "cancelled",
-        StudyState::Done if ended.failed > 0 => "failed",
-        StudyState::Done => "done",
-    }
 }
 
 pub(super) async fn show(service: &StudyService, args: ShowArgs) -> anyhow::Result<Outcome> {

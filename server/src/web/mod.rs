@@ -98,26 +98,27 @@ impl BodyLimits {
     /// Why a body sent to `path` was refused as too large: the limit, the option that sets it,
     /// and where the command line stores such a file without one.
     pub(crate) fn refusal(&self, path: &str) -> String {
-        let (limit, option) = if Self::takes_a_trace(path) {
-            (self.trace, "--max-trace-bytes")
-        } else {
-            (self.upload, "--max-upload-bytes")
-        };
-        let instead = if Self::takes_a_trace(path) {
-            "; the command line stores a trace of any size: `shortlist trace store FILE` (`--from azure|mooncake|burstgpt` for a public format)"
+        let (limit, option, instead) = if Self::takes_a_trace(path) {
+            (
+                self.trace,
+                "--max-trace-bytes",
+                "; the command line stores a trace of any size: `shortlist trace store FILE` (`--from azure|mooncake|burstgpt` for a public format)",
+            )
         } else if path.starts_with("/evalsets") || path.starts_with("/api/evalsets") {
-            "; the command line stores an eval set of any size: `shortlist eval store FILE` (`shortlist eval import` converts other tools' formats first)"
+            (
+                self.upload,
+                "--max-upload-bytes",
+                "; the command line stores an eval set of any size: `shortlist eval store FILE` (`shortlist eval import` converts other tools' formats first)",
+            )
         } else {
-            ""
+            (self.upload, "--max-upload-bytes", "")
         };
         format!(
             "the upload is larger than this workbench takes here ({} at most; `shortlist serve {option} BYTES` sets it){instead}",
             shortlist_app::size(limit)
         )
     }
-}
 
-impl BodyLimits {
     /// A multipart form sent to `path` that could not be read: its status and why.
     pub(crate) fn unread(
         &self,

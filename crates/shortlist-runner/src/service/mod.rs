@@ -9,6 +9,7 @@ mod compare;
 mod create;
 pub mod drift;
 pub mod guided;
+mod listing;
 pub mod near;
 pub mod night;
 mod query;

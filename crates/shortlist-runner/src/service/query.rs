@@ -1,4 +1,4 @@
-//! The service's queries: a study as stored, the list of studies, where a study's runs stand
+//! The service's queries: a study as stored, where a study's runs stand
 //! (generations, jobs and their latest progress, runs with who executed them), progress events
 //! and progress events after a point.
 
@@ -14,7 +14,7 @@ use shortlist_study::study::CandidateRef;
 
 use super::views::{
     BaselineView, CandidateView, Ended, GenerationSummary, GenerationView, JobView, RunProgress,
-    RunView, Shown, StudyListing, StudyState, StudySummaryView, StudyView,
+    RunView, Shown, StudyState, StudyView,
 };
 use super::{StudyService, not_found};
 use crate::error::ServiceError;
@@ -32,7 +32,7 @@ fn is_config_of(stored: &serde_json::Value, c: &CandidateRef) -> bool {
         && stored.get("device").and_then(|d| d.as_str()) == c.device.as_deref()
 }
 
-fn state_of(locked: bool, jobs: &[Job]) -> StudyState {
+pub(super) fn state_of(locked: bool, jobs: &[Job]) -> StudyState {
     if !locked {
         return StudyState::Draft;
     }
@@ -50,7 +50,7 @@ fn state_of(locked: bool, jobs: &[Job]) -> StudyState {
 }
 
 /// How the latest generation's jobs that failed for good ended: cancelled or failed.
-fn ended_of(jobs: &[Job]) -> Ended {
+pub(super) fn ended_of(jobs: &[Job]) -> Ended {
     let latest = jobs.iter().filter_map(|j| j.generation).max();
     let mut ended = Ended::default();
     for j in jobs
@@ -197,7 +197,7 @@ impl StudyService {
 
     /// A study version's newest generation that has jobs, and its jobs: all that its state
     /// ([`state_of`], [`ended_of`]) depends on.
-    async fn newest_jobs(
+    pub(super) async fn newest_jobs(
         &self,
         name: &str,
         version: u32,
@@ -265,72 +265,6 @@ impl StudyService {
             .collect();
         names.dedup();
         Ok(names)
-    }
-
-    /// Every study version, with its state and each candidate's latest verdict.
-    pub async fn list_studies(&self) -> Result<Vec<StudySummaryView>, ServiceError> {
-        let mut out = Vec::new();
-        for s in self.store.list_studies().await? {
-            out.push(self.summary_of(s).await?);
-        }
-        Ok(out)
-    }
-
-    /// Each study once, for the studies list: its latest version, how many versions it has, and
-    /// — while the latest has not run to the end (a draft being edited, a version locked and
-    /// not run yet) — the newest earlier version that has, whose records stand meanwhile. Only
-    /// those versions are read in full.
-    pub async fn study_listing(&self) -> Result<Vec<StudyListing>, ServiceError> {
-        let all = self.store.list_studies().await?;
-        let mut out = Vec::new();
-        for group in all.chunk_by(|a, b| a.name == b.name) {
-            let Some((latest, earlier)) = group.split_last() else {
-                continue;
-            };
-            let latest = self.summary_of(latest.clone()).await?;
-            let mut standing = None;
-            if latest.state != StudyState::Done {
-                // Drafts never ran; of the locked versions, the newest whose run ended.
-                for row in earlier.iter().rev().filter(|r| r.sha256.is_some()) {
-                    let (_, jobs) = self.newest_jobs(&row.name, row.version).await?;
-                    if state_of(true, &jobs) == StudyState::Done {
-                        standing = Some(self.summary_of(row.clone()).await?);
-                        break;
-                    }
-                }
-            }
-            out.push(StudyListing {
-                latest,
-                versions: group.len() as u32,
-                standing,
-            });
-        }
-        Ok(out)
-    }
-
-    /// One study version's line: its question, state and each candidate's latest verdict.
-    async fn summary_of(
-        &self,
-        s: shortlist_store::studies::StudySummary,
-    ) -> Result<StudySummaryView, ServiceError> {
-        let stored = self.store.study(&s.name, s.version).await?;
-        let (_, jobs) = self.newest_jobs(&s.name, s.version).await?;
-        let mut verdicts = Vec::new();
-        for c in &stored.study().file().candidates {
-            verdicts.push((
-                c.name.clone(),
-                self.latest_verdict(&s.name, s.version, &c.name).await?,
-            ));
-        }
-        Ok(StudySummaryView {
-            question: stored.study().file().question.clone(),
-            state: state_of(s.sha256.is_some(), &jobs),
-            ended: ended_of(&jobs),
-            lock_sha256: s.sha256.clone(),
-            name: s.name,
-            version: s.version,
-            verdicts,
-        })
     }
 
     /// Where a study version's runs stand: every generation (newest first) with its jobs and
