@@ -8,6 +8,8 @@
 //! - [`results::score_outputs`] scores a whole outputs file into [`results::RunResults`]: per-case
 //!   verdicts, per-category pass rates with Wilson intervals ([`stats`]), weighted scores.
 //! - [`results::compare`] pairs two result sets on shared cases with the exact McNemar test.
+//! - [`diff::SetDiff`] says what changed from one version of a set to another, case by case;
+//!   [`word_diff::WordDiff`] shows a changed text word by word.
 //! - [`import`] converts promptfoo, OpenAI evals, inspect and BFCL files into eval sets.
 //!
 //! ```
@@ -27,6 +29,7 @@
 //! assert!(verdict.passed());
 //! ```
 
+pub mod diff;
 pub mod error;
 pub mod import;
 pub mod response;
@@ -35,6 +38,7 @@ pub mod score;
 pub mod set;
 pub mod stats;
 pub mod wire;
+pub mod word_diff;
 
 pub use error::EvalError;
 pub use response::{FinishReason, Response, ToolCall};

@@ -323,6 +323,10 @@ impl Case {
                 .sum::<usize>();
         chars / 4
     }
+    /// The case as it enters the set's canonical form (references resolved, defaults left out).
+    pub(crate) fn canonical(&self) -> &WireCase {
+        &self.canonical
+    }
     /// The messages to send to a chat model, system prompt first.
     pub fn chat(&self) -> Vec<Message> {
         let mut out = Vec::with_capacity(self.messages.len() + 1);

@@ -10,6 +10,7 @@
 //!   [`rule::RuleVerdict`] (pass, trip, or not measured) with its evidence.
 //! - [`memory::fit`] and [`cost::estimate`] do the arithmetic of sections 4 and 7.
 //! - [`record::SelectionRecord`] holds the seven sections; `seal` stamps its own hash.
+//! - [`diff::changes`] says which criteria differ between two versions of a study.
 //! - [`schedule::next_due`] and [`schedule::due_at`] say when a scheduled study is due (cron in a
 //!   time zone, daylight-saving gaps and folds run once).
 //! - [`performance::Measured`] turns analyzed load steps into section 5 (knee, capacity,
@@ -46,6 +47,7 @@
 
 pub mod assemble;
 pub mod cost;
+pub mod diff;
 pub mod drift;
 pub mod error;
 pub mod form;
