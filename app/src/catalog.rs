@@ -126,6 +126,14 @@ pub fn evalset_page(v: EvalSetView, filter: CaseFilter) -> String {
             encode(&v.name),
             v.version
         );
+        // The stored version before this one, to see what this one changed.
+        let changes_href = v
+            .versions
+            .iter()
+            .map(|(n, _)| *n)
+            .filter(|n| *n < v.version)
+            .max()
+            .map(|prev| (crate::evalset_diff_url(&v.name, prev, v.version), prev));
         let remove_action = format!("/evalsets/{}/remove", encode(&v.name));
         let remove_question = format!(
             "Remove {} v{} ({} cases) from the workbench? No study pins it; the other versions stay.",
@@ -163,6 +171,7 @@ pub fn evalset_page(v: EvalSetView, filter: CaseFilter) -> String {
                     <p class="actions">
                         <a class="button secondary" href=download_href.clone() id="download" download="">"Download (YAML)"</a>
                         <a class="button secondary" href=edit_href.clone() id="edit">"Edit as the next version…"</a>
+                        {changes_href.map(|(href, prev)| view! { <a class="button secondary" href=href id="changes">{format!("Changes from v{prev}")}</a> })}
                     </p>
                     {removable.then(|| view! {
                         <form method="post" action=remove_action.clone() data-confirm=remove_question.clone() class="actions">
@@ -441,6 +450,10 @@ pub fn import_page(
                         <dt>"Categories"</dt><dd>{categories_text(&p.categories)}</dd>
                         <dt>"sha256"</dt><dd class="mono small">{p.sha256.clone()}</dd>
                     </dl>
+                    {p.changes.as_ref().map(|c| {
+                        let title = format!("Against the stored {} {}", c.name, c.from.label());
+                        view! { <h3>{title}</h3>{crate::changes::summary(c)}{crate::changes::changes(c)} }
+                    })}
                     <h3>{unmapped_count}</h3>
                     {(!p.unmapped.is_empty()).then(|| view! {
                         <div class="scroll"><table>

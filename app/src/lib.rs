@@ -12,6 +12,7 @@
 
 mod case;
 mod catalog;
+mod changes;
 mod compare;
 mod home;
 mod layout;
@@ -28,6 +29,7 @@ pub use catalog::{
     CASES_PER_PAGE, CaseFilter, ImportForm, RegisterForm, candidate_page, candidates_page,
     evalset_page, evalsets_page, import_page,
 };
+pub use changes::{evalset_diff_page, evalset_diff_url, study_diff_page, study_diff_url};
 pub use compare::{CompareFilter, compare_page, pair_verdict, summary_rows, ttft_population};
 pub use home::{HomeData, home_page};
 pub use layout::{document, error_page, login_page, not_found_page, size};

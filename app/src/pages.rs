@@ -481,6 +481,13 @@ pub fn study_page(
         // This version's own page: links and forms name it, so a newer version changes nothing here.
         let here = format!("{path}?version={shown}");
         let edit_href = format!("/studies/new?from={}&version={shown}", crate::encode(&name));
+        // The version before this one, to see which criteria this one changed.
+        let changes_href = versions
+            .iter()
+            .map(|s| s.version)
+            .filter(|n| *n < v.version)
+            .max()
+            .map(|prev| (crate::study_diff_url(&name, prev, v.version), prev));
         let latest = versions.last().cloned();
         let newer = latest.filter(|l| l.version > v.version).map(|l| {
             let href = format!("{path}?version={}", l.version);
@@ -642,6 +649,9 @@ pub fn study_page(
                         <a class="button secondary" href=schedule_href.clone()>"Run it on a schedule…"</a>
                     })}
                     <a class="button secondary" href=edit_href id="edit">"Edit criteria…"</a>
+                    {changes_href.map(|(href, prev)| view! {
+                        <a class="button secondary" href=href id="changes">{format!("Changes from v{prev}")}</a>
+                    })}
                     {(!locked).then(|| view! {
                         <form method="post" action=delete_action.clone() data-confirm=delete_question.clone()>
                             <input type="hidden" name="version" value=shown.clone()/>

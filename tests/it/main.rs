@@ -4,6 +4,7 @@
 mod architecture;
 mod browser;
 mod catalog;
+mod changes;
 mod device;
 mod engine;
 mod engines;

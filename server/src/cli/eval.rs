@@ -1,6 +1,7 @@
 //! `shortlist eval`: import eval sets from other tools, describe a set, score outputs produced
 //! elsewhere, and compare two result sets with the exact McNemar test; `store`, `list`,
-//! `export` and `remove` work on the sets kept in the database (`cli/catalog.rs`).
+//! `export` and `remove` work on the sets kept in the database (`cli/catalog.rs`), `diff` on
+//! their versions (`cli/diff.rs`).
 //!
 //! Exit status: 0 success; 1 when the command's check failed — `score`: a case failed or had no
 //! output; `compare`: B is significantly worse than A (exact McNemar, p < 0.05); `import`: some
@@ -50,6 +51,10 @@ pub enum Command {
     /// Remove a stored eval set version (default: the latest). Refused while a study version
     /// — a draft included — pins it.
     Remove(super::catalog::EvalRemoveArgs),
+    /// What changed between two stored versions of an eval set (default: the latest and the
+    /// one before it), or what storing a file would change (`--file`): cases added, removed
+    /// and changed, each change of a field once with the cases it was made to.
+    Diff(super::diff::DiffArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -174,6 +179,7 @@ pub fn run(cmd: Command, config: &shortlist_runner::config::Config) -> anyhow::R
         Command::Remove(a) => {
             super::catalog::run_eval(super::catalog::EvalStored::Remove(a), config)
         }
+        Command::Diff(a) => super::diff::run(a, config),
     }
 }
 

@@ -16,6 +16,7 @@ pub(crate) mod app;
 mod bench;
 mod capacity;
 mod catalog;
+mod diff;
 mod engine;
 mod eval;
 mod hist;

@@ -61,6 +61,9 @@ pub(crate) enum Command {
     /// One case of the study's eval set with every candidate's answer in a generation: the
     /// prompt, the checks, each answer's outcome, text and checks' verdicts with their reasons.
     Case(super::study_compare::CaseArgs),
+    /// The criteria that differ between two versions of a study (default: the latest and the
+    /// one before it), each with its value before and after.
+    Diff(super::diff::StudyDiffArgs),
     /// Accept a finished generation as the study version's baseline.
     Accept(AcceptArgs),
     /// Each candidate's latest run against the baseline or the previous run: paired exact
@@ -215,6 +218,7 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Show(a) => super::study_status::show(&service, a).await,
             Command::Compare(a) => super::study_compare::compare(&service, a).await,
             Command::Case(a) => super::study_compare::case(&service, a).await,
+            Command::Diff(a) => super::diff::study(&service, a).await,
             Command::Status(a) => super::study_status::status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,
             Command::Retry(a) => {

@@ -43,9 +43,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+/// A JSON answer, or the API's error document.
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
-fn ok(value: impl serde::Serialize) -> ApiResult {
+/// `value` as the JSON answer.
+pub(crate) fn ok(value: impl serde::Serialize) -> ApiResult {
     Ok(Json(serde_json::to_value(value).unwrap_or_default()).into_response())
 }
 

@@ -299,24 +299,16 @@ pub(crate) async fn remove_candidate(
 
 /// The JSON API of the same pages.
 pub(crate) mod api {
-    use axum::Json;
     use axum::body::Bytes;
     use axum::extract::{Path, State};
-    use axum::response::{IntoResponse, Response};
     use serde::Deserialize;
     use shortlist_runner::ServiceError;
     use shortlist_runner::service::ImportFormat;
 
     use super::VersionQuery;
     use crate::web::AppState;
-    use crate::web::api::ApiError;
+    use crate::web::api::{ApiError, ApiResult, ok};
     use crate::web::extract::Query;
-
-    type ApiResult = Result<Response, ApiError>;
-
-    fn ok(value: impl serde::Serialize) -> ApiResult {
-        Ok(Json(serde_json::to_value(value).unwrap_or_default()).into_response())
-    }
 
     fn utf8(body: &Bytes) -> Result<String, ApiError> {
         String::from_utf8(body.to_vec()).map_err(|_| {

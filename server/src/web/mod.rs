@@ -6,6 +6,7 @@
 
 mod api;
 mod catalog;
+mod changes;
 mod extract;
 mod new_study;
 mod pages;
@@ -200,6 +201,7 @@ pub fn router(state: AppState) -> Router {
         .route("/studies/{name}/baseline", post(pages::accept_baseline))
         .route("/studies/{name}/events", get(pages::events))
         .route("/studies/{name}/compare", get(pages::compare))
+        .route("/studies/{name}/diff", get(changes::study))
         .route("/studies/{name}/cases/{case}", get(pages::case))
         .route("/studies/{name}/candidates/{candidate}", get(pages::record))
         .route(
@@ -217,6 +219,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/evalsets/{name}", get(catalog::evalset))
         .route("/evalsets/{name}/remove", post(catalog::remove_evalset))
+        .route("/evalsets/{name}/diff", get(changes::evalset))
         .route(
             "/evalsets/{name}/evalset.yaml",
             get(catalog::download_evalset),
@@ -260,6 +263,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/studies/{name}/retry", post(api::retry))
         .route("/api/studies/{name}/baseline", post(api::accept_baseline))
         .route("/api/studies/{name}/compare", get(api::compare))
+        .route("/api/studies/{name}/diff", get(changes::api_study))
         .route("/api/studies/{name}/cases/{case}", get(api::case))
         .route(
             "/api/studies/{name}/candidates/{candidate}/record",
@@ -267,6 +271,7 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/api/evalsets", get(catalog::api::evalsets))
         .route("/api/evalsets/import", post(catalog::api::import))
+        .route("/api/evalsets/{name}/diff", get(changes::api_evalset))
         .route(
             "/api/evalsets/{name}",
             get(catalog::api::evalset).delete(catalog::api::remove_evalset),

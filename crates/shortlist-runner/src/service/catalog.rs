@@ -130,7 +130,7 @@ impl std::fmt::Debug for EvalSetCache {
 
 impl EvalSetCache {
     /// The set stored as `yaml`, read once (`what` names it in an error).
-    fn read(&self, what: &str, yaml: &str) -> Result<Arc<EvalSet>, ServiceError> {
+    pub(super) fn read(&self, what: &str, yaml: &str) -> Result<Arc<EvalSet>, ServiceError> {
         let key = ContentHash::of(yaml.as_bytes()).to_string();
         if let Some(set) = self
             .entries
@@ -364,6 +364,7 @@ impl StudyService {
         }
         let yaml = imported.to_yaml(&format!("{name}.evalset.yaml"))?;
         let set = EvalSet::from_yaml(&format!("{name}.evalset.yaml"), &yaml)?;
+        let changes = self.eval_set_diff_with(&set, None).await?;
         let stored = if store {
             let hash = ContentHash::parse(set.sha256())
                 .ok_or_else(|| ServiceError::invalid(name, "the set's hash is not a SHA-256"))?;
@@ -382,6 +383,7 @@ impl StudyService {
             notes: imported.notes,
             yaml,
             stored,
+            changes,
         })
     }
 
@@ -402,6 +404,7 @@ impl StudyService {
                 format!("the eval set names itself `{}`, not `{name}`", set.name()),
             ));
         }
+        let changes = self.eval_set_diff_with(&set, None).await?;
         let stored = if store {
             let hash = ContentHash::parse(set.sha256())
                 .ok_or_else(|| ServiceError::invalid(name, "the set's hash is not a SHA-256"))?;
@@ -420,6 +423,7 @@ impl StudyService {
             notes: Vec::new(),
             yaml: yaml.to_owned(),
             stored,
+            changes,
         })
     }
 

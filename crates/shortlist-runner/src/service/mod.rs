@@ -8,6 +8,7 @@ pub mod check;
 mod compare;
 mod create;
 pub mod drift;
+pub mod evalset_diff;
 pub mod guided;
 mod listing;
 pub mod near;
@@ -16,6 +17,7 @@ mod query;
 mod queue;
 mod register;
 pub mod schedule;
+pub mod study_diff;
 pub mod traces;
 pub mod views;
 

@@ -529,6 +529,9 @@ pub struct ImportPreview {
     pub yaml: String,
     /// `(version, newly stored)` once stored; `None` for a preview.
     pub stored: Option<(u32, bool)>,
+    /// What it changes in the stored set of its name: against the latest version stored
+    /// before it (`None`: no set of that name was stored).
+    pub changes: Option<super::evalset_diff::EvalSetDiffView>,
 }
 
 /// A stored candidate in one line.
