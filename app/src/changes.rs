@@ -15,6 +15,9 @@ use crate::layout::{card_table, document};
 const CONTEXT: usize = 80;
 /// Case names listed on an edit before "and N more".
 const IDS_SHOWN: usize = 12;
+/// Cases listed as added or removed, and changes shown, at most on a page (the command line
+/// and the API give them all).
+pub const LISTED_AT_MOST: usize = 200;
 
 /// The URL of the comparison of `name`'s versions `from` and `to`.
 pub fn evalset_diff_url(name: &str, from: u32, to: u32) -> String {
@@ -193,6 +196,7 @@ pub(crate) fn changes(v: &EvalSetDiffView) -> AnyView {
     let rows = |cases: &[CaseRef], version: Option<u32>| {
         cases
             .iter()
+            .take(LISTED_AT_MOST)
             .map(|c| {
                 let id = match case_href(version, &c.id) {
                     Some(href) => view! { <a class="mono" href=href>{c.id.clone()}</a> }.into_any(),
@@ -208,6 +212,7 @@ pub(crate) fn changes(v: &EvalSetDiffView) -> AnyView {
                 <section class="card" id=id>
                     <h2>{format!("{title} ({})", cases.len())}</h2>
                     {card_table("", &["Case", "Category"], rows(cases, version))}
+                    {more(cases.len(), "cases")}
                 </section>
             }
         })
@@ -215,6 +220,7 @@ pub(crate) fn changes(v: &EvalSetDiffView) -> AnyView {
     let edits = d
         .edits
         .iter()
+        .take(LISTED_AT_MOST)
         .map(|e| edit_view(e, |id| case_href(v.to.version, id)))
         .collect_view();
     let changed = (!d.edits.is_empty()).then(|| {
@@ -224,6 +230,7 @@ pub(crate) fn changes(v: &EvalSetDiffView) -> AnyView {
                 <h2>{format!("Changed ({n} case{})", if n == 1 { "" } else { "s" })}</h2>
                 <p class="small muted">"Each change once, with the cases it was made to; the words that differ struck through (before) and underlined (after)."</p>
                 {edits}
+                {more(d.edits.len(), "changes")}
             </section>
         }
     });
@@ -233,6 +240,18 @@ pub(crate) fn changes(v: &EvalSetDiffView) -> AnyView {
         {changed}
     }
     .into_any()
+}
+
+/// Under a list cut at [`LISTED_AT_MOST`]: how many it holds and where they all are.
+fn more(n: usize, what: &'static str) -> Option<impl IntoView> {
+    (n > LISTED_AT_MOST).then(|| {
+        view! {
+            <p class="small muted more">
+                {format!("The first {LISTED_AT_MOST} of {n} {what}; ")}
+                <code>"shortlist eval diff"</code>" and "<code>"GET /api/evalsets/{name}/diff"</code>" list them all."
+            </p>
+        }
+    })
 }
 
 /// One field's change: the field, its cases, and the change with the differing words marked;

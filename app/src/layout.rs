@@ -71,12 +71,23 @@ pub fn size(bytes: usize) -> String {
 
 /// A page for an error: its status, a title and what happened, in words.
 pub fn error_page(status: u16, title: &str, message: &str) -> String {
+    error_page_with(status, title, message, None)
+}
+
+/// An error page with a way forward under the message: `(label, href)`.
+pub fn error_page_with(
+    status: u16,
+    title: &str,
+    message: &str,
+    next: Option<(String, String)>,
+) -> String {
     let (title, message) = (title.to_owned(), message.to_owned());
     document(&title.clone(), move || {
         view! {
             <section class="card error">
                 <h1>{format!("{status} · {title}")}</h1>
                 <p>{code_spans(&message)}</p>
+                {next.map(|(label, href)| view! { <p class="next"><a href=href>{label}</a></p> })}
                 <p><a href="/">"Back to the studies"</a></p>
             </section>
         }

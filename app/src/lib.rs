@@ -32,7 +32,7 @@ pub use catalog::{
 pub use changes::{evalset_diff_page, evalset_diff_url, study_diff_page, study_diff_url};
 pub use compare::{CompareFilter, compare_page, pair_verdict, summary_rows, ttft_population};
 pub use home::{HomeData, home_page};
-pub use layout::{document, error_page, login_page, not_found_page, size};
+pub use layout::{document, error_page, error_page_with, login_page, not_found_page, size};
 pub use new_study::{StudyFormPage, study_form_page};
 pub use pages::{state_word, study_page};
 pub use record::record_page;

@@ -12,10 +12,13 @@ use crate::support::stderr;
 use crate::support::{data, in_dir as sl, json_in_dir as ok_json, refused_in_dir as refused};
 use crate::web::{Server, http, multipart};
 
-/// The mini eval set (v1), its next version and a third text, in `dir`: v2 changes the set's
-/// system prompt (every case's), the `arithmetic` check's value, drops `colour` and adds
-/// `greeting`; the third is v2 with its first two cases swapped (the same cases, another order).
+/// The mini eval set (v1), its next version and a third text, in a folder `files` made in
+/// `dir`: v2 changes the set's system prompt (every case's), the `arithmetic` check's value,
+/// drops `colour` and adds `greeting`; the third is v2 with its first two cases swapped (the
+/// same cases, another order).
 fn versions(dir: &Path) -> [String; 3] {
+    let dir = dir.join("files");
+    std::fs::create_dir_all(&dir).unwrap();
     let v1 = std::fs::read_to_string(data("study/mini.yaml")).unwrap();
     let v2 = v1
         .replacen("Answer briefly.", "Answer in one sentence.", 1)
@@ -104,13 +107,11 @@ fn assert_v1_to_v2(d: &Value) {
 fn eval_diff_names_what_changed_between_stored_versions_and_what_a_file_would_change() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let files = dir.path().join("files");
-    std::fs::create_dir(&files).unwrap();
-    let [v1, v2, v3] = versions(&files);
+    let [v1, v2, v3] = versions(d);
     ok_json(d, &["eval", "store", &v1, "--json"]);
     // One version: nothing before it to compare with.
     let why = refused(d, &["eval", "diff", "study-mini"]);
-    assert!(why.contains("no stored version before v1"), "{why}");
+    assert!(why.contains("has no version before v1"), "{why}");
     ok_json(d, &["eval", "store", &v2, "--json"]);
 
     // The latest against the one before it, by default.
@@ -182,7 +183,7 @@ fn eval_diff_names_what_changed_between_stored_versions_and_what_a_file_would_ch
     assert!(why.contains("v7"), "{why}");
     let why = refused(d, &["eval", "diff", "study-minj"]);
     assert!(why.contains("did you mean `study-mini`?"), "{why}");
-    let other = files.join("other.yaml");
+    let other = d.join("files/other.yaml");
     std::fs::write(
         &other,
         std::fs::read_to_string(&v1)
@@ -198,16 +199,14 @@ fn eval_diff_names_what_changed_between_stored_versions_and_what_a_file_would_ch
         &["eval", "remove", "study-mini", "--version", "1", "--json"],
     );
     let why = refused(d, &["eval", "diff", "study-mini"]);
-    assert!(why.contains("no stored version before v2"), "{why}");
+    assert!(why.contains("has no version before v2"), "{why}");
 }
 
 #[test]
 fn the_workbench_shows_what_changed_between_versions_and_what_an_import_would_change() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let files = dir.path().join("files");
-    std::fs::create_dir(&files).unwrap();
-    let [v1, v2, _] = versions(&files);
+    let [v1, v2, _] = versions(d);
     let server = Server::start(d, &["--workers", "0", "--schedule-every", "0"], &[]);
     let a = server.addr.as_str();
     let import = |path: &str| {
@@ -272,6 +271,31 @@ fn the_workbench_shows_what_changed_between_versions_and_what_an_import_would_ch
     // A version that is not stored is a 404 page.
     let gone = http(a, "GET", "/evalsets/study-mini/diff?from=9&to=2", &[], b"");
     assert_eq!(gone.status, 404, "{}", gone.body);
+
+    // A long list stops at 200, saying how many it holds; the API has them all.
+    let wide = |n: usize| {
+        let mut yaml = String::from("format: shortlist.evalset.v1\nname: wide\ncases:\n");
+        for i in 0..n {
+            yaml.push_str(&format!(
+                "  - {{id: c{i}, category: ordinary, input: Say {i}., checks: [{{type: contains, value: \"{i}\"}}]}}\n"
+            ));
+        }
+        let r = http(
+            a,
+            "POST",
+            "/api/evalsets/import?format=shortlist&name=wide&store=true",
+            &[("content-type", "text/plain")],
+            yaml.as_bytes(),
+        );
+        assert_eq!(r.status, 200, "{}", r.body);
+    };
+    wide(1);
+    wide(251);
+    let page = http(a, "GET", "/evalsets/wide/diff", &[], b"").body;
+    assert!(page.contains("The first 200 of 250 cases"), "{page}");
+    assert_eq!(page.matches("?version=2&amp;q=c").count(), 200, "{page}");
+    let api = http(a, "GET", "/api/evalsets/wide/diff", &[], b"").json();
+    assert_eq!(api["added"].as_array().unwrap().len(), 250);
 
     // The import form's preview compares the file with the latest stored version.
     let (kind, body) = multipart(&[
@@ -376,10 +400,8 @@ fn assert_study_v1_to_v2(d: &Value) {
 fn study_diff_names_each_criterion_that_changed_between_versions() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
-    let files = dir.path().join("files");
-    std::fs::create_dir(&files).unwrap();
-    let [v1, v2, _] = versions(&files);
-    let [first, second] = study_versions(&files, &v1, &v2);
+    let [v1, v2, _] = versions(d);
+    let [first, second] = study_versions(d, &v1, &v2);
     ok_json(d, &["study", "create", &first, "--json"]);
     // One version: nothing before it.
     let why = refused(d, &["study", "diff", "mini"]);

@@ -714,6 +714,14 @@ fn forms_runs_and_refusals_over_http() {
         "{}",
         refused.body
     );
+    // …and links what changed between the two versions.
+    assert!(
+        refused.body.contains(
+            r#"<a href="/studies/mini/diff?from=2&amp;to=3">What changed between v2 and v3</a>"#
+        ),
+        "{}",
+        refused.body
+    );
     let refused = http(
         a,
         "GET",

@@ -113,9 +113,14 @@ pub enum ServiceError {
     /// The input is not usable as it stands: what, and why.
     #[error("{what}: {why}")]
     Invalid { what: String, why: String },
-    /// Records judged by different criteria cannot be compared: what differs.
-    #[error("{what}: these records cannot be compared: {}", differs.join("; "))]
-    Incomparable { what: String, differs: Vec<String> },
+    /// Records judged by different criteria cannot be compared: what differs, and two of the
+    /// study's versions whose criteria differ (older first).
+    #[error("study `{study}`: these records cannot be compared: {}", differs.join("; "))]
+    Incomparable {
+        study: String,
+        versions: (u32, u32),
+        differs: Vec<String>,
+    },
     /// The load generator failed (not the target, not the input).
     #[error("{what}: the load generator failed: {why}")]
     LoadGenerator { what: String, why: String },

@@ -57,9 +57,21 @@ impl IntoResponse for PageError {
             StatusCode::UNPROCESSABLE_ENTITY => "Not comparable",
             _ => "Not possible",
         };
+        // Records judged by other criteria: what changed between the two versions is a link away.
+        let next = match &self.0 {
+            ServiceError::Incomparable {
+                study,
+                versions: (a, b),
+                ..
+            } => Some((
+                format!("What changed between v{a} and v{b}"),
+                shortlist_app::study_diff_url(study, *a, *b),
+            )),
+            _ => None,
+        };
         let mut response = html(
             status,
-            shortlist_app::error_page(status.as_u16(), title, &self.0.to_string()),
+            shortlist_app::error_page_with(status.as_u16(), title, &self.0.to_string(), next),
         );
         if let Some(what) = self.0.missing() {
             response.extensions_mut().insert(Missing {

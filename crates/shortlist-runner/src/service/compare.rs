@@ -250,14 +250,18 @@ impl StudyService {
             crate::jobs::candidate_ref(&versions[&p.version.unwrap_or(base)].0, &p.candidate)?;
         }
         let first = picks[0].version.unwrap_or(base);
-        let differs: Vec<String> = versions
-            .iter()
-            .filter(|(v, _)| **v != first)
-            .flat_map(|(v, (_, _, c))| differences((first, &versions[&first].2), (*v, c)))
-            .collect();
-        if !differs.is_empty() {
+        let (mut differs, mut other) = (Vec::new(), None);
+        for (v, (_, _, c)) in versions.iter().filter(|(v, _)| **v != first) {
+            let found = differences((first, &versions[&first].2), (*v, c));
+            if !found.is_empty() && other.is_none() {
+                other = Some(*v);
+            }
+            differs.extend(found);
+        }
+        if let Some(v) = other {
             return Err(ServiceError::Incomparable {
-                what: format!("study `{name}`"),
+                study: name.to_owned(),
+                versions: (first.min(v), first.max(v)),
                 differs,
             });
         }

@@ -70,20 +70,7 @@ impl StudyService {
         let to = to.unwrap_or(latest);
         let from = match from {
             Some(v) => v,
-            None => versions
-                .iter()
-                .rev()
-                .copied()
-                .find(|&v| v < to)
-                .ok_or_else(|| {
-                    ServiceError::invalid(
-                        "from",
-                        format!(
-                            "eval set `{name}` has no stored version before v{to} to compare it with; name one to compare against (stored: {})",
-                            list(&versions)
-                        ),
-                    )
-                })?,
+            None => version_before(&versions, to, &format!("eval set `{name}`"))?,
         };
         let old = self.stored_set(name, from).await?;
         let new = self.stored_set(name, to).await?;
@@ -140,6 +127,25 @@ impl StudyService {
         self.eval_sets
             .read(&format!("eval set `{name}` v{version}"), &stored.yaml)
     }
+}
+
+/// The newest of `versions` (oldest first) before `to`: the one a comparison starts from by
+/// default; `what` ("study `x`") names the thing when there is none.
+pub(super) fn version_before(versions: &[u32], to: u32, what: &str) -> Result<u32, ServiceError> {
+    versions
+        .iter()
+        .rev()
+        .copied()
+        .find(|&v| v < to)
+        .ok_or_else(|| {
+            ServiceError::invalid(
+                "from",
+                format!(
+                    "{what} has no version before v{to} to compare it with (its versions: {})",
+                    list(versions)
+                ),
+            )
+        })
 }
 
 /// "v1, v2 and v4".

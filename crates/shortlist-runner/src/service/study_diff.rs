@@ -48,19 +48,7 @@ impl StudyService {
         let to = to.unwrap_or(latest);
         let from = match from {
             Some(v) => v,
-            None => numbers.iter().rev().copied().find(|&v| v < to).ok_or_else(|| {
-                ServiceError::invalid(
-                    "from",
-                    format!(
-                        "study `{name}` has no version before v{to} to compare it with (its versions: {})",
-                        numbers
-                            .iter()
-                            .map(|v| format!("v{v}"))
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    ),
-                )
-            })?,
+            None => super::evalset_diff::version_before(&numbers, to, &format!("study `{name}`"))?,
         };
         let side = |v: u32| {
             versions
