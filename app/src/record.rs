@@ -57,6 +57,13 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
         );
         let study_href = crate::study_url(&study, Some(r.study.version));
         let crumb = format!("{study} v{}", r.study.version);
+        // A later version's record: which criteria it was judged by that the version before
+        // did not have (every earlier version of a locked one is kept).
+        let criteria_changes = (r.study.version > 1).then(|| {
+            let (to, from) = (r.study.version, r.study.version - 1);
+            let href = crate::study_diff_url(&study, from, to);
+            view! { " · " <a href=href id="criteria-changes">{format!("Criteria changed since v{from}")}</a> }
+        });
         let run = format!("generation {}", record.generation);
         view! {
             <p class="crumbs"><a href=study_href>{crumb}</a> " / " {candidate.clone()} " · " {run}</p>
@@ -72,6 +79,7 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
             <p class="small">
                 <a href=format!("{base}/record.pdf{which}")>"PDF (one page)"</a> " · "
                 <a href=format!("{base}/record.json{which}")>"JSON"</a>
+                {criteria_changes}
             </p>
             <div>
                 <section class="card">

@@ -817,6 +817,16 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
         .unwrap();
     assert!(text_of(&c, ".crumbs").await.contains("generation 1"));
     c.close().await.unwrap();
+    // A first version's record has no earlier criteria to link.
+    let page = http(
+        &server.addr,
+        "GET",
+        "/studies/mini/candidates/smol?version=1",
+        &[],
+        b"",
+    );
+    assert_eq!(page.status, 200);
+    assert!(!page.body.contains("criteria-changes"), "{}", page.body);
 
     let pdf = http(
         &server.addr,

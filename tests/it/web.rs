@@ -761,6 +761,15 @@ fn forms_runs_and_refusals_over_http() {
     );
     assert_eq!(g1.status, 200, "{}", g1.body);
     assert!(g1.body.contains("study v2 · generation 1"), "{}", g1.body);
+    // A second version's record links the criteria it changed; a first version's has nothing
+    // to link.
+    assert!(
+        g1.body.contains(
+            r#"<a href="/studies/mini/diff?from=1&amp;to=2" id="criteria-changes">Criteria changed since v1</a>"#
+        ),
+        "{}",
+        g1.body
+    );
     assert!(
         g1.body.contains(
             r#"href="/studies/mini/candidates/smol/record.pdf?version=2&amp;generation=1""#
