@@ -5,6 +5,7 @@
 use leptos::prelude::*;
 use shortlist_report::Charts;
 use shortlist_report::view::{Row, View};
+use shortlist_runner::service::reproduce::StoredReproductionView;
 use shortlist_runner::service::views::RecordView;
 
 use crate::layout::{card_table, document};
@@ -30,8 +31,15 @@ fn rows(rows: Vec<Row>) -> impl IntoView {
 }
 
 /// The record page. `charts` are the record's SVG charts (drawn from its numbers; category
-/// names in them are escaped by the chart library).
-pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts) -> String {
+/// names in them are escaped by the chart library); `reproduced` the newest check of whether
+/// its quality run reproduces, if any was made.
+pub fn record_page(
+    study: &str,
+    record: RecordView,
+    view_: View,
+    charts: Charts,
+    reproduced: Option<StoredReproductionView>,
+) -> String {
     let title = format!("{} · {}", record.record.identity.candidate, study);
     let study = study.to_owned();
     document(&title.clone(), move || {
@@ -65,6 +73,7 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
             view! { " · " <a href=href id="criteria-changes">{format!("Criteria changed since v{from}")}</a> }
         });
         let run = format!("generation {}", record.generation);
+        let reproduced = reproduction(&study, &candidate, record.generation, reproduced);
         view! {
             <p class="crumbs"><a href=study_href>{crumb}</a> " / " {candidate.clone()} " · " {run}</p>
             <h1>{v.title.clone()}</h1>
@@ -92,6 +101,7 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
                     <div class="chart" inner_html=charts.pass_rate.clone()></div>
                     <p class="muted small">{v.categories_note.clone()}</p>
                     {v.paired.clone().map(|p| view! { <p class="small">{p}</p> })}
+                    {reproduced}
                 </section>
                 <section class="card">
                     <h2>"3 · Disqualifiers"</h2>
@@ -183,4 +193,114 @@ pub fn record_page(study: &str, record: RecordView, view_: View, charts: Charts)
             <p class="small muted">{v.footer_meta.clone()}</p>
         }
     })
+}
+
+/// Most case ids a reproduction line names.
+const REPRODUCTION_IDS: usize = 8;
+
+/// Whether the record's quality run reproduced when its cases were asked again: the newest
+/// check, or how to make one.
+fn reproduction(
+    study: &str,
+    candidate: &str,
+    generation: u32,
+    checked: Option<StoredReproductionView>,
+) -> impl IntoView + use<> {
+    let Some(checked) = checked else {
+        let command = format!(
+            "shortlist study reproduce {study} --candidate {candidate} --generation {generation}"
+        );
+        return view! {
+            <p class="small muted" id="reproduced">
+                "Not asked again yet: " <code>{command}</code>
+                " asks its cases again and compares every answer with the stored one."
+            </p>
+        }
+        .into_any();
+    };
+    let c = checked.check;
+    let when = checked
+        .stored_at
+        .get(..16)
+        .unwrap_or(&checked.stored_at)
+        .replace('T', " ");
+    let sample = if c.asked < c.stored {
+        format!(" (a sample of {} of {} stored cases)", c.asked, c.stored)
+    } else {
+        String::new()
+    };
+    let endpoint = c.kind == "endpoint";
+    let since = if c.changed.is_empty() && endpoint {
+        "the server behind it is not fingerprinted".to_owned()
+    } else if c.changed.is_empty() {
+        "nothing changed since the run".to_owned()
+    } else {
+        format!("since the run: {}", c.changed.join("; "))
+    };
+    let (word, tone) = if c.ok {
+        ("Reproduced", "badge good")
+    } else if c.verdicts_changed > 0 {
+        ("Not reproduced", "badge bad")
+    } else {
+        ("Answers differ", "badge warn")
+    };
+    // Every answer the same says it all; otherwise how many verdicts moved and how many
+    // cases could not be asked.
+    let moved_counts = if c.ok {
+        String::new()
+    } else {
+        format!(
+            ", {} verdict{} changed, {} error{}",
+            c.verdicts_changed,
+            if c.verdicts_changed == 1 { "" } else { "s" },
+            c.errors,
+            if c.errors == 1 { "" } else { "s" },
+        )
+    };
+    // Another batch size than the run's is worth saying: the answers did not depend on it.
+    let batch = match c.concurrency_then {
+        Some(then) if then as usize != c.concurrency_now => {
+            format!(", {} in flight where the run had {then}", c.concurrency_now)
+        }
+        _ => String::new(),
+    };
+    let counts = format!(
+        "{} of {} answers the same{sample}{moved_counts}{batch} · asked {when} UTC {} {} · {since}",
+        c.same,
+        c.asked,
+        if endpoint { "of" } else { "on" },
+        c.machine,
+    );
+    let moved: Vec<String> = c
+        .cases
+        .iter()
+        .filter(|k| !k.same)
+        .map(|k| k.id.clone())
+        .collect();
+    let more = moved.len().saturating_sub(REPRODUCTION_IDS);
+    let cases = (!moved.is_empty()).then(|| {
+        let links = moved
+            .into_iter()
+            .take(REPRODUCTION_IDS)
+            .map(|id| {
+                let href = format!(
+                    "/studies/{}/cases/{}?version={}&generation={generation}",
+                    crate::encode(study),
+                    crate::encode(&id),
+                    c.version
+                );
+                view! { " " <a href=href class="mono">{id}</a> }
+            })
+            .collect_view();
+        view! {
+            <br/> "Not the same:" {links}
+            {(more > 0).then(|| format!(" and {more} more"))}
+        }
+    });
+    view! {
+        <p class="small" id="reproduced">
+            <span class=tone>{word}</span> " " {counts} {cases}
+        </p>
+    }
+    .into_any()
 }

@@ -16,6 +16,7 @@ mod loadgen;
 mod measure;
 mod quality;
 mod report;
+mod reproduce;
 mod schedule;
 mod stopping;
 mod store;

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Output, Stdio};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{data, on_db, shortlist, smollm2, stderr, stdout};
 
@@ -467,6 +467,46 @@ fn a_killed_study_run_resumes_without_redoing_or_losing_cases() {
     let ties = &record["quality"]["near_ties"];
     assert_eq!(ties["known"], 6, "{ties}");
     assert!(ties["cases"].as_u64().unwrap() <= 6, "{ties}");
+    // Asked again six at a time on one compute thread (the run asked one at a time on
+    // `quality_threads`), every answer comes back the same — text, tokens, verdicts and the
+    // top-2 gap to the bit: the kernels do not depend on the batch or the threads.
+    let out = shortlist()
+        .env("DATABASE_URL", &url)
+        .env("CANDLE_NUM_THREADS", "1")
+        .current_dir(d)
+        .args(["study", "reproduce", "mini", "--candidate", "smol"])
+        .args(["--concurrency", "6", "--json"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let again = json_of(&out);
+    assert_eq!(
+        (&again["asked"], &again["same"], &again["kind"]),
+        (&json!(6), &json!(6), &json!("local")),
+        "{again}"
+    );
+    assert_eq!(
+        (&again["concurrency_then"], &again["concurrency_now"]),
+        (&json!(1), &json!(6))
+    );
+    let changed: Vec<String> = if quality_threads == 1 {
+        Vec::new()
+    } else {
+        vec![format!("compute threads: {quality_threads} → 1")]
+    };
+    assert_eq!(
+        again["changed"],
+        json!(changed),
+        "same weights, code and machine"
+    );
+    assert!(
+        again["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["min_top2_gap"].is_f64()),
+        "{again}"
+    );
     assert_eq!(record["memory"]["fits"], true);
     let rules = record["disqualifiers"].as_array().unwrap();
     assert_eq!(rules.len(), 4);

@@ -45,6 +45,7 @@ pub mod jobs;
 pub mod notify;
 pub mod progress;
 pub mod records;
+pub mod reproductions;
 pub mod runs;
 pub mod schedules;
 pub mod studies;
@@ -171,6 +172,12 @@ const SQLITE_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         include_str!("../../../migrations/sqlite/0012_removed_versions.sql"),
         false,
     ),
+    (
+        13,
+        "reproductions",
+        include_str!("../../../migrations/sqlite/0013_reproductions.sql"),
+        false,
+    ),
 ];
 const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
     (
@@ -243,6 +250,12 @@ const POSTGRES_MIGRATIONS: &[(i64, &str, &str, bool)] = &[
         12,
         "removed_versions",
         include_str!("../../../migrations/postgres/0012_removed_versions.sql"),
+        false,
+    ),
+    (
+        13,
+        "reproductions",
+        include_str!("../../../migrations/postgres/0013_reproductions.sql"),
         false,
     ),
 ];

@@ -687,6 +687,68 @@ async fn selection_records(store: Store) {
 }
 contract!(selection_records);
 
+async fn reproductions_kept_newest_first(store: Store) {
+    let locked = study().lock("2026-11-29T10:00:00Z");
+    let doc = |n: u64| serde_json::json!({"asked": n, "cases": [{"id": "c1", "then": "ünïcode \u{1F600}"}]});
+    // Only of a stored, locked study version.
+    assert!(matches!(
+        store
+            .put_reproduction("support", 1, 1, "small", true, &doc(1))
+            .await,
+        Err(StoreError::NotFound { .. })
+    ));
+    store.lock_study(&locked).await.unwrap();
+    let first = store
+        .put_reproduction("support", 1, 1, "small", true, &doc(1))
+        .await
+        .unwrap();
+    let second = store
+        .put_reproduction("support", 1, 2, "small", false, &doc(2))
+        .await
+        .unwrap();
+    let third = store
+        .put_reproduction("support", 1, 1, "small", false, &doc(3))
+        .await
+        .unwrap();
+    let all = store
+        .reproductions("support", 1, "small", None)
+        .await
+        .unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [third, second, first]
+    );
+    assert_eq!(
+        all.iter().map(|r| (r.generation, r.ok)).collect::<Vec<_>>(),
+        [(1, false), (2, false), (1, true)]
+    );
+    assert_eq!(all[2].document, doc(1), "the document comes back as stored");
+    assert!(all[0].created_at_ms > 0);
+    let of_one = store
+        .reproductions("support", 1, "small", Some(1))
+        .await
+        .unwrap();
+    assert_eq!(
+        of_one.iter().map(|r| r.id).collect::<Vec<_>>(),
+        [third, first]
+    );
+    assert!(
+        store
+            .reproductions("support", 1, "other", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .reproductions("support", 2, "small", None)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+contract!(reproductions_kept_newest_first);
+
 /// Four workers drain 200 jobs at once: every job is claimed exactly once.
 async fn concurrent_claims_never_double_claim(store: Store) {
     const JOBS: usize = 200;

@@ -193,7 +193,7 @@ fn edit_text(e: &Edit) -> String {
 
 /// A change in git's word-diff style: `…shared [-old-]{+new+} shared…` (shared text cut to
 /// some context around each change), or a value added or removed whole.
-fn word_diff(before: Option<&str>, after: Option<&str>) -> String {
+pub(crate) fn word_diff(before: Option<&str>, after: Option<&str>) -> String {
     match (before, after) {
         (Some(b), Some(a)) => WordDiff::of(b, a, CONTEXT)
             .pieces

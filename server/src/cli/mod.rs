@@ -28,6 +28,7 @@ mod progress;
 mod quality;
 mod record;
 mod report;
+mod reproduce;
 pub(crate) mod schedule;
 mod study;
 mod study_compare;

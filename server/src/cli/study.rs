@@ -1,4 +1,4 @@
-//! `shortlist study list|create|lock|verify|run|cancel|retry|delete|show|status|compare|case|accept|check`: studies fixed in advance, stored in the
+//! `shortlist study list|create|lock|verify|run|cancel|retry|delete|show|status|compare|case|diff|reproduce|accept|check`: studies fixed in advance, stored in the
 //! database (`DATABASE_URL`, default `sqlite://shortlist.db`), run as queued jobs. Every
 //! subcommand parses its arguments, calls the application service and prints its view
 //! (`list`, `show` and `status`: `study_status.rs`; `compare` and `case`: `study_compare.rs`).
@@ -64,6 +64,12 @@ pub(crate) enum Command {
     /// The criteria that differ between two versions of a study (default: the latest and the
     /// one before it), each with its value before and after.
     Diff(super::diff::StudyDiffArgs),
+    /// Ask a generation's stored quality cases again (all, or a seeded sample with `--cases N`)
+    /// of the same candidate with the same decoding, and compare every answer with the stored
+    /// one: text, tool calls, tokens, each check's verdict, the top-2 gap to the bit. Says what
+    /// changed since the run (weights, runtime, machine); the check is stored and the record
+    /// page shows it. Exit 1 when any answer differs.
+    Reproduce(super::reproduce::ReproduceArgs),
     /// Accept a finished generation as the study version's baseline.
     Accept(AcceptArgs),
     /// Each candidate's latest run against the baseline or the previous run: paired exact
@@ -219,6 +225,7 @@ pub(crate) fn run(cmd: Command, config: &Config) -> anyhow::Result<Outcome> {
             Command::Compare(a) => super::study_compare::compare(&service, a).await,
             Command::Case(a) => super::study_compare::case(&service, a).await,
             Command::Diff(a) => super::diff::study(&service, a).await,
+            Command::Reproduce(a) => super::reproduce::run(&service, a).await,
             Command::Status(a) => super::study_status::status(&service, a).await,
             Command::Accept(a) => accept(&service, a, &config.worker).await,
             Command::Retry(a) => {

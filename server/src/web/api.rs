@@ -223,6 +223,18 @@ pub(crate) async fn record(
         .record)
 }
 
+/// The stored reproduction checks of a candidate, newest first (of `generation`, or of all).
+pub(crate) async fn reproductions(
+    State(st): State<AppState>,
+    Path((name, candidate)): Path<(String, String)>,
+    Query(which): Query<Which>,
+) -> ApiResult {
+    ok(st
+        .service
+        .reproductions(&name, which.version, &candidate, which.generation)
+        .await?)
+}
+
 /// A JSON body read as `T`, or the API's error (in its JSON shape, like every other refusal)
 /// naming what was expected: `expected` is the body's shape in words.
 pub(crate) fn json_body<T: serde::de::DeserializeOwned>(

@@ -269,6 +269,10 @@ pub fn router(state: AppState) -> Router {
             "/api/studies/{name}/candidates/{candidate}/record",
             get(api::record),
         )
+        .route(
+            "/api/studies/{name}/candidates/{candidate}/reproductions",
+            get(api::reproductions),
+        )
         .route("/api/evalsets", get(catalog::api::evalsets))
         .route("/api/evalsets/import", post(catalog::api::import))
         .route("/api/evalsets/{name}/diff", get(changes::api_evalset))

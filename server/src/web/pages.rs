@@ -504,9 +504,21 @@ pub(crate) async fn record(
             why: e.to_string(),
         })
     })?;
+    // The newest check of whether this generation's quality run reproduces, if any.
+    let reproduced = st
+        .service
+        .reproductions(
+            &name,
+            Some(record.record.study.version),
+            &candidate,
+            Some(record.generation),
+        )
+        .await?
+        .into_iter()
+        .next();
     Ok(html(
         StatusCode::OK,
-        shortlist_app::record_page(&name, record, view, charts),
+        shortlist_app::record_page(&name, record, view, charts, reproduced),
     ))
 }
 

@@ -16,6 +16,7 @@ pub mod night;
 mod query;
 mod queue;
 mod register;
+pub mod reproduce;
 pub mod schedule;
 pub mod study_diff;
 pub mod traces;
