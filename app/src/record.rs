@@ -241,8 +241,11 @@ fn reproduction(
         ("Reproduced", "badge good")
     } else if c.verdicts_changed > 0 {
         ("Not reproduced", "badge bad")
-    } else {
+    } else if c.different > 0 {
         ("Answers differ", "badge warn")
+    } else {
+        // Only errors: the candidate could not be asked (an endpoint down).
+        ("Not asked", "badge warn")
     };
     // Every answer the same says it all; otherwise how many verdicts moved and how many
     // cases could not be asked.

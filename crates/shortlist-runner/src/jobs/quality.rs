@@ -30,7 +30,7 @@ use crate::prompt::ChatRequest;
 use crate::quality::scored;
 
 /// Consecutive transport failures (no HTTP answer) that mean the endpoint is down.
-const UNREACHABLE_AFTER: u32 = 3;
+pub(crate) const UNREACHABLE_AFTER: u32 = 3;
 
 pub(crate) fn run(ctx: &JobContext) -> Result<Finished, ServiceError> {
     let locked = ctx.locked()?;

@@ -280,6 +280,9 @@ impl StudyService {
                 let mut generator = open(&spec, &device)?;
                 let mut answers: Vec<Option<Asked>> = (0..requests.len()).map(|_| None).collect();
                 let mut heard = 0;
+                // An endpoint that is down is not asked every case: as a quality job, three
+                // cases in a row that never reached it end the check (the rest: not answered).
+                let mut unreached = 0;
                 shortlist_engine::pool::with_threads(threads, || {
                     generator.ask_all(
                         &requests,
@@ -290,8 +293,14 @@ impl StudyService {
                         &mut |k, a| {
                             heard += 1;
                             on_case(heard, requests.len());
+                            unreached = match &a {
+                                Asked::Failed {
+                                    transport: true, ..
+                                } => unreached + 1,
+                                _ => 0,
+                            };
                             answers[k] = Some(a);
-                            Ok(true)
+                            Ok(unreached < crate::jobs::quality::UNREACHABLE_AFTER)
                         },
                     )
                 })?;
@@ -331,7 +340,7 @@ impl StudyService {
                     ..unanswered(&before)
                 },
                 None => CaseReproduction {
-                    error: Some("not answered".to_owned()),
+                    error: Some("not asked: the endpoint could not be reached".to_owned()),
                     ..unanswered(&before)
                 },
             };
