@@ -283,17 +283,7 @@ impl JobContext {
         c: &CandidateRef,
         spec: &CandidateSpec,
     ) -> Result<Option<Placement>, ServiceError> {
-        if matches!(spec, CandidateSpec::Endpoint { .. }) {
-            return Ok(None);
-        }
-        let placement = Placement::resolve(&[
-            (
-                &format!("candidate `{}` device", c.name),
-                c.device.as_deref(),
-            ),
-            ("SHORTLIST_DEVICE", self.config.device.as_deref()),
-        ])?;
-        Ok(Some(placement))
+        place(c, spec, &self.config)
     }
 
     /// [`JobContext::start_run`], the run stamped with the device its local candidate runs on
@@ -327,6 +317,26 @@ impl JobContext {
         self.block(self.store.start_run(run.id, &executor))?;
         Ok(run)
     }
+}
+
+/// Where candidate `c` (parsed as `spec`) runs under `config`: `None` for an endpoint, else its
+/// `device`, the worker's `SHORTLIST_DEVICE`, or the default, opened.
+pub(crate) fn place(
+    c: &CandidateRef,
+    spec: &CandidateSpec,
+    config: &Config,
+) -> Result<Option<Placement>, ServiceError> {
+    if matches!(spec, CandidateSpec::Endpoint { .. }) {
+        return Ok(None);
+    }
+    let placement = Placement::resolve(&[
+        (
+            &format!("candidate `{}` device", c.name),
+            c.device.as_deref(),
+        ),
+        ("SHORTLIST_DEVICE", config.device.as_deref()),
+    ])?;
+    Ok(Some(placement))
 }
 
 /// A candidate of a locked study by name.

@@ -64,6 +64,30 @@ fn corrupt(run: &Run, case: &str, why: impl std::fmt::Display) -> ServiceError {
     }
 }
 
+/// What a memory fit run stored: the GGUF's facts (its identity among them) and the fit, each
+/// when it was measured.
+pub(crate) async fn stored_fit(
+    store: &Store,
+    run: &Run,
+) -> Result<(Option<GgufFacts>, Option<MemoryFit>), ServiceError> {
+    let (mut facts, mut memory) = (None, None);
+    for case in store.case_results(run.id).await? {
+        if !case.scores["facts"].is_null() {
+            facts = Some(
+                serde_json::from_value(case.scores["facts"].clone())
+                    .map_err(|e| corrupt(run, &case.case_id, e))?,
+            );
+        }
+        if !case.scores["fit"].is_null() {
+            memory = Some(
+                serde_json::from_value(case.scores["fit"].clone())
+                    .map_err(|e| corrupt(run, &case.case_id, e))?,
+            );
+        }
+    }
+    Ok((facts, memory))
+}
+
 /// The record of `candidate` from generation `generation` of the locked study.
 pub(crate) async fn assemble(
     store: &Store,
@@ -84,23 +108,10 @@ pub(crate) async fn assemble(
     };
 
     // Memory fit and identity.
-    let (mut facts, mut memory): (Option<GgufFacts>, Option<MemoryFit>) = (None, None);
-    if let Some(run) = mine(RunKind::Fit) {
-        for case in store.case_results(run.id).await? {
-            if !case.scores["facts"].is_null() {
-                facts = Some(
-                    serde_json::from_value(case.scores["facts"].clone())
-                        .map_err(|e| corrupt(run, &case.case_id, e))?,
-                );
-            }
-            if !case.scores["fit"].is_null() {
-                memory = Some(
-                    serde_json::from_value(case.scores["fit"].clone())
-                        .map_err(|e| corrupt(run, &case.case_id, e))?,
-                );
-            }
-        }
-    }
+    let (facts, memory) = match mine(RunKind::Fit) {
+        Some(run) => stored_fit(store, run).await?,
+        None => (None, None),
+    };
 
     // Quality: the scored cases and the cases that failed outside the model.
     let quality = match mine(RunKind::Quality) {

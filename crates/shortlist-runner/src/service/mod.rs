@@ -366,10 +366,7 @@ impl StudyService {
                 })
                 .collect();
             // A resumed generation keeps the parameters it was started with.
-            let max_tokens = mine
-                .first()
-                .and_then(|j| j.payload["max_tokens"].as_u64())
-                .map_or(params.max_tokens, |m| m as usize);
+            let max_tokens = max_tokens_of(jobs, generation, &c.name).unwrap_or(params.max_tokens);
             let payload = JobPayload {
                 study: name.to_owned(),
                 version,
@@ -546,4 +543,12 @@ impl StudyService {
 /// Whether a store error says the row does not exist (never stored, or removed).
 pub(crate) fn not_found(e: &StoreError) -> bool {
     matches!(e, StoreError::NotFound { .. } | StoreError::Removed { .. })
+}
+
+/// The most tokens a generation's jobs of `candidate` generate per case, as they were queued.
+pub(super) fn max_tokens_of(jobs: &[Job], generation: u32, candidate: &str) -> Option<usize> {
+    jobs.iter()
+        .filter(|j| j.generation == Some(generation) && j.candidate.as_deref() == Some(candidate))
+        .find_map(|j| j.payload["max_tokens"].as_u64())
+        .map(|m| m as usize)
 }
