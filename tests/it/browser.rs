@@ -433,6 +433,11 @@ async fn a_study_from_the_form_to_the_pdf_in_chromium() {
     c.goto(&format!("{base}/studies/new")).await.unwrap();
     shoot(&c, "guided-form").await;
     click(&c, Locator::Css("button[value=check]")).await;
+    // The click submits the form: wait for the answer page, not the form still shown.
+    c.wait()
+        .for_element(Locator::Css(".error-box"))
+        .await
+        .unwrap();
     let refused = text_of(&c, ".error-box").await;
     assert!(
         refused.contains("Study name: a study needs a name"),
